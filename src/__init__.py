@@ -1,0 +1,1 @@
+"""batched-speculative-decoding-bench: a simulator of speculative decoding at batch size > 1."""
