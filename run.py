@@ -1,0 +1,222 @@
+"""Run the batched speculative decoding study: sweep the grid, write results/ and plots/.
+
+    python run.py                      # the reference study (7 batch sizes x 7 gammas x 4 x 2)
+    python run.py --help               # every option
+    python run.py step-time --help     # forward-pass time calculator (hardware cost model)
+
+Each grid point (quality mode, serving mode, batch size, gamma) simulates greedy and speculative
+decoding on the identical requests, adding blocks of independent replications until the speedup's
+confidence interval is as tight as `ci_half_width` (design.md, "Statistics").
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+
+import pandas as pd
+
+from src import analysis
+from src.baseline import simulate_greedy
+from src.config import ConfigError, StudyConfig, alpha_mode_label, build_config, load_toml
+from src.costmodel import CostModel, FlatCostModel
+from src.metrics import grid_point_metrics
+from src.serving import concat_stats
+from src.speculative import simulate_speculative
+from src.workload import make_requests, stream
+
+GRID_KEYS = ("quality_mode", "serving_mode", "batch_size", "gamma")
+
+
+class _Sweep:
+    """Caches what grid points share: requests per (mode, batch, block), greedy runs per
+    (serving mode, batch, block). Greedy depends only on lengths, which every mode shares."""
+
+    def __init__(self, cfg: StudyConfig, cost: CostModel):
+        self.cfg, self.cost = cfg, cost
+        self._requests: dict = {}
+        self._greedy: dict = {}
+
+    def requests(self, mode: str, batch_size: int, block: int):
+        key = (mode, batch_size, block)
+        if key not in self._requests:
+            cfg = self.cfg
+            self._requests[key] = make_requests(
+                cfg.seed, mode, cfg.alpha_modes[mode], cfg.output_len, cfg.prompt_len, batch_size,
+                block, cfg.replications_per_block(batch_size), cfg.requests_per_slot * batch_size)
+        return self._requests[key]
+
+    def greedy(self, mode: str, serving: str, batch_size: int, block: int):
+        key = (serving, batch_size, block)
+        if key not in self._greedy:
+            self._greedy[key] = simulate_greedy(self.requests(mode, batch_size, block), batch_size, serving, self.cost)
+        return self._greedy[key]
+
+    def grid_points(self, mode: str, serving: str, batch_size: int, gammas: tuple[int, ...],
+                    verification: str) -> list[dict]:
+        """Rows for every gamma of one (mode, serving mode, batch size).
+
+        Block b of gamma g uses the requests of block b and the stream keyed (..., g, b); a gamma
+        stops taking blocks once its CI is tight enough, so its numbers do not depend on which
+        other gammas run beside it.
+        """
+        cfg = self.cfg
+        blocks: dict[int, list] = {g: [] for g in gammas}  # gamma -> [(greedy, speculative) per block]
+        rows: dict[int, dict] = {}
+        block = 0
+        while len(rows) < len(gammas):
+            todo = [g for g in gammas if g not in rows]
+            rngs = [stream(cfg.seed, "accept", mode, serving, batch_size, g, verification, block) for g in todo]
+            greedy = self.greedy(mode, serving, batch_size, block)
+            specs = simulate_speculative(self.requests(mode, batch_size, block), batch_size, serving,
+                                         self.cost, todo, verification, rngs)
+            for g, spec in zip(todo, specs):
+                blocks[g].append((greedy, spec))
+                row = grid_point_metrics(concat_stats([b[0] for b in blocks[g]]),
+                                         concat_stats([b[1] for b in blocks[g]]), batch_size, cfg.confidence)
+                half_width = (row["speedup_ci_high"] - row["speedup_ci_low"]) / 2
+                if half_width <= cfg.ci_half_width or row["replications"] >= cfg.max_replications:
+                    rows[g] = row
+            block += 1
+        alpha_mean = float(self.requests(mode, batch_size, 0).alpha.mean())
+        return [{"quality_mode": mode, "serving_mode": serving, "batch_size": batch_size, "gamma": g,
+                 "verification": verification, "alpha_mean": alpha_mean, **rows[g]} for g in gammas]
+
+
+def run_grid(cfg: StudyConfig, cost: CostModel, verification: str | None = None,
+             progress=None) -> pd.DataFrame:
+    """Sweep every (quality mode, serving mode, batch size, gamma) of cfg; one row per point."""
+    verification = verification or cfg.verification
+    sweep = _Sweep(cfg, cost)
+    points = [(b, m, s) for b in cfg.batch_sizes for m in cfg.quality_modes for s in cfg.serving_modes]
+    rows = []
+    for i, (b, m, s) in enumerate(points):
+        rows += sweep.grid_points(m, s, b, cfg.gammas, verification)
+        if progress:
+            progress(len(rows), len(points) * len(cfg.gammas))
+    df = pd.DataFrame(rows)
+    order = {k: list(v) for k, v in (("quality_mode", cfg.quality_modes), ("serving_mode", cfg.serving_modes))}
+    for key, values in order.items():
+        df[key] = pd.Categorical(df[key], categories=values, ordered=True)
+    df = df.sort_values(list(GRID_KEYS), kind="stable").reset_index(drop=True)
+    for key in order:
+        df[key] = df[key].astype(str)
+    return df
+
+
+def comparison_config(cfg: StudyConfig) -> StudyConfig:
+    """The lockstep-vs-ragged companion sweep: the two smallest gammas >= 2 (or the smallest)."""
+    gammas = [g for g in cfg.gammas if g >= 2][:2] or list(cfg.gammas[:1])
+    return replace(cfg, gammas=tuple(gammas))
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints usage + message otherwise)
+        self.exit(2, f"error: {message} (see python run.py --help)\n")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    d = StudyConfig()
+    p = _OneLineParser(
+        prog="python run.py",
+        description="Simulate speculative vs greedy decoding over a grid of batch sizes, gammas, draft-quality "
+                    "modes and serving modes; write results/results.csv, results/summary.txt and plots/.",
+        epilog="Subcommand: 'python run.py step-time --help' prints forward-pass times of real GPUs and models. "
+               "Lists are comma-separated, e.g. --gammas 2,4,8. Options override --config, which overrides defaults.")
+    p.add_argument("--batch-sizes", help=f"batch sizes, 1..4096 (default {','.join(map(str, d.batch_sizes))})")
+    p.add_argument("--gammas", help=f"draft tokens per step, 1..64 (default {','.join(map(str, d.gammas))})")
+    p.add_argument("--quality-modes", help=f"draft-quality modes (default {','.join(d.quality_modes)}; "
+                                           "more can be defined in --config)")
+    p.add_argument("--serving-modes", help=f"serving modes (default {','.join(d.serving_modes)})")
+    p.add_argument("--verification", help="ragged (default: each sequence keeps its own accepted prefix) or "
+                                          "lockstep (the batch advances by its smallest accepted count)")
+    p.add_argument("--seed", help=f"root random seed (default {d.seed})")
+    p.add_argument("--alpha", help="run a single point-mass quality mode with this acceptance probability, 0 < A < 1")
+    p.add_argument("--draft-cost", help=f"cost of one draft pass in target passes (default {d.draft_cost})")
+    p.add_argument("--config", help="TOML file setting any configuration field (see configs/example.toml)")
+    p.add_argument("--out", default=".", help="output folder; writes OUT/results and OUT/plots (default .)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return p
+
+
+OPTION_FIELDS = {"batch_sizes": "--batch-sizes", "gammas": "--gammas", "quality_modes": "--quality-modes",
+                 "serving_modes": "--serving-modes", "verification": "--verification", "seed": "--seed",
+                 "draft_cost": "--draft-cost"}
+
+
+def config_from_args(args: argparse.Namespace) -> StudyConfig:
+    """Defaults, then --config, then options; raises ConfigError naming the file key or option."""
+    cfg = StudyConfig()
+    if args.config:
+        try:
+            cfg = build_config(load_toml(args.config), cfg)
+        except ConfigError as e:
+            raise ConfigError(f"--config {args.config}", str(e)) from None
+    overrides = {f: getattr(args, f) for f in OPTION_FIELDS if getattr(args, f) is not None}
+    try:
+        if args.alpha is not None:
+            if args.quality_modes is not None:
+                raise ConfigError("--alpha", "use either --alpha or --quality-modes, not both")
+            from src.config import check_alpha
+            a = check_alpha("--alpha", args.alpha)
+            overrides["alpha_modes"] = {alpha_mode_label(a): {"kind": "point", "value": a}}
+            overrides["quality_modes"] = [alpha_mode_label(a)]
+        return build_config(overrides, cfg)
+    except ConfigError as e:
+        if e.field_name in OPTION_FIELDS:
+            raise ConfigError(OPTION_FIELDS[e.field_name], str(e).split(": ", 1)[1]) from None
+        raise
+
+
+def _check_out_dir(out: str) -> None:
+    for sub in ("", "results", "plots"):
+        path = os.path.join(out, sub)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise ConfigError("--out", f"{path} exists and is not a folder")
+
+
+def _progress_printer(quiet: bool):
+    if quiet:
+        return None
+    start = time.perf_counter()
+
+    def progress(done, total):
+        if done == total or done % max(1, total // 10) < done - progress.last:
+            progress.last = done
+            print(f"  {done}/{total} grid points ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+
+    progress.last = 0
+    return progress
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "step-time":
+        from src.stepcalc import main as step_time_main
+        return step_time_main(argv[1:])
+    args = make_parser().parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+        _check_out_dir(args.out)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    cost = FlatCostModel(draft_cost_ratio=cfg.draft_cost)
+    say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    say(f"sweeping {len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)} "
+        f"grid points ({cfg.verification} verification)")
+    results = run_grid(cfg, cost, progress=_progress_printer(args.quiet))
+    other = "lockstep" if cfg.verification == "ragged" else "ragged"
+    say(f"companion sweep: {other} verification for the summary's comparison")
+    comparison = pd.concat([results[results.gamma.isin(comparison_config(cfg).gammas)],
+                            run_grid(comparison_config(cfg), cost, verification=other)], ignore_index=True)
+    paths = analysis.write_outputs(args.out, cfg, results, comparison, cost)
+    say(f"wrote {', '.join(paths)} in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

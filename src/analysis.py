@@ -1,0 +1,413 @@
+"""Turn the sweep's results table into results.csv, summary.txt and the plots.
+
+Everything here reads the results DataFrame (one row per grid point, columns as in design.md,
+"Metrics"); nothing is simulated. All files are rendered in memory first and then written
+atomically (temp file in the target folder, then os.replace), so a failed run leaves the previous
+outputs untouched.
+"""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.colors import TwoSlopeNorm  # noqa: E402
+
+from src.acceptance import expected_speedup_flat  # noqa: E402
+from src.config import (  # noqa: E402
+    BetaAlpha, FixedLength, LognormalLength, MixtureAlpha, NormalAlpha, PointAlpha, StudyConfig,
+    UniformAlpha, UniformLength,
+)
+
+FLOAT_FORMAT = "%.6g"
+
+
+# --- small helpers ----------------------------------------------------------------------------------
+
+def describe_alpha(dist) -> str:
+    if isinstance(dist, PointAlpha):
+        return f"alpha = {dist.value:g}"
+    if isinstance(dist, NormalAlpha):
+        return f"alpha ~ Normal({dist.mean:g}, sd {dist.std:g}), clipped to (0, 1)"
+    if isinstance(dist, UniformAlpha):
+        return f"alpha ~ Uniform({dist.low:g}, {dist.high:g})"
+    if isinstance(dist, BetaAlpha):
+        return f"alpha ~ Beta({dist.a:g}, {dist.b:g})"
+    if isinstance(dist, MixtureAlpha):
+        parts = [f"{w:.0%} {describe_alpha(c).replace('alpha ~ ', '').replace('alpha = ', '')}"
+                 for w, c in zip(dist.weights, dist.components)]
+        return "mixture: " + " + ".join(parts)
+    return repr(dist)
+
+
+def describe_length(dist) -> str:
+    if isinstance(dist, FixedLength):
+        return f"{dist.tokens} tokens"
+    if isinstance(dist, UniformLength):
+        return f"uniform {dist.low}..{dist.high} tokens"
+    if isinstance(dist, LognormalLength):
+        return f"lognormal (median {dist.median:g}, sigma {dist.sigma:g}) clipped to {dist.low}..{dist.high} tokens"
+    return repr(dist)
+
+
+def table(header: list[str], rows: list[list[str]], indent: str = "  ") -> str:
+    """Plain-text table with right-aligned columns (first column left-aligned)."""
+    cells = [header] + rows
+    widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
+    def fmt(row):
+        return indent + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                                  for i, (c, w) in enumerate(zip(row, widths)))
+    return "\n".join([fmt(header), indent + "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
+
+
+def best_gamma_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Row of highest speedup per (quality mode, serving mode, batch size)."""
+    idx = df.groupby(["quality_mode", "serving_mode", "batch_size"], sort=False)["speedup"].idxmax()
+    return df.loc[idx]
+
+
+def crossover_gamma(gammas: np.ndarray, speedups: np.ndarray) -> float | None:
+    """Smallest gamma at which speedup falls below 1, linearly interpolated between grid gammas.
+
+    None when speedup stays >= 1 over the whole range; the smallest gamma itself when it is already < 1.
+    """
+    below = np.nonzero(speedups < 1.0)[0]
+    if below.size == 0:
+        return None
+    i = below[0]
+    if i == 0:
+        return float(gammas[0])
+    g0, g1, s0, s1 = gammas[i - 1], gammas[i], speedups[i - 1], speedups[i]
+    return float(g0 + (s0 - 1.0) * (g1 - g0) / (s0 - s1))
+
+
+def safe_gamma(df: pd.DataFrame) -> pd.DataFrame:
+    """Per gamma: worst and mean speedup over every quality mode, serving mode and batch size."""
+    worst = df.loc[df.groupby("gamma")["speedup"].idxmin()].set_index("gamma")
+    out = pd.DataFrame({
+        "worst_speedup": worst["speedup"],
+        "worst_ci_low": worst["speedup_ci_low"],
+        "worst_at": worst["quality_mode"] + ", " + worst["serving_mode"] + ", B=" + worst["batch_size"].astype(str),
+        "mean_speedup": df.groupby("gamma")["speedup"].mean(),
+    })
+    return out.sort_index()
+
+
+def ordered(df: pd.DataFrame, column: str) -> list:
+    return list(dict.fromkeys(df[column]))
+
+
+def x_ci(row) -> str:
+    return f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}]"
+
+
+# --- summary ----------------------------------------------------------------------------------------
+
+def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, time_unit: str) -> str:
+    modes, servings = ordered(df, "quality_mode"), ordered(df, "serving_mode")
+    batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
+    b_lo, b_hi = batches[0], batches[-1]
+    max_half = ((df.speedup_ci_high - df.speedup_ci_low) / 2).max()
+    out = []
+    out.append("Batched speculative decoding: summary of the sweep")
+    out.append("=" * 50)
+    out.append("")
+    out.append("Setup (all figures below come from this run; design.md defines every quantity)")
+    out.append(f"  cost model        flat: a target pass costs 1 {time_unit} at any batch size and any number of")
+    out.append(f"                    verified positions; a draft pass costs c = {cfg.draft_cost:g} (Leviathan et al. 2023)")
+    out.append(f"  verification      {cfg.verification}")
+    out.append(f"  batch sizes       {', '.join(map(str, batches))}")
+    out.append(f"  gammas            {', '.join(map(str, gammas))}")
+    for m in modes:
+        out.append(f"  {m:<17} {describe_alpha(cfg.alpha_modes[m])}")
+    out.append(f"  output lengths    {describe_length(cfg.output_len)}")
+    out.append(f"  workload          {cfg.requests_per_slot} x batch size requests per replication, all queued at time 0")
+    out.append(f"  statistics        {cfg.confidence:.0%} confidence intervals over independent replications "
+               f"({df.replications.min()}..{df.replications.max()} per grid point);")
+    out.append(f"                    widest speedup half-width {max_half:.4f}; seed {cfg.seed}")
+    out.append("")
+
+    # 1. gains beyond batch 1
+    best = best_gamma_rows(df)
+    out.append("1. Does speculative decoding keep its gains beyond batch size 1?")
+    out.append("")
+    out.append("   Speedup over greedy at each cell's best gamma (gamma in brackets), by batch size:")
+    rows = []
+    for m in modes:
+        for s in servings:
+            sub = best[(best.quality_mode == m) & (best.serving_mode == s)].set_index("batch_size")
+            change = sub.loc[b_hi, "speedup"] / sub.loc[b_lo, "speedup"] - 1
+            rows.append([f"{m}, {s}"] + [f"{sub.loc[b, 'speedup']:.2f} (g{sub.loc[b, 'gamma']})" for b in batches]
+                        + [f"{change:+.1%}"])
+    out.append(table(["quality mode, serving mode"] + [f"B={b}" for b in batches] + [f"B{b_lo}->B{b_hi}"], rows, "   "))
+    out.append("")
+    for s in servings:
+        sub = best[best.serving_mode == s]
+        lo = sub.set_index(["quality_mode", "batch_size"])["speedup"]
+        changes = {m: lo[(m, b_hi)] / lo[(m, b_lo)] - 1 for m in modes}
+        worst_mode = min(changes, key=changes.get)
+        out.append(f"   {s}: from B={b_lo} to B={b_hi} the best-gamma speedup changes by "
+                   f"{min(changes.values()):+.1%} to {max(changes.values()):+.1%} "
+                   f"(largest loss: {worst_mode}).")
+    out.append("")
+
+    # 2. best gamma
+    out.append("2. Which gamma is optimal? Best gamma per quality mode and batch size, speedup [95% CI]:")
+    for s in servings:
+        out.append("")
+        out.append(f"   {s}")
+        rows = []
+        for m in modes:
+            sub = best[(best.quality_mode == m) & (best.serving_mode == s)].set_index("batch_size")
+            rows.append([m] + [f"g={sub.loc[b, 'gamma']} {sub.loc[b, 'speedup']:.2f}x "
+                               f"[{sub.loc[b, 'speedup_ci_low']:.2f},{sub.loc[b, 'speedup_ci_high']:.2f}]"
+                               for b in batches])
+        out.append(table(["quality mode"] + [f"B={b}" for b in batches], rows, "   "))
+    out.append("")
+    out.append("   Speedup by gamma at batch size 1 and at the largest batch (all serving modes); the last")
+    out.append("   column is Leviathan et al.'s closed form at the mode's mean alpha (batch 1, long outputs):")
+    rows = []
+    for m in modes:
+        for s in servings:
+            for b in (b_lo, b_hi):
+                sub = df[(df.quality_mode == m) & (df.serving_mode == s) & (df.batch_size == b)].set_index("gamma")
+                rows.append([f"{m}, {s}, B={b}"] + [f"{sub.loc[g, 'speedup']:.2f}" for g in gammas])
+        alpha = df[df.quality_mode == m].alpha_mean.iloc[0]
+        rows.append([f"{m}: closed form, alpha={alpha:.3f}"]
+                    + [f"{expected_speedup_flat(alpha, g, cfg.draft_cost):.2f}" for g in gammas])
+    out.append(table(["quality mode, serving mode, batch"] + [f"g={g}" for g in gammas], rows, "   "))
+    out.append("")
+
+    # 3. slower than greedy
+    out.append("3. Where is speculative decoding slower than greedy?")
+    out.append("")
+    out.append("   Crossover gamma (speedup falls below 1.0; interpolated between grid gammas; '-' = never):")
+    rows = []
+    for m in modes:
+        row = [m]
+        for s in servings:
+            for b in (b_lo, b_hi):
+                sub = df[(df.quality_mode == m) & (df.serving_mode == s) & (df.batch_size == b)].sort_values("gamma")
+                g = crossover_gamma(sub.gamma.to_numpy(), sub.speedup.to_numpy())
+                row.append("-" if g is None else f"{g:.1f}")
+        rows.append(row)
+    out.append(table(["quality mode"] + [f"{s} B={b}" for s in servings for b in (b_lo, b_hi)], rows, "   "))
+    slower = df[df.speedup_ci_high < 1.0]
+    out.append("")
+    out.append(f"   {len(slower)} of {len(df)} grid points are significantly slower than greedy (CI entirely below 1.0).")
+    out.append("   Worst regressions:")
+    rows = [[f"{r.quality_mode}, {r.serving_mode}", r.batch_size, r.gamma, x_ci(r),
+             f"{r.divergence_penalty:.1%}"] for r in df.nsmallest(5, "speedup").itertuples()]
+    out.append(table(["quality mode, serving mode", "B", "gamma", "speedup [CI]", "rejected-draft time"], rows, "   "))
+    out.append("")
+
+    # 4. safe default
+    sg = safe_gamma(df)
+    safe = sg["worst_speedup"].idxmax()
+    out.append("4. A safe default gamma for unknown draft quality (maximin over every quality mode, serving")
+    out.append("   mode and batch size of this run):")
+    rows = [[g, f"{r.worst_speedup:.2f}x", r.worst_at, f"{r.mean_speedup:.2f}x"] for g, r in sg.iterrows()]
+    out.append(table(["gamma", "worst speedup", "where", "mean speedup"], rows, "   "))
+    out.append(f"   -> gamma = {safe}: never below {sg.loc[safe, 'worst_speedup']:.2f}x "
+               f"(CI low {sg.loc[safe, 'worst_ci_low']:.2f}) anywhere in this grid.")
+    out.append("")
+
+    # 5. verification policy
+    out.append("5. Ragged vs lockstep verification (does the weakest-accepting request limit the batch?)")
+    out.append("")
+    pols = ordered(comparison, "verification")
+    rows = []
+    for m in modes:
+        for g in sorted(comparison.gamma.unique()):
+            for s in servings:
+                sub = comparison[(comparison.quality_mode == m) & (comparison.gamma == g) & (comparison.serving_mode == s)]
+                piv = sub.pivot_table(index="verification", columns="batch_size", values="speedup")
+                rows.append([f"{m}, g={g}, {s}"] + [" / ".join(f"{piv.loc[p, b]:.2f}" for p in pols) for b in batches])
+    out.append(f"   speedup, {' / '.join(pols)}:")
+    out.append(table(["quality mode, gamma, serving"] + [f"B={b}" for b in batches], rows, "   "))
+    lock = comparison[comparison.verification == "lockstep"]
+    rag = comparison[comparison.verification == "ragged"]
+    key = ["quality_mode", "serving_mode", "batch_size", "gamma"]
+    both = rag.merge(lock, on=key, suffixes=("_ragged", "_lockstep"))
+    b1 = both[both.batch_size == b_lo]
+    bh = both[both.batch_size == b_hi]
+    out.append("")
+    out.append(f"   At B={b_lo} the policies agree (largest difference "
+               f"{(b1.speedup_ragged - b1.speedup_lockstep).abs().max():.3f}). At B={b_hi} lockstep loses "
+               f"{(1 - bh.speedup_lockstep / bh.speedup_ragged).min():.0%} to "
+               f"{(1 - bh.speedup_lockstep / bh.speedup_ragged).max():.0%} of the ragged speedup; lockstep tokens per")
+    out.append(f"   step at B={b_hi}: {bh.tokens_per_step_lockstep.min():.2f}..{bh.tokens_per_step_lockstep.max():.2f} "
+               f"(ragged {bh.tokens_per_step_ragged.min():.2f}..{bh.tokens_per_step_ragged.max():.2f}). "
+               "The weakest request limits the batch only under lockstep.")
+    out.append("")
+    return "\n".join(out) + "\n"
+
+
+# --- plots ------------------------------------------------------------------------------------------
+
+def _log2_batch_axis(ax, batches):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches)
+    ax.set_xticklabels([str(b) for b in batches])
+    ax.set_xlabel("batch size (concurrent sequences, log2 scale)")
+
+
+def plot_speedup_vs_batch(df: pd.DataFrame):
+    modes, servings = ordered(df, "quality_mode"), ordered(df, "serving_mode")
+    batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
+    fig, axes = plt.subplots(len(servings), len(modes), figsize=(4.2 * len(modes), 3.6 * len(servings)),
+                             sharex=True, sharey=True, squeeze=False)
+    colors = plt.cm.viridis(np.linspace(0, 0.95, len(gammas)))
+    for i, s in enumerate(servings):
+        for j, m in enumerate(modes):
+            ax = axes[i, j]
+            for g, c in zip(gammas, colors):
+                sub = df[(df.quality_mode == m) & (df.serving_mode == s) & (df.gamma == g)].sort_values("batch_size")
+                ax.plot(sub.batch_size, sub.speedup, marker="o", ms=3, color=c, label=f"gamma={g}")
+                ax.fill_between(sub.batch_size, sub.speedup_ci_low, sub.speedup_ci_high, color=c, alpha=0.25)
+            ax.axhline(1.0, color="black", lw=1, ls="--")
+            ax.set_title(f"{m}\n{s}", fontsize=9)
+            _log2_batch_axis(ax, batches)
+            if j == 0:
+                ax.set_ylabel("speedup over greedy (x)")
+            ax.grid(alpha=0.3)
+    axes[0, -1].legend(fontsize=7, loc="upper right", title="95% CI bands", title_fontsize=7)
+    fig.suptitle("Speculative speedup vs batch size (greedy makespan / speculative makespan; dashed: 1.0 = no gain)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_utilization_vs_batch(df: pd.DataFrame, gamma: int):
+    modes, servings = ordered(df, "quality_mode"), ordered(df, "serving_mode")
+    batches = sorted(df.batch_size.unique())
+    fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 3.6), sharey=True, squeeze=False)
+    styles = {"static_batch": "-", "continuous_refill": "--"}
+    for j, m in enumerate(modes):
+        ax = axes[0, j]
+        for s in servings:
+            sub = df[(df.quality_mode == m) & (df.serving_mode == s) & (df.gamma == gamma)].sort_values("batch_size")
+            ls = styles.get(s, ":")
+            ax.plot(sub.batch_size, 100 * sub.slot_utilization, ls, marker="o", ms=3, color="C0",
+                    label=f"speculative (gamma={gamma}), {s}")
+            ax.plot(sub.batch_size, 100 * sub.greedy_slot_utilization, ls, marker="s", ms=3, color="C1",
+                    label=f"greedy, {s}")
+        ax.set_title(m, fontsize=9)
+        _log2_batch_axis(ax, batches)
+        ax.set_ylim(0, 105)
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("slot utilization (% of slot-steps active)")
+    axes[0, 0].legend(fontsize=7, loc="lower left")
+    fig.suptitle("Slot utilization vs batch size: static batches idle finished slots, continuous refill does not")
+    fig.tight_layout()
+    return fig
+
+
+def plot_divergence_penalty(df: pd.DataFrame):
+    modes, servings = ordered(df, "quality_mode"), ordered(df, "serving_mode")
+    batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
+    fig, axes = plt.subplots(1, len(servings), figsize=(5.5 * len(servings), 4), sharey=True, squeeze=False)
+    for j, s in enumerate(servings):
+        ax = axes[0, j]
+        for k, m in enumerate(modes):
+            for b, ls in ((batches[0], ":"), (batches[-1], "-")):
+                sub = df[(df.quality_mode == m) & (df.serving_mode == s) & (df.batch_size == b)].sort_values("gamma")
+                ax.plot(sub.gamma, 100 * sub.divergence_penalty, ls, marker="o", ms=3, color=f"C{k}",
+                        label=f"{m}, B={b}")
+        ax.set_title(s, fontsize=10)
+        ax.set_xlabel("gamma (draft tokens proposed per step)")
+        ax.set_xticks(gammas)
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("divergence penalty (% of wall time on rejected drafts)")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle("Time spent drafting tokens that are then rejected, vs gamma")
+    fig.tight_layout()
+    return fig
+
+
+def plot_gamma_batch_heatmap(df: pd.DataFrame):
+    modes, servings = ordered(df, "quality_mode"), ordered(df, "serving_mode")
+    batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
+    lo, hi = min(df.speedup.min(), 0.99), max(df.speedup.max(), 1.01)
+    norm = TwoSlopeNorm(vcenter=1.0, vmin=lo, vmax=hi)
+    fig, axes = plt.subplots(len(servings), len(modes), figsize=(4.2 * len(modes), 3.8 * len(servings)),
+                             squeeze=False)
+    for i, s in enumerate(servings):
+        for j, m in enumerate(modes):
+            ax = axes[i, j]
+            grid = (df[(df.quality_mode == m) & (df.serving_mode == s)]
+                    .pivot_table(index="gamma", columns="batch_size", values="speedup")
+                    .reindex(index=gammas, columns=batches))
+            im = ax.imshow(grid.to_numpy(), cmap="RdBu", norm=norm, origin="lower", aspect="auto")
+            for y, g in enumerate(gammas):
+                for x, b in enumerate(batches):
+                    ax.text(x, y, f"{grid.loc[g, b]:.2f}", ha="center", va="center", fontsize=6.5)
+            best = grid.to_numpy().argmax(axis=0)
+            for x, y in enumerate(best):  # best gamma per batch size
+                ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, lw=1.8, ec="black"))
+            ax.set_xticks(range(len(batches)), [str(b) for b in batches])
+            ax.set_yticks(range(len(gammas)), [str(g) for g in gammas])
+            ax.set_xlabel("batch size (concurrent sequences)")
+            ax.set_ylabel("gamma (draft tokens per step)")
+            ax.set_title(f"{m}\n{s}", fontsize=9)
+    fig.colorbar(im, ax=axes, shrink=0.8, label="speedup over greedy (x); white = 1.0")
+    fig.suptitle("Speedup over gamma x batch size (boxed: best gamma per batch size)")
+    return fig
+
+
+# --- writing ----------------------------------------------------------------------------------------
+
+def _png_bytes(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write to a temp file beside `path`, then rename over it (readers never see a partial file)."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def csv_bytes(df: pd.DataFrame) -> bytes:
+    return df.to_csv(index=False, float_format=FLOAT_FORMAT, lineterminator="\n").encode()
+
+
+def reference_gamma(gammas) -> int:
+    """Gamma used where a plot shows one: 4 if swept, else the swept gamma closest to 4."""
+    return min(gammas, key=lambda g: (abs(g - 4), g))
+
+
+def write_outputs(out_dir: str, cfg: StudyConfig, results: pd.DataFrame, comparison: pd.DataFrame,
+                  cost) -> list[str]:
+    """Render everything in memory, then write: results/results.csv, results/verification_comparison.csv,
+    results/summary.txt and the four plots. Returns the paths written."""
+    files = {
+        os.path.join(out_dir, "results", "results.csv"): csv_bytes(results),
+        os.path.join(out_dir, "results", "verification_comparison.csv"): csv_bytes(comparison),
+        os.path.join(out_dir, "results", "summary.txt"):
+            summary_text(cfg, results, comparison, cost.time_unit).encode(),
+        os.path.join(out_dir, "plots", "speedup_vs_batch.png"): _png_bytes(plot_speedup_vs_batch(results)),
+        os.path.join(out_dir, "plots", "utilization_vs_batch.png"):
+            _png_bytes(plot_utilization_vs_batch(results, reference_gamma(results.gamma.unique()))),
+        os.path.join(out_dir, "plots", "divergence_penalty.png"): _png_bytes(plot_divergence_penalty(results)),
+        os.path.join(out_dir, "plots", "gamma_batch_heatmap.png"): _png_bytes(plot_gamma_batch_heatmap(results)),
+    }
+    for path, data in files.items():
+        write_atomic(path, data)
+    return list(files)

@@ -1,0 +1,332 @@
+"""Study configuration: frozen dataclasses, validated once at the edge.
+
+Everything a run depends on lives in one `StudyConfig`. It is built from defaults, then a TOML file
+(`--config`), then command-line options, in that order; `build_config` checks every field and
+raises `ConfigError` naming the field and what is allowed. Nothing downstream re-validates.
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping, Union
+
+QUALITY_MODES = ("homogeneous_good", "homogeneous_mid", "heterogeneous", "bimodal")
+SERVING_MODES = ("static_batch", "continuous_refill")
+VERIFICATION_POLICIES = ("ragged", "lockstep")
+
+MAX_BATCH_SIZE = 4096  # vLLM's largest default max_num_seqs-scale batch; beyond is not a serving batch
+MAX_GAMMA = 64  # no engine speculates deeper; acceptance^65 is ~0 for any alpha < 0.95
+ALPHA_CLIP = (0.001, 0.999)  # sampled alphas are clipped here so every request has 0 < alpha < 1
+
+
+class ConfigError(ValueError):
+    """Bad user input. str() is one line: '<field>: <what is allowed>'."""
+
+    def __init__(self, field_name: str, allowed: str):
+        super().__init__(f"{field_name}: {allowed}")
+        self.field_name = field_name
+
+
+# --- distributions of the per-request draft acceptance probability alpha --------------------------
+
+@dataclass(frozen=True)
+class PointAlpha:
+    value: float  # every request has this alpha
+
+
+@dataclass(frozen=True)
+class NormalAlpha:
+    mean: float  # centre of the normal
+    std: float  # standard deviation; draws are clipped to ALPHA_CLIP
+
+
+@dataclass(frozen=True)
+class UniformAlpha:
+    low: float  # inclusive lower bound
+    high: float  # upper bound
+
+
+@dataclass(frozen=True)
+class BetaAlpha:
+    a: float  # Beta(a, b): mean a / (a + b)
+    b: float
+
+
+@dataclass(frozen=True)
+class MixtureAlpha:
+    weights: tuple[float, ...]  # mixture weights, normalised to sum 1
+    components: tuple["AlphaDistribution", ...]  # one distribution per weight
+
+
+AlphaDistribution = Union[PointAlpha, NormalAlpha, UniformAlpha, BetaAlpha, MixtureAlpha]
+
+# The reference study's four draft-quality modes (design.md, "Workload", gives the reasoning).
+DEFAULT_ALPHA_MODES: dict[str, AlphaDistribution] = {
+    "homogeneous_good": NormalAlpha(mean=0.85, std=0.02),
+    "homogeneous_mid": NormalAlpha(mean=0.65, std=0.02),
+    "heterogeneous": UniformAlpha(low=0.45, high=0.85),
+    "bimodal": MixtureAlpha(
+        weights=(0.5, 0.5),
+        components=(NormalAlpha(mean=0.85, std=0.03), NormalAlpha(mean=0.45, std=0.05)),
+    ),
+}
+
+
+# --- distributions of token counts (prompt and output lengths) ------------------------------------
+
+@dataclass(frozen=True)
+class FixedLength:
+    tokens: int  # every request has this many tokens
+
+
+@dataclass(frozen=True)
+class UniformLength:
+    low: int  # inclusive
+    high: int  # inclusive
+
+
+@dataclass(frozen=True)
+class LognormalLength:
+    median: float  # exp(mu) of the lognormal
+    sigma: float  # shape; draws are rounded and clipped to [low, high]
+    low: int
+    high: int
+
+
+LengthDistribution = Union[FixedLength, UniformLength, LognormalLength]
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)  # concurrent sequences (slots)
+    gammas: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16)  # draft tokens proposed per step
+    quality_modes: tuple[str, ...] = QUALITY_MODES  # which alpha modes to run
+    alpha_modes: Mapping[str, AlphaDistribution] = field(
+        default_factory=lambda: dict(DEFAULT_ALPHA_MODES))  # every known mode, built-in and user
+    serving_modes: tuple[str, ...] = SERVING_MODES
+    verification: str = "ragged"  # how a batch commits accepted prefixes: ragged | lockstep
+    seed: int = 20261129  # root of every random stream
+    draft_cost: float = 0.2  # c: one draft pass in target passes (flat cost model)
+    output_len: LengthDistribution = UniformLength(64, 256)  # tokens each request generates
+    prompt_len: LengthDistribution = UniformLength(1024, 2048)  # context before decoding starts
+    requests_per_slot: int = 4  # requests per replication = requests_per_slot x batch size
+    slot_rows_per_block: int = 512  # replications per block = max(min_block, this // batch)
+    min_replications_per_block: int = 8  # fewest replications simulated together
+    ci_half_width: float = 0.015  # add replication blocks until the speedup CI is this tight
+    max_replications: int = 8192  # stop adding blocks here, and say so
+    confidence: float = 0.95  # confidence level of every interval
+
+    def replications_per_block(self, batch_size: int) -> int:
+        return max(self.min_replications_per_block, self.slot_rows_per_block // batch_size)
+
+
+# --- parsing and validation -----------------------------------------------------------------------
+
+def _number(name: str, value: Any, *, integer: bool = False) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, str):
+            try:
+                value = int(value) if integer else float(value)
+            except ValueError:
+                kind = "an integer" if integer else "a number"
+                raise ConfigError(name, f"expected {kind}, got {value!r}") from None
+        else:
+            raise ConfigError(name, f"expected a number, got {value!r}")
+    if integer and (not float(value).is_integer()):
+        raise ConfigError(name, f"expected an integer, got {value!r}")
+    if not math.isfinite(float(value)):
+        raise ConfigError(name, f"expected a finite number, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _int_list(name: str, value: Any, low: int, high: int) -> tuple[int, ...]:
+    items = [s.strip() for s in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items or any(i == "" for i in items):
+        raise ConfigError(name, f"expected a non-empty comma-separated list of integers {low}..{high}")
+    out = []
+    for item in items:
+        n = _number(name, item, integer=True)
+        if not low <= n <= high:
+            raise ConfigError(name, f"each value must be an integer in {low}..{high}, got {item}")
+        out.append(n)
+    return tuple(sorted(set(out)))
+
+
+def _name_list(name: str, value: Any, known: tuple[str, ...]) -> tuple[str, ...]:
+    items = [s.strip() for s in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items or any(i == "" for i in items):
+        raise ConfigError(name, f"expected a non-empty comma-separated list of: {', '.join(known)}")
+    for item in items:
+        if item not in known:
+            raise ConfigError(name, f"unknown {item!r}; allowed: {', '.join(known)}")
+    return tuple(dict.fromkeys(items))
+
+
+def check_alpha(name: str, value: Any) -> float:
+    a = _number(name, value)
+    if not 0.0 < a < 1.0:
+        raise ConfigError(name, f"alpha must be strictly between 0 and 1, got {value}")
+    return a
+
+
+def _check_keys(name: str, table: Mapping, allowed: tuple[str, ...]) -> None:
+    for key in table:
+        if key not in allowed:
+            raise ConfigError(f"{name}.{key}", f"unknown key; allowed: {', '.join(allowed)}")
+    for key in allowed:
+        if key not in table:
+            raise ConfigError(f"{name}.{key}", "missing")
+
+
+def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
+    """A TOML table {kind = "point"|"normal"|"uniform"|"beta"|"mixture", ...} -> distribution."""
+    kinds = ("point", "normal", "uniform", "beta", "mixture")
+    if not isinstance(table, Mapping) or table.get("kind") not in kinds:
+        raise ConfigError(f"{name}.kind", f"expected one of: {', '.join(kinds)}")
+    kind = table["kind"]
+    params = {k: v for k, v in table.items() if k != "kind"}
+    if kind == "point":
+        _check_keys(name, params, ("value",))
+        return PointAlpha(check_alpha(f"{name}.value", params["value"]))
+    if kind == "normal":
+        _check_keys(name, params, ("mean", "std"))
+        std = _number(f"{name}.std", params["std"])
+        if not 0.0 <= std <= 0.5:
+            raise ConfigError(f"{name}.std", f"must be in 0..0.5, got {std}")
+        return NormalAlpha(check_alpha(f"{name}.mean", params["mean"]), std)
+    if kind == "uniform":
+        _check_keys(name, params, ("low", "high"))
+        low, high = check_alpha(f"{name}.low", params["low"]), check_alpha(f"{name}.high", params["high"])
+        if low > high:
+            raise ConfigError(f"{name}.low", f"must not exceed high ({high}), got {low}")
+        return UniformAlpha(low, high)
+    if kind == "beta":
+        _check_keys(name, params, ("a", "b"))
+        a, b = _number(f"{name}.a", params["a"]), _number(f"{name}.b", params["b"])
+        if a <= 0 or b <= 0:
+            raise ConfigError(f"{name}.a", "Beta parameters a and b must both be > 0")
+        return BetaAlpha(a, b)
+    _check_keys(name, params, ("weights", "components"))
+    weights, comps = params["weights"], params["components"]
+    if not isinstance(weights, list) or not isinstance(comps, list) or not weights or len(weights) != len(comps):
+        raise ConfigError(f"{name}.weights", "expected a list of weights, one per entry of components")
+    ws = [_number(f"{name}.weights", w) for w in weights]
+    if any(w < 0 for w in ws) or sum(ws) <= 0:
+        raise ConfigError(f"{name}.weights", "weights must be >= 0 with a positive sum")
+    total = sum(ws)
+    return MixtureAlpha(
+        tuple(w / total for w in ws),
+        tuple(parse_alpha_distribution(f"{name}.components[{i}]", c) for i, c in enumerate(comps)),
+    )
+
+
+def parse_length_distribution(name: str, table: Any) -> LengthDistribution:
+    """A TOML table {kind = "fixed"|"uniform"|"lognormal", ...} -> distribution of token counts."""
+    kinds = ("fixed", "uniform", "lognormal")
+    if not isinstance(table, Mapping) or table.get("kind") not in kinds:
+        raise ConfigError(f"{name}.kind", f"expected one of: {', '.join(kinds)}")
+    params = {k: v for k, v in table.items() if k != "kind"}
+
+    def tokens(key: str, low: int = 1) -> int:
+        n = _number(f"{name}.{key}", params[key], integer=True)
+        if not low <= n <= 1_000_000:
+            raise ConfigError(f"{name}.{key}", f"must be an integer in {low}..1000000, got {n}")
+        return n
+
+    if table["kind"] == "fixed":
+        _check_keys(name, params, ("tokens",))
+        return FixedLength(tokens("tokens"))
+    if table["kind"] == "uniform":
+        _check_keys(name, params, ("low", "high"))
+        low, high = tokens("low"), tokens("high")
+        if low > high:
+            raise ConfigError(f"{name}.low", f"must not exceed high ({high}), got {low}")
+        return UniformLength(low, high)
+    _check_keys(name, params, ("median", "sigma", "low", "high"))
+    low, high = tokens("low"), tokens("high")
+    sigma = _number(f"{name}.sigma", params["sigma"])
+    median = _number(f"{name}.median", params["median"])
+    if low > high or sigma < 0 or median <= 0:
+        raise ConfigError(name, "lognormal needs median > 0, sigma >= 0 and low <= high")
+    return LognormalLength(median, sigma, low, high)
+
+
+def load_toml(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError("--config", f"file not found: {path}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("--config", f"{path} is not valid TOML ({e})") from None
+
+
+def build_config(overrides: Mapping[str, Any], base: StudyConfig | None = None) -> StudyConfig:
+    """Apply raw overrides (from TOML or the command line) to `base`, validating each field.
+
+    Keys are StudyConfig field names; `alpha_modes` is a table of new or redefined quality modes.
+    """
+    cfg = base or StudyConfig()
+    known = tuple(f.name for f in fields(StudyConfig))
+    for key in overrides:
+        if key not in known:
+            raise ConfigError(key, f"unknown configuration key; allowed: {', '.join(known)}")
+    new: dict[str, Any] = {}
+    alpha_modes = dict(cfg.alpha_modes)
+    if "alpha_modes" in overrides:
+        table = overrides["alpha_modes"]
+        if not isinstance(table, Mapping) or not table:
+            raise ConfigError("alpha_modes", "expected a table of named alpha distributions")
+        for mode_name, spec in table.items():
+            alpha_modes[mode_name] = parse_alpha_distribution(f"alpha_modes.{mode_name}", spec)
+        new["alpha_modes"] = alpha_modes
+        if "quality_modes" not in overrides:  # a user who defines modes wants to run them
+            new["quality_modes"] = tuple(dict.fromkeys((*cfg.quality_modes, *table)))
+    for key, value in overrides.items():
+        if key == "alpha_modes":
+            continue
+        if key == "batch_sizes":
+            new[key] = _int_list(key, value, 1, MAX_BATCH_SIZE)
+        elif key == "gammas":
+            new[key] = _int_list(key, value, 1, MAX_GAMMA)
+        elif key == "quality_modes":
+            new[key] = _name_list(key, value, tuple(alpha_modes))
+        elif key == "serving_modes":
+            new[key] = _name_list(key, value, SERVING_MODES)
+        elif key == "verification":
+            if value not in VERIFICATION_POLICIES:
+                raise ConfigError(key, f"unknown {value!r}; allowed: {', '.join(VERIFICATION_POLICIES)}")
+            new[key] = value
+        elif key == "seed":
+            seed = _number(key, value, integer=True)
+            if seed < 0:
+                raise ConfigError(key, f"must be a non-negative integer, got {value}")
+            new[key] = seed
+        elif key == "draft_cost":
+            c = _number(key, value)
+            if not 0.0 <= c <= 10.0:
+                raise ConfigError(key, f"draft cost (draft pass / target pass) must be in 0..10, got {value}")
+            new[key] = c
+        elif key in ("output_len", "prompt_len"):
+            new[key] = parse_length_distribution(key, value)
+        elif key in ("requests_per_slot", "slot_rows_per_block", "min_replications_per_block",
+                     "max_replications"):
+            n = _number(key, value, integer=True)
+            if not 1 <= n <= 1_000_000:
+                raise ConfigError(key, f"must be an integer in 1..1000000, got {value}")
+            new[key] = n
+        elif key in ("ci_half_width", "confidence"):
+            x = _number(key, value)
+            if not 0.0 < x < 1.0:
+                raise ConfigError(key, f"must be strictly between 0 and 1, got {value}")
+            new[key] = x
+    out = replace(cfg, **new)
+    if out.min_replications_per_block < 2:
+        raise ConfigError("min_replications_per_block", "must be at least 2 for a confidence interval")
+    return out
+
+
+def alpha_mode_label(alpha: float) -> str:
+    """Name of the point-mass mode made by --alpha A."""
+    return f"alpha_{alpha:g}"

@@ -1,0 +1,49 @@
+"""From per-replication run totals to one results row, with confidence intervals.
+
+Every ratio metric is a ratio of totals over the R independent replications (a ratio estimator),
+not a mean of per-replication ratios: speedup = sum of greedy makespans / sum of speculative
+makespans, i.e. the throughput ratio on the identical requests. Its confidence interval uses the
+delta method for a ratio of means (e.g. Law, "Simulation Modeling and Analysis", 5th ed., 9.5.2):
+
+    R_hat = mean(g) / mean(s),   d_i = g_i - R_hat s_i,
+    half-width = t_{n-1, (1+level)/2} * sd(d) / (sqrt(n) * mean(s)).
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from src.serving import RunStats
+
+
+def ratio_ci(numerator: np.ndarray, denominator: np.ndarray, level: float) -> tuple[float, float, float]:
+    """(ratio of sums, CI low, CI high) by the delta method; needs >= 2 replications."""
+    n = numerator.size
+    ratio = numerator.sum() / denominator.sum()
+    residual = numerator - ratio * denominator
+    half = stats.t.ppf(0.5 + level / 2, n - 1) * residual.std(ddof=1) / (np.sqrt(n) * denominator.mean())
+    return float(ratio), float(ratio - half), float(ratio + half)
+
+
+def grid_point_metrics(greedy: RunStats, spec: RunStats, batch_size: int, level: float) -> dict:
+    """One results.csv row's measured columns (definitions in design.md, "Metrics")."""
+    speedup, low, high = ratio_ci(greedy.makespan, spec.makespan, level)
+    n_requests = spec.requests * spec.makespan.size
+    tokens = spec.committed_tokens.sum()
+    return {
+        "speedup": speedup,
+        "speedup_ci_low": low,
+        "speedup_ci_high": high,
+        "acceptance_rate": spec.accepted_drafts.sum() / spec.proposed_drafts.sum(),
+        "tokens_per_step": tokens / spec.active_slot_steps.sum(),
+        "slot_utilization": spec.active_slot_steps.sum() / (batch_size * spec.steps.sum()),
+        "greedy_slot_utilization": greedy.active_slot_steps.sum() / (batch_size * greedy.steps.sum()),
+        "divergence_penalty": spec.rejected_draft_time.sum() / spec.makespan.sum(),
+        "draft_time_share": spec.draft_time.sum() / spec.makespan.sum(),
+        "greedy_throughput_tokens_per_time_unit": greedy.committed_tokens.sum() / greedy.makespan.sum(),
+        "speculative_throughput_tokens_per_time_unit": tokens / spec.makespan.sum(),
+        "greedy_latency_mean_time_units": greedy.latency_sum.sum() / n_requests,
+        "speculative_latency_mean_time_units": spec.latency_sum.sum() / n_requests,
+        "replications": spec.makespan.size,
+        "requests": n_requests,
+    }

@@ -1,0 +1,134 @@
+"""The engine loop shared by greedy and speculative decoding: slots, queue, serving mode, clock.
+
+R independent replications run side by side as rows of [R, B] slot arrays (B = batch size). Each
+replication serves its own queue of N requests, all present at time 0 (an offline batch workload):
+
+* static_batch: requests are taken B at a time; a batch starts together and the next batch is
+  admitted only once every slot is empty, so finished slots idle until the batch's last request ends.
+* continuous_refill: a slot freed at a step takes the next queued request before the next step
+  (Orca-style iteration-level scheduling, Yu et al. 2022).
+
+Per step the decoder (greedy or speculative) says how many tokens each active slot commits and how
+long the step took; the loop advances the clock, retires finished requests and refills slots. The
+loop never computes a time itself: that is the decoder's cost model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from src.workload import Requests
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What one decoding step did, per slot [R, B] or per replication [R]."""
+
+    committed_tokens: np.ndarray  # [R, B] tokens appended to each slot's sequence (0 if inactive)
+    accepted_drafts: np.ndarray  # [R] draft tokens the verifier accepted
+    proposed_drafts: np.ndarray  # [R] draft tokens proposed
+    draft_time: np.ndarray  # [R] time in draft passes
+    verify_time: np.ndarray  # [R] time in the target pass (verification, or the greedy decode)
+    rejected_draft_time: np.ndarray  # [R] share of draft_time spent on drafts not committed
+
+
+# decoder(active [R,B] bool, n_active [R] int, alpha [R,B], remaining_tokens [R,B],
+#         context_len_tokens [R,B]) -> outcome
+Decoder = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], StepOutcome]
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """Per-replication totals of one serving run; every array is [R]."""
+
+    makespan: np.ndarray  # time until the replication's last request finished
+    steps: np.ndarray  # decoding steps (each one target pass)
+    active_slot_steps: np.ndarray  # sum over steps of active slots
+    committed_tokens: np.ndarray  # tokens generated (= sum of output lengths)
+    accepted_drafts: np.ndarray
+    proposed_drafts: np.ndarray
+    draft_time: np.ndarray
+    verify_time: np.ndarray
+    rejected_draft_time: np.ndarray
+    latency_sum: np.ndarray  # sum over requests of (finish - admission) time
+    requests: int  # requests per replication
+
+
+def serve(requests: Requests, batch_size: int, serving_mode: str, decoder: Decoder) -> RunStats:
+    """Run every replication's queue to completion under `serving_mode`."""
+    R, N = requests.shape
+    B = batch_size
+    slot_request = np.zeros((R, B), dtype=np.int64)  # index into the replication's requests
+    remaining = np.zeros((R, B), dtype=np.int64)  # tokens still to generate; 0 = empty slot
+    context = np.zeros((R, B), dtype=np.int64)
+    alpha = np.full((R, B), 0.5)  # any valid value; inactive slots are ignored
+    next_request = np.zeros(R, dtype=np.int64)  # head of each replication's queue
+    clock = np.zeros(R)
+    admitted_at = np.zeros((R, N))
+    finished_at = np.zeros((R, N))
+    per_step: list[tuple] = []  # (n_active, StepOutcome) of every step; summed at the end
+    refill_needed = True
+    while True:
+        if refill_needed:
+            free = remaining == 0
+            if serving_mode == "static_batch":
+                free &= free.all(axis=1, keepdims=True)
+            request = next_request[:, None] + np.cumsum(free, axis=1) - 1
+            admit = free & (request < N)
+            if admit.any():
+                r_idx, s_idx = np.nonzero(admit)
+                req = request[admit]
+                slot_request[r_idx, s_idx] = req
+                remaining[r_idx, s_idx] = requests.output_len_tokens[r_idx, req]
+                context[r_idx, s_idx] = requests.prompt_len_tokens[r_idx, req]
+                alpha[r_idx, s_idx] = requests.alpha[r_idx, req]
+                admitted_at[r_idx, req] = clock[r_idx]
+                next_request += admit.sum(axis=1)
+        active = remaining > 0
+        n_active = active.sum(axis=1)
+        if not n_active.any():
+            break
+        out = decoder(active, n_active, alpha, remaining, context)
+        clock += out.draft_time + out.verify_time  # zero for replications with no active slot
+        remaining -= out.committed_tokens
+        context += out.committed_tokens
+        per_step.append((n_active, out))
+        done = active & (remaining == 0)
+        refill_needed = done.any()
+        if refill_needed:
+            r_idx, s_idx = np.nonzero(done)
+            finished_at[r_idx, slot_request[r_idx, s_idx]] = clock[r_idx]
+
+    def total(get) -> np.ndarray:
+        return np.sum([get(step) for step in per_step], axis=0, dtype=np.float64)
+
+    return RunStats(
+        makespan=clock,
+        steps=total(lambda s: s[0] > 0),
+        active_slot_steps=total(lambda s: s[0]),
+        accepted_drafts=total(lambda s: s[1].accepted_drafts),
+        proposed_drafts=total(lambda s: s[1].proposed_drafts),
+        draft_time=total(lambda s: s[1].draft_time),
+        verify_time=total(lambda s: s[1].verify_time),
+        rejected_draft_time=total(lambda s: s[1].rejected_draft_time),
+        committed_tokens=requests.output_len_tokens.sum(axis=1).astype(float),
+        latency_sum=(finished_at - admitted_at).sum(axis=1),
+        requests=N,
+    )
+
+
+def split_rows(stats: RunStats, parts: int) -> list[RunStats]:
+    """Split a run of stacked replications into `parts` equal consecutive groups."""
+    arrays = {k: np.split(getattr(stats, k), parts) for k in RunStats.__dataclass_fields__ if k != "requests"}
+    return [RunStats(requests=stats.requests, **{k: v[i] for k, v in arrays.items()}) for i in range(parts)]
+
+
+def concat_stats(parts: list[RunStats]) -> RunStats:
+    """Join replication blocks of the same grid point."""
+    if len(parts) == 1:
+        return parts[0]
+    arrays = {k: np.concatenate([getattr(p, k) for p in parts])
+              for k in RunStats.__dataclass_fields__ if k != "requests"}
+    return RunStats(requests=parts[0].requests, **arrays)
