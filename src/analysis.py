@@ -335,8 +335,8 @@ def plot_gamma_batch_heatmap(df: pd.DataFrame):
     batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
     lo, hi = min(df.speedup.min(), 0.99), max(df.speedup.max(), 1.01)
     norm = TwoSlopeNorm(vcenter=1.0, vmin=lo, vmax=hi)
-    fig, axes = plt.subplots(len(servings), len(modes), figsize=(4.2 * len(modes), 3.8 * len(servings)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(servings), len(modes), figsize=(4.2 * len(modes), 4.0 * len(servings)),
+                             squeeze=False, layout="constrained")
     for i, s in enumerate(servings):
         for j, m in enumerate(modes):
             ax = axes[i, j]

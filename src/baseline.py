@@ -15,7 +15,7 @@ from src.workload import Requests
 def greedy_decoder(cost: CostModel):
     """Decoder for src.serving.serve: every active slot commits exactly one token per step."""
 
-    def step(active, n_active, alpha, remaining, context):
+    def step(rows, active, n_active, alpha, remaining, context):
         zeros = np.zeros(active.shape[0])
         return StepOutcome(
             committed_tokens=active.astype(np.int64),

@@ -34,9 +34,11 @@ class StepOutcome:
     rejected_draft_time: np.ndarray  # [R] share of draft_time spent on drafts not committed
 
 
-# decoder(active [R,B] bool, n_active [R] int, alpha [R,B], remaining_tokens [R,B],
-#         context_len_tokens [R,B]) -> outcome
-Decoder = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], StepOutcome]
+# decoder(rows [R'] int, active [R',B] bool, n_active [R'] int, alpha [R',B], remaining_tokens [R',B],
+#         context_len_tokens [R',B]) -> outcome. The loop drops finished replications from its
+# arrays, so row i of every array is replication rows[i]; a decoder with per-replication state
+# (random streams, gammas) looks it up through rows.
+Decoder = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], StepOutcome]
 
 
 @dataclass(frozen=True)
@@ -56,19 +58,36 @@ class RunStats:
     requests: int  # requests per replication
 
 
+_SUMMED = ("steps", "active_slot_steps", "accepted_drafts", "proposed_drafts", "draft_time", "verify_time",
+           "rejected_draft_time")
+
+
 def serve(requests: Requests, batch_size: int, serving_mode: str, decoder: Decoder) -> RunStats:
     """Run every replication's queue to completion under `serving_mode`."""
     R, N = requests.shape
     B = batch_size
+    rows = np.arange(R)  # replication of each row of the working arrays
     slot_request = np.zeros((R, B), dtype=np.int64)  # index into the replication's requests
     remaining = np.zeros((R, B), dtype=np.int64)  # tokens still to generate; 0 = empty slot
     context = np.zeros((R, B), dtype=np.int64)
     alpha = np.full((R, B), 0.5)  # any valid value; inactive slots are ignored
     next_request = np.zeros(R, dtype=np.int64)  # head of each replication's queue
     clock = np.zeros(R)
+    makespan = np.zeros(R)
     admitted_at = np.zeros((R, N))
     finished_at = np.zeros((R, N))
-    per_step: list[tuple] = []  # (n_active, StepOutcome) of every step; summed at the end
+    totals = {k: np.zeros(R) for k in _SUMMED}
+    epoch: list[tuple] = []  # (n_active, StepOutcome) per step since the arrays were last compacted
+
+    def flush():  # add the epoch's per-step figures to the totals of its rows
+        if epoch:
+            n_active = np.array([e[0] for e in epoch])
+            totals["steps"][rows] += (n_active > 0).sum(axis=0)
+            totals["active_slot_steps"][rows] += n_active.sum(axis=0)
+            for key in _SUMMED[2:]:
+                totals[key][rows] += np.sum([getattr(e[1], key) for e in epoch], axis=0)
+            epoch.clear()
+
     refill_needed = True
     while True:
         if refill_needed:
@@ -80,42 +99,43 @@ def serve(requests: Requests, batch_size: int, serving_mode: str, decoder: Decod
             if admit.any():
                 r_idx, s_idx = np.nonzero(admit)
                 req = request[admit]
+                rep = rows[r_idx]
                 slot_request[r_idx, s_idx] = req
-                remaining[r_idx, s_idx] = requests.output_len_tokens[r_idx, req]
-                context[r_idx, s_idx] = requests.prompt_len_tokens[r_idx, req]
-                alpha[r_idx, s_idx] = requests.alpha[r_idx, req]
-                admitted_at[r_idx, req] = clock[r_idx]
+                remaining[r_idx, s_idx] = requests.output_len_tokens[rep, req]
+                context[r_idx, s_idx] = requests.prompt_len_tokens[rep, req]
+                alpha[r_idx, s_idx] = requests.alpha[rep, req]
+                admitted_at[rep, req] = clock[r_idx]
                 next_request += admit.sum(axis=1)
         active = remaining > 0
         n_active = active.sum(axis=1)
-        if not n_active.any():
+        live = n_active > 0
+        n_live = np.count_nonzero(live)
+        if n_live == 0:
             break
-        out = decoder(active, n_active, alpha, remaining, context)
+        if 2 * n_live <= rows.size:  # half the rows are done: drop them (every array keeps row order)
+            flush()
+            makespan[rows[~live]] = clock[~live]
+            rows, slot_request, remaining, context, alpha, next_request, clock, active, n_active = (
+                x[live] for x in (rows, slot_request, remaining, context, alpha, next_request, clock,
+                                  active, n_active))
+        out = decoder(rows, active, n_active, alpha, remaining, context)
         clock += out.draft_time + out.verify_time  # zero for replications with no active slot
         remaining -= out.committed_tokens
         context += out.committed_tokens
-        per_step.append((n_active, out))
+        epoch.append((n_active, out))
         done = active & (remaining == 0)
         refill_needed = done.any()
         if refill_needed:
             r_idx, s_idx = np.nonzero(done)
-            finished_at[r_idx, slot_request[r_idx, s_idx]] = clock[r_idx]
-
-    def total(get) -> np.ndarray:
-        return np.sum([get(step) for step in per_step], axis=0, dtype=np.float64)
-
+            finished_at[rows[r_idx], slot_request[r_idx, s_idx]] = clock[r_idx]
+    flush()
+    makespan[rows] = clock
     return RunStats(
-        makespan=clock,
-        steps=total(lambda s: s[0] > 0),
-        active_slot_steps=total(lambda s: s[0]),
-        accepted_drafts=total(lambda s: s[1].accepted_drafts),
-        proposed_drafts=total(lambda s: s[1].proposed_drafts),
-        draft_time=total(lambda s: s[1].draft_time),
-        verify_time=total(lambda s: s[1].verify_time),
-        rejected_draft_time=total(lambda s: s[1].rejected_draft_time),
+        makespan=makespan,
         committed_tokens=requests.output_len_tokens.sum(axis=1).astype(float),
         latency_sum=(finished_at - admitted_at).sum(axis=1),
         requests=N,
+        **totals,
     )
 
 

@@ -32,24 +32,31 @@ def speculative_decoder(cost: CostModel, gammas: list[int], rngs: list[np.random
     """Decoder for src.serving.serve; rows [i*rows_per_gamma, (i+1)*rows_per_gamma) use gammas[i]."""
     lockstep = verification == "lockstep"
     gamma_per_row = np.repeat(np.asarray(gammas, dtype=np.int64), rows_per_gamma)  # [R]
-    gamma_col = gamma_per_row[:, None]  # [R, 1]
-    draws = None  # Exp(1) draws, one per slot; gamma i's rows come from rngs[i] alone
+    draws = None  # Exp(1) draws for every replication's slots; gamma i's rows come from rngs[i] alone
+    view = {}  # gamma per working row and the blocks still present, for the current `rows`
 
-    def step(active, n_active, alpha, remaining, context):
+    def step(rows, active, n_active, alpha, remaining, context):
         nonlocal draws
         if draws is None:
-            draws = np.empty(active.shape)
-        for i, rng in enumerate(rngs):
-            rng.standard_exponential(out=draws[i * rows_per_gamma:(i + 1) * rows_per_gamma])
-        accepted = accepted_drafts_from_exponentials(draws, alpha, gamma_col)  # junk where inactive
-        draft_time = cost.draft_passes_time(active, gamma_per_row, context)
-        verify_time = cost.target_pass_time(active, gamma_per_row + 1, context)
+            draws = np.empty((len(gammas) * rows_per_gamma, active.shape[1]))
+        if view.get("rows") is not rows:
+            present = np.unique(rows // rows_per_gamma)
+            view.update(rows=rows, gamma=gamma_per_row[rows], blocks=present, whole=rows.size == draws.shape[0])
+        # every block draws a full [rows_per_gamma, B] of Exp(1) per step while any of its rows is
+        # present, so a gamma's stream never depends on which other gammas share the arrays
+        for i in view["blocks"]:
+            rngs[i].standard_exponential(out=draws[i * rows_per_gamma:(i + 1) * rows_per_gamma])
+        gamma = view["gamma"]
+        gamma_col = gamma[:, None]
+        accepted = accepted_drafts_from_exponentials(draws if view["whole"] else draws[rows], alpha, gamma_col)
+        draft_time = cost.draft_passes_time(active, gamma, context)
+        verify_time = cost.target_pass_time(active, gamma + 1, context)
         if lockstep:  # the batch keeps only its shortest accepted prefix
             kept = np.where(active, accepted, gamma_col).min(axis=1, keepdims=True)
         else:
             kept = accepted
         committed = np.minimum(kept + 1, remaining)  # remaining is 0 in inactive slots
-        proposed = gamma_per_row * n_active
+        proposed = gamma * n_active
         # share of the draft passes spent on drafts not committed (rejected, dropped by lockstep,
         # or past the request's end): 1 - (committed - 1 per sequence) / proposed
         kept_drafts = committed.sum(axis=1) - n_active
