@@ -1,0 +1,130 @@
+"""Step-time calculator: the hardware cost model's breakdown of one target pass, as a table.
+
+    python run.py step-time --gpu h100-sxm --model llama-3.1-8b --tp 1 --batch 1,8,64 \
+        --positions 1,5 --context 2048 [--csv] [--presets MY.toml]
+
+One row per (batch, positions): batch sequences, each verifying `positions` positions (1 = plain
+decode, gamma + 1 = a speculative verification) with `context` tokens already in the KV cache.
+Columns: batch, positions, tokens, total_ms, layers_non_attention_ms (= vidur's
+forward_ms_non_attention), attention_ms, lm_head_ms, communication_ms, overhead_ms, bound.
+Bad input: one line `error: --flag: what is allowed` on stderr, exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+
+from src.costmodel import CostModelInputError, forward_pass_breakdown, load_presets
+
+COLUMNS = ("batch", "positions", "tokens", "total_ms", "layers_non_attention_ms", "attention_ms",
+           "lm_head_ms", "communication_ms", "overhead_ms", "bound")
+# CostModelInputError field names -> the command-line flag that sets them
+FLAG_OF_FIELD = {"gpu": "--gpu", "model": "--model", "tp": "--tp", "batch": "--batch",
+                 "positions": "--positions", "context": "--context", "presets": "--presets",
+                 "batch/context": "--batch/--context"}
+
+
+class _UsageError(Exception):
+    """A bad command-line value: message is `--flag: what is allowed`."""
+
+
+def _int_list(flag: str, text: str, minimum: int) -> list[int]:
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = int(part)
+        except ValueError:
+            raise _UsageError(f"{flag}: '{part}' is not an integer; allowed: comma-separated "
+                              f"integers >= {minimum}, e.g. 1,8,64") from None
+        if value < minimum:
+            raise _UsageError(f"{flag}: {value} is too small; allowed: integers >= {minimum}")
+        values.append(value)
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python run.py step-time",
+        description="Per-component time of one target forward pass (hardware cost model, ms).")
+    ap.add_argument("--gpu", required=True, help="GPU preset id, e.g. h100-sxm")
+    ap.add_argument("--model", required=True, help="model preset id, e.g. llama-3.1-8b")
+    ap.add_argument("--tp", default="1", help="tensor-parallel degree (default 1)")
+    ap.add_argument("--batch", default="1", help="comma-separated batch sizes (default 1)")
+    ap.add_argument("--positions", default="1",
+                    help="comma-separated positions per sequence: 1 = decode, gamma+1 = verify")
+    ap.add_argument("--context", default="2048",
+                    help="tokens already cached per sequence (default 2048)")
+    ap.add_argument("--presets", action="append", default=[], metavar="FILE.toml",
+                    help="extra preset file merged over the built-ins (repeatable)")
+    ap.add_argument("--csv", action="store_true", help="print CSV instead of an aligned table")
+    return ap
+
+
+def _rows(args) -> list[dict]:
+    (tp,) = _int_list("--tp", args.tp, 1) if "," not in args.tp else (None,)
+    if tp is None:
+        raise _UsageError("--tp: one integer >= 1 is allowed")
+    batches = _int_list("--batch", args.batch, 1)
+    positions = _int_list("--positions", args.positions, 1)
+    context = _int_list("--context", args.context, 0)
+    if len(context) != 1:
+        raise _UsageError("--context: one integer >= 0 is allowed")
+    presets = load_presets(args.presets)
+    gpu = presets.gpu(args.gpu)
+    model = presets.model(args.model)
+    rows = []
+    for b in batches:
+        for t in positions:
+            r = forward_pass_breakdown(gpu, model, tp, b, t, context[0], presets.params,
+                                       presets.allreduce)
+            rows.append({"batch": b, "positions": t, "tokens": r.tokens,
+                         "total_ms": r.total_ms,
+                         "layers_non_attention_ms": r.layers_non_attention_ms,
+                         "attention_ms": r.attention_ms, "lm_head_ms": r.lm_head_ms,
+                         "communication_ms": r.communication_ms, "overhead_ms": r.overhead_ms,
+                         "bound": r.bound})
+    return rows
+
+
+def format_table(rows: list[dict], as_csv: bool) -> str:
+    def cell(v):
+        return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+    cells = [[cell(r[c]) for c in COLUMNS] for r in rows]
+    if as_csv:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(COLUMNS)
+        w.writerows(cells)
+        return buf.getvalue()
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(COLUMNS)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(COLUMNS, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)  # argparse's own errors exit 2
+    try:
+        rows = _rows(args)
+    except _UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except CostModelInputError as exc:
+        message = str(exc)
+        name, sep, rest = message.partition(": ")
+        flag = FLAG_OF_FIELD.get(name)
+        if flag is None and "." in name:  # a field inside a preset file
+            flag = "--presets"
+            rest = message
+        print(f"error: {flag or name}: {rest if sep else message}", file=sys.stderr)
+        return 2
+    sys.stdout.write(format_table(rows, args.csv))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
