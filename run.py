@@ -86,10 +86,13 @@ class _Sweep:
 
 
 def run_grid(cfg: StudyConfig, cost: CostModel, verification: str | None = None,
-             progress=None) -> pd.DataFrame:
-    """Sweep every (quality mode, serving mode, batch size, gamma) of cfg; one row per point."""
+             progress=None, sweep: _Sweep | None = None) -> pd.DataFrame:
+    """Sweep every (quality mode, serving mode, batch size, gamma) of cfg; one row per point.
+
+    Pass the `sweep` of an earlier call with the same workload and cost model to reuse its
+    requests and greedy runs."""
     verification = verification or cfg.verification
-    sweep = _Sweep(cfg, cost)
+    sweep = sweep or _Sweep(cfg, cost)
     points = [(b, m, s) for b in cfg.batch_sizes for m in cfg.quality_modes for s in cfg.serving_modes]
     rows = []
     for i, (b, m, s) in enumerate(points):
@@ -208,11 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     say(f"sweeping {len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)} "
         f"grid points ({cfg.verification} verification)")
-    results = run_grid(cfg, cost, progress=_progress_printer(args.quiet))
+    sweep = _Sweep(cfg, cost)
+    results = run_grid(cfg, cost, progress=_progress_printer(args.quiet), sweep=sweep)
     other = "lockstep" if cfg.verification == "ragged" else "ragged"
     say(f"companion sweep: {other} verification for the summary's comparison")
     comparison = pd.concat([results[results.gamma.isin(comparison_config(cfg).gammas)],
-                            run_grid(comparison_config(cfg), cost, verification=other)], ignore_index=True)
+                            run_grid(comparison_config(cfg), cost, verification=other, sweep=sweep)],
+                           ignore_index=True)
     paths = analysis.write_outputs(args.out, cfg, results, comparison, cost)
     say(f"wrote {', '.join(paths)} in {time.perf_counter() - start:.1f} s")
     return 0

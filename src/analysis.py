@@ -364,7 +364,7 @@ def plot_gamma_batch_heatmap(df: pd.DataFrame):
 
 def _png_bytes(fig) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
     return buf.getvalue()
 

@@ -111,7 +111,7 @@ class StudyConfig:
     output_len: LengthDistribution = UniformLength(64, 256)  # tokens each request generates
     prompt_len: LengthDistribution = UniformLength(1024, 2048)  # context before decoding starts
     requests_per_slot: int = 4  # requests per replication = requests_per_slot x batch size
-    slot_rows_per_block: int = 512  # replications per block = max(min_block, this // batch)
+    slot_rows_per_block: int = 1024  # replications per block = max(min_block, this // batch)
     min_replications_per_block: int = 8  # fewest replications simulated together
     ci_half_width: float = 0.015  # add replication blocks until the speedup CI is this tight
     max_replications: int = 8192  # stop adding blocks here, and say so

@@ -67,10 +67,12 @@ def serve(requests: Requests, batch_size: int, serving_mode: str, decoder: Decod
     R, N = requests.shape
     B = batch_size
     rows = np.arange(R)  # replication of each row of the working arrays
-    slot_request = np.zeros((R, B), dtype=np.int64)  # index into the replication's requests
-    remaining = np.zeros((R, B), dtype=np.int64)  # tokens still to generate; 0 = empty slot
-    context = np.zeros((R, B), dtype=np.int64)
-    alpha = np.full((R, B), 0.5)  # any valid value; inactive slots are ignored
+    # [R, B] state in Fortran (slot-major) order: the per-replication reductions over slots that
+    # every step needs are then contiguous, which is 3-10x faster for small B than C order
+    slot_request = np.zeros((R, B), dtype=np.int64, order="F")  # index into the replication's requests
+    remaining = np.zeros((R, B), dtype=np.int64, order="F")  # tokens still to generate; 0 = empty slot
+    context = np.zeros((R, B), dtype=np.int64, order="F")
+    alpha = np.full((R, B), 0.5, order="F")  # any valid value; inactive slots are ignored
     next_request = np.zeros(R, dtype=np.int64)  # head of each replication's queue
     clock = np.zeros(R)
     makespan = np.zeros(R)
@@ -88,24 +90,22 @@ def serve(requests: Requests, batch_size: int, serving_mode: str, decoder: Decod
                 totals[key][rows] += np.sum([getattr(e[1], key) for e in epoch], axis=0)
             epoch.clear()
 
-    refill_needed = True
+    # slots to fill before the next step, as (row, slot, rank of the slot among its row's new
+    # admissions); at the start every slot of every row
+    fill_r, fill_s = np.repeat(np.arange(R), B), np.tile(np.arange(B), R)
+    fill_rank = fill_s
     while True:
-        if refill_needed:
-            free = remaining == 0
-            if serving_mode == "static_batch":
-                free &= free.all(axis=1, keepdims=True)
-            request = next_request[:, None] + np.cumsum(free, axis=1) - 1
-            admit = free & (request < N)
-            if admit.any():
-                r_idx, s_idx = np.nonzero(admit)
-                req = request[admit]
-                rep = rows[r_idx]
-                slot_request[r_idx, s_idx] = req
-                remaining[r_idx, s_idx] = requests.output_len_tokens[rep, req]
-                context[r_idx, s_idx] = requests.prompt_len_tokens[rep, req]
-                alpha[r_idx, s_idx] = requests.alpha[rep, req]
-                admitted_at[rep, req] = clock[r_idx]
-                next_request += admit.sum(axis=1)
+        if fill_r.size:
+            req = next_request[fill_r] + fill_rank
+            ok = req < N
+            r_idx, s_idx, req = fill_r[ok], fill_s[ok], req[ok]
+            rep = rows[r_idx]
+            slot_request[r_idx, s_idx] = req
+            remaining[r_idx, s_idx] = requests.output_len_tokens[rep, req]
+            context[r_idx, s_idx] = requests.prompt_len_tokens[rep, req]
+            alpha[r_idx, s_idx] = requests.alpha[rep, req]
+            admitted_at[rep, req] = clock[r_idx]
+            next_request += np.bincount(r_idx, minlength=rows.size)
         active = remaining > 0
         n_active = active.sum(axis=1)
         live = n_active > 0
@@ -115,19 +115,26 @@ def serve(requests: Requests, batch_size: int, serving_mode: str, decoder: Decod
         if 2 * n_live <= rows.size:  # half the rows are done: drop them (every array keeps row order)
             flush()
             makespan[rows[~live]] = clock[~live]
-            rows, slot_request, remaining, context, alpha, next_request, clock, active, n_active = (
-                x[live] for x in (rows, slot_request, remaining, context, alpha, next_request, clock,
-                                  active, n_active))
+            rows, next_request, clock, n_active = (x[live] for x in (rows, next_request, clock, n_active))
+            slot_request, remaining, context, alpha, active = (
+                x.T[:, live].T for x in (slot_request, remaining, context, alpha, active))  # stay F-ordered
         out = decoder(rows, active, n_active, alpha, remaining, context)
         clock += out.draft_time + out.verify_time  # zero for replications with no active slot
         remaining -= out.committed_tokens
         context += out.committed_tokens
         epoch.append((n_active, out))
-        done = active & (remaining == 0)
-        refill_needed = done.any()
-        if refill_needed:
-            r_idx, s_idx = np.nonzero(done)
-            finished_at[rows[r_idx], slot_request[r_idx, s_idx]] = clock[r_idx]
+        r_idx, s_idx = np.nonzero(active & (remaining == 0))  # requests that just finished
+        finished_at[rows[r_idx], slot_request[r_idx, s_idx]] = clock[r_idx]
+        if serving_mode == "continuous_refill":  # each freed slot takes the next queued request
+            fill_r, fill_s = r_idx, s_idx
+            fill_rank = np.arange(r_idx.size) - np.searchsorted(r_idx, r_idx)  # nonzero sorts by row
+        elif r_idx.size:  # static_batch: a row admits its next batch only once all its slots are empty
+            emptied = np.unique(r_idx)
+            emptied = emptied[~remaining[emptied].any(axis=1)]
+            fill_r, fill_s = np.repeat(emptied, B), np.tile(np.arange(B), emptied.size)
+            fill_rank = fill_s
+        else:
+            fill_r = r_idx  # nothing finished, nothing to admit
     flush()
     makespan[rows] = clock
     return RunStats(

@@ -32,23 +32,28 @@ def speculative_decoder(cost: CostModel, gammas: list[int], rngs: list[np.random
     """Decoder for src.serving.serve; rows [i*rows_per_gamma, (i+1)*rows_per_gamma) use gammas[i]."""
     lockstep = verification == "lockstep"
     gamma_per_row = np.repeat(np.asarray(gammas, dtype=np.int64), rows_per_gamma)  # [R]
-    draws = None  # Exp(1) draws for every replication's slots; gamma i's rows come from rngs[i] alone
+    n_blocks = len(gammas)
+    draws = None  # Exp(1) per slot, [B, n_blocks * rows_per_gamma]: gamma i's columns come from rngs[i]
     view = {}  # gamma per working row and the blocks still present, for the current `rows`
 
     def step(rows, active, n_active, alpha, remaining, context):
         nonlocal draws
+        B = active.shape[1]
         if draws is None:
-            draws = np.empty((len(gammas) * rows_per_gamma, active.shape[1]))
+            draws = np.empty((n_blocks, B, rows_per_gamma))
         if view.get("rows") is not rows:
             present = np.unique(rows // rows_per_gamma)
-            view.update(rows=rows, gamma=gamma_per_row[rows], blocks=present, whole=rows.size == draws.shape[0])
-        # every block draws a full [rows_per_gamma, B] of Exp(1) per step while any of its rows is
+            view.update(rows=rows, gamma=gamma_per_row[rows], blocks=present,
+                        whole=rows.size == n_blocks * rows_per_gamma)
+        # every block draws a full [B, rows_per_gamma] of Exp(1) per step while any of its rows is
         # present, so a gamma's stream never depends on which other gammas share the arrays
         for i in view["blocks"]:
-            rngs[i].standard_exponential(out=draws[i * rows_per_gamma:(i + 1) * rows_per_gamma])
+            rngs[i].standard_exponential(out=draws[i])
+        by_slot = draws.transpose(1, 0, 2).reshape(B, -1)  # [B, R] C order = [R, B] F order
+        slot_draws = (by_slot if view["whole"] else by_slot[:, rows]).T
         gamma = view["gamma"]
         gamma_col = gamma[:, None]
-        accepted = accepted_drafts_from_exponentials(draws if view["whole"] else draws[rows], alpha, gamma_col)
+        accepted = accepted_drafts_from_exponentials(slot_draws, alpha, gamma_col)
         draft_time = cost.draft_passes_time(active, gamma, context)
         verify_time = cost.target_pass_time(active, gamma + 1, context)
         if lockstep:  # the batch keeps only its shortest accepted prefix
