@@ -174,8 +174,7 @@ def config_from_args(args: argparse.Namespace) -> StudyConfig:
 
 
 def _check_out_dir(out: str) -> None:
-    for sub in ("", "results", "plots"):
-        path = os.path.join(out, sub)
+    for path in (out, os.path.join(out, "results"), os.path.join(out, "plots")):
         if os.path.exists(path) and not os.path.isdir(path):
             raise ConfigError("--out", f"{path} exists and is not a folder")
 

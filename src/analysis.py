@@ -99,6 +99,15 @@ def safe_gamma(df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_index()
 
 
+def pick_safe_gamma(sg: pd.DataFrame) -> int:
+    """Safe default: of the gammas never slower than greedy anywhere (worst speedup >= 1), the one
+    with the highest mean speedup; if every gamma regresses somewhere, the maximin gamma."""
+    never_slower = sg[sg.worst_speedup >= 1.0]
+    if len(never_slower):
+        return int(never_slower.mean_speedup.idxmax())
+    return int(sg.worst_speedup.idxmax())
+
+
 def ordered(df: pd.DataFrame, column: str) -> list:
     return list(dict.fromkeys(df[column]))
 
@@ -209,13 +218,18 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
 
     # 4. safe default
     sg = safe_gamma(df)
-    safe = sg["worst_speedup"].idxmax()
-    out.append("4. A safe default gamma for unknown draft quality (maximin over every quality mode, serving")
-    out.append("   mode and batch size of this run):")
+    safe = pick_safe_gamma(sg)
+    maximin = int(sg.worst_speedup.idxmax())
+    out.append("4. A safe default gamma for unknown draft quality: worst and mean speedup of each gamma over")
+    out.append("   every quality mode, serving mode and batch size of this run:")
     rows = [[g, f"{r.worst_speedup:.2f}x", r.worst_at, f"{r.mean_speedup:.2f}x"] for g, r in sg.iterrows()]
     out.append(table(["gamma", "worst speedup", "where", "mean speedup"], rows, "   "))
     out.append(f"   -> gamma = {safe}: never below {sg.loc[safe, 'worst_speedup']:.2f}x "
-               f"(CI low {sg.loc[safe, 'worst_ci_low']:.2f}) anywhere in this grid.")
+               f"(CI low {sg.loc[safe, 'worst_ci_low']:.2f}) anywhere in this grid, mean {sg.loc[safe, 'mean_speedup']:.2f}x")
+    out.append("      (the highest mean among gammas never slower than greedy; if none is, the best worst case).")
+    if maximin != safe:
+        out.append(f"   The most conservative choice, gamma = {maximin}, has the best worst case "
+                   f"({sg.loc[maximin, 'worst_speedup']:.2f}x) but a lower mean ({sg.loc[maximin, 'mean_speedup']:.2f}x).")
     out.append("")
 
     # 5. verification policy
@@ -411,3 +425,77 @@ def write_outputs(out_dir: str, cfg: StudyConfig, results: pd.DataFrame, compari
     for path, data in files.items():
         write_atomic(path, data)
     return list(files)
+
+
+# --- blocks of README.md and design.md generated from the committed results ------------------------
+
+# The seed README's published speedups (../shared/seed/seed-readme.txt, "reference study"): the
+# figures our flat-cost run is compared with in design.md. Batch size and serving mode unstated there.
+SEED_PUBLISHED = {
+    "homogeneous_good": {2: 1.80, 4: 2.03, 6: 2.09, 8: 1.92, 12: 1.69, 16: 1.45},
+    "homogeneous_mid": {2: 1.47, 4: 1.40, 6: 1.24, 8: 1.08, 12: 0.85, 16: 0.69},
+}
+SEED_PEAKS = {"homogeneous_good": 2.09, "homogeneous_mid": 1.50, "heterogeneous": 1.47, "bimodal": 1.49}
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+
+
+def readme_headline(df: pd.DataFrame, comparison: pd.DataFrame) -> str:
+    """The README's headline results, from the default run's tables."""
+    best = best_gamma_rows(df)
+    batches = sorted(df.batch_size.unique())
+    b_lo, b_hi = batches[0], batches[-1]
+    rows = []
+    for m in ordered(df, "quality_mode"):
+        for s in ordered(df, "serving_mode"):
+            sub = best[(best.quality_mode == m) & (best.serving_mode == s)].set_index("batch_size")
+            rows.append([m, s] + [f"{sub.loc[b, 'speedup']:.2f}x (gamma {sub.loc[b, 'gamma']})" for b in (b_lo, b_hi)])
+    sg = safe_gamma(df)
+    safe = pick_safe_gamma(sg)
+    mid = df[(df.quality_mode == "homogeneous_mid") & (df.batch_size == b_lo) & (df.serving_mode == df.serving_mode.iloc[0])]
+    cross = crossover_gamma(mid.sort_values("gamma").gamma.to_numpy(), mid.sort_values("gamma").speedup.to_numpy()) \
+        if len(mid) else None
+    lock = comparison[(comparison.batch_size == b_hi) & (comparison.verification == "lockstep")]
+    text = [_md_table(["quality mode", "serving mode", f"best speedup, batch {b_lo}", f"best speedup, batch {b_hi}"], rows), ""]
+    text.append(f"- Safe default for unknown draft quality: gamma {safe}, never below "
+                f"{sg.loc[safe, 'worst_speedup']:.2f}x in the grid (worst case: {sg.loc[safe, 'worst_at']}), "
+                f"mean {sg.loc[safe, 'mean_speedup']:.2f}x.")
+    if cross is not None:
+        text.append(f"- homogeneous_mid (alpha about 0.65) becomes slower than greedy beyond gamma {cross:.1f}.")
+    text.append(f"- {int((df.speedup_ci_high < 1).sum())} of {len(df)} grid points are significantly slower than greedy.")
+    if len(lock):
+        text.append(f"- Lockstep verification at batch {b_hi}: speedup {lock.speedup.min():.2f}x to {lock.speedup.max():.2f}x "
+                    f"(tokens per step {lock.tokens_per_step.min():.2f} to {lock.tokens_per_step.max():.2f}): "
+                    "the weakest request limits the batch only there.")
+    return "\n".join(text)
+
+
+def seed_comparison(df: pd.DataFrame) -> str:
+    """design.md's table: the seed README's published speedups next to this run's."""
+    batches = sorted(df.batch_size.unique())
+    rows = []
+    for m, published in SEED_PUBLISHED.items():
+        for g, value in published.items():
+            sub = df[(df.quality_mode == m) & (df.gamma == g)].set_index(["serving_mode", "batch_size"])
+            rows.append([m, g, f"{value:.2f}"] + [f"{sub.loc[(s, b), 'speedup']:.2f}" for s in ("static_batch", "continuous_refill")
+                                                  for b in (batches[0], batches[-1])])
+    header = ["quality mode", "gamma", "seed"] + [f"{s} B={b}" for s in ("static_batch", "continuous_refill")
+                                                  for b in (batches[0], batches[-1])]
+    peaks = []
+    best = best_gamma_rows(df)
+    for m, value in SEED_PEAKS.items():
+        sub = best[best.quality_mode == m]
+        peaks.append([m, f"{value:.2f}", f"{sub.speedup.min():.2f}..{sub.speedup.max():.2f}",
+                      ", ".join(str(g) for g in sorted(sub.gamma.unique()))])
+    return (_md_table(header, rows) + "\n\nPeak speedup over every batch size and serving mode:\n\n"
+            + _md_table(["quality mode", "seed peak", "this run, best-gamma speedup range", "best gammas"], peaks))
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    """Replace what stands between <!-- NAME:start --> and <!-- NAME:end --> in text."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    i, j = text.index(start) + len(start), text.index(end)
+    return text[:i] + "\n" + body + "\n" + text[j:]

@@ -1,0 +1,83 @@
+"""Benchmark the simulator: simulated request-steps per second vs numpy's raw variate rate.
+
+    python scripts/benchmark.py            # the default reference grid (392 points)
+    python scripts/benchmark.py --quick    # batch sizes 1, 8, 64 only
+
+A request-step is one active request in one decoding step (speculative or greedy). Each speculative
+request-step consumes one Exp(1) variate (src/acceptance.py), so numpy's rate of drawing Exp(1)
+variates in the same block shapes is an upper bound on what a numpy simulator could reach; the
+ratio says how close the engine loop is to it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import run  # noqa: E402
+from src.config import StudyConfig  # noqa: E402
+from src.costmodel import FlatCostModel  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="batch sizes 1, 8, 64 only")
+    args = parser.parse_args()
+    cfg = StudyConfig()
+    if args.quick:
+        cfg = replace(cfg, batch_sizes=(1, 8, 64))
+    counts = {"speculative": 0.0, "greedy": 0.0}
+    draws_shapes = []
+    spec, greedy = run.simulate_speculative, run.simulate_greedy
+
+    def counting_spec(requests, batch_size, *a, **k):
+        out = spec(requests, batch_size, *a, **k)
+        counts["speculative"] += sum(s.active_slot_steps.sum() for s in out)
+        draws_shapes.append((batch_size, requests.shape[0], len(out), int(max(s.steps.max() for s in out))))
+        return out
+
+    def counting_greedy(*a, **k):
+        out = greedy(*a, **k)
+        counts["greedy"] += out.active_slot_steps.sum()
+        return out
+
+    run.simulate_speculative, run.simulate_greedy = counting_spec, counting_greedy
+    start = time.perf_counter()
+    df = run.run_grid(cfg, FlatCostModel(cfg.draft_cost))
+    elapsed = time.perf_counter() - start
+    request_steps = counts["speculative"] + counts["greedy"]
+
+    # numpy's raw rate: the same number of Exp(1) variates, drawn in the engine's block shapes
+    rng = np.random.default_rng(0)
+    n_drawn, t0 = 0, time.perf_counter()
+    for batch_size, rows, n_gammas, steps in draws_shapes:
+        buf = np.empty((batch_size, rows))
+        for _ in range(steps):
+            for _ in range(n_gammas):
+                rng.standard_exponential(out=buf)
+        n_drawn += batch_size * rows * n_gammas * steps
+    raw_block = n_drawn / (time.perf_counter() - t0)
+    bulk = np.empty(1_000_000)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        rng.standard_exponential(out=bulk)
+    raw_bulk = 20 * bulk.size / (time.perf_counter() - t0)
+
+    print(f"grid points                 {len(df)}")
+    print(f"simulation time             {elapsed:.2f} s")
+    print(f"request-steps simulated     {request_steps:.3e} (speculative {counts['speculative']:.3e}, "
+          f"greedy {counts['greedy']:.3e})")
+    print(f"simulator rate              {request_steps / elapsed:.3e} request-steps/s")
+    print(f"numpy Exp(1), engine blocks {raw_block:.3e} variates/s (ratio simulator/numpy {request_steps / elapsed / raw_block:.3f})")
+    print(f"numpy Exp(1), 1M-blocks    {raw_bulk:.3e} variates/s (ratio {request_steps / elapsed / raw_bulk:.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

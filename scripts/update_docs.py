@@ -1,0 +1,36 @@
+"""Refresh the generated blocks of README.md and design.md from results/ (run after python run.py).
+
+    python scripts/update_docs.py
+
+tests/test_docs.py fails when the blocks and the committed results disagree.
+"""
+import os
+import sys
+
+import pandas as pd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from src.analysis import readme_headline, replace_block, seed_comparison, write_atomic  # noqa: E402
+
+
+def blocks(root: str = ROOT) -> dict:
+    df = pd.read_csv(os.path.join(root, "results", "results.csv"))
+    comparison = pd.read_csv(os.path.join(root, "results", "verification_comparison.csv"))
+    return {("README.md", "headline"): readme_headline(df, comparison),
+            ("design.md", "seed-comparison"): seed_comparison(df)}
+
+
+def main() -> int:
+    for (name, block), body in blocks().items():
+        path = os.path.join(ROOT, name)
+        with open(path) as f:
+            text = f.read()
+        write_atomic(path, replace_block(text, block, body).encode())
+        print(f"updated {name} ({block})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

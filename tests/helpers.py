@@ -1,0 +1,21 @@
+"""Small builders shared by the engine tests."""
+import numpy as np
+
+from src.config import FixedLength, PointAlpha, UniformLength
+from src.costmodel import FlatCostModel
+from src.workload import Requests, make_requests
+
+
+def point_requests(alpha: float, output_tokens: int, replications: int, per_replication: int,
+                   seed: int = 11) -> Requests:
+    """Requests with exactly this alpha (no clipping, so 1e-12 and 1 - 1e-12 are possible)."""
+    req = make_requests(seed, "p", PointAlpha(0.5), FixedLength(output_tokens), UniformLength(100, 200), 1, 0,
+                        replications, per_replication)
+    return Requests(np.full(req.shape, alpha), req.output_len_tokens, req.prompt_len_tokens)
+
+
+def rngs(n: int, seed: int = 5):
+    return [np.random.default_rng([seed, i]) for i in range(n)]
+
+
+FLAT = FlatCostModel(draft_cost_ratio=0.2)

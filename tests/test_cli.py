@@ -1,0 +1,117 @@
+"""run.py and src/config.py at the edge: every bad input is one line on stderr, exit 2, no file."""
+import os
+
+import pytest
+
+import run
+from src.config import ConfigError, StudyConfig, build_config
+
+SMALL = ["--batch-sizes", "1,4", "--gammas", "2", "--quality-modes", "homogeneous_mid", "--serving-modes",
+         "static_batch", "--quiet"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--gammas", "0"], "--gammas"),
+    (["--gammas", "2,-1"], "--gammas"),
+    (["--gammas", "65"], "--gammas"),
+    (["--gammas", "two"], "--gammas"),
+    (["--gammas", ""], "--gammas"),
+    (["--gammas", "2,,4"], "--gammas"),
+    (["--batch-sizes", "0"], "--batch-sizes"),
+    (["--batch-sizes", "1000000"], "--batch-sizes"),
+    (["--batch-sizes", "4.5"], "--batch-sizes"),
+    (["--quality-modes", "great"], "--quality-modes"),
+    (["--serving-modes", "paged"], "--serving-modes"),
+    (["--verification", "tree"], "--verification"),
+    (["--alpha", "1"], "--alpha"),
+    (["--alpha", "0"], "--alpha"),
+    (["--alpha", "-0.2"], "--alpha"),
+    (["--alpha", "high"], "--alpha"),
+    (["--alpha", "0.5", "--quality-modes", "bimodal"], "--alpha"),
+    (["--draft-cost", "-1"], "--draft-cost"),
+    (["--draft-cost", "nan"], "--draft-cost"),
+    (["--seed", "-3"], "--seed"),
+    (["--seed", "x"], "--seed"),
+    (["--config", "does-not-exist.toml"], "--config"),
+    (["--no-such-option"], "unrecognized"),
+])
+def test_bad_option_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, argv, needle):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) if needle == "unrecognized" else _no_raise() as exc:
+        code = run.main(argv + ["--out", str(out)])
+    if exc is not None and getattr(exc, "value", None) is not None:
+        code = exc.value.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+class _no_raise:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("body,needle", [
+    ("gammas = [0]", "gammas"),
+    ("unknown_key = 1", "unknown_key"),
+    ("batch_sizes = []", "batch_sizes"),
+    ("serving_modes = 'static'", "serving_modes"),
+    ("[alpha_modes.x]\nkind = 'normal'\nmean = 1.2\nstd = 0.1", "alpha_modes.x.mean"),
+    ("[alpha_modes.x]\nkind = 'gamma'", "alpha_modes.x.kind"),
+    ("[alpha_modes.x]\nkind = 'point'\nvalue = 0.5\nextra = 1", "alpha_modes.x.extra"),
+    ("[alpha_modes.x]\nkind = 'mixture'\nweights = [1]\ncomponents = []", "alpha_modes.x.weights"),
+    ("[output_len]\nkind = 'uniform'\nlow = 10\nhigh = 5", "output_len.low"),
+    ("this is not toml", "not valid TOML"),
+])
+def test_bad_config_file_names_the_key(tmp_path, capsys, body, needle):
+    path = tmp_path / "bad.toml"
+    path.write_text(body)
+    out = tmp_path / "out"
+    assert run.main(["--config", str(path), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and str(path) in err, err
+    assert not out.exists()
+
+
+def test_out_that_is_a_file_is_refused(tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("x")
+    assert run.main(SMALL + ["--out", str(target)]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_options_override_the_config_file_and_alpha_makes_a_point_mode(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("gammas = [3, 5]\nseed = 9\n[alpha_modes.mine]\nkind = 'beta'\na = 4\nb = 1\n")
+    args = run.make_parser().parse_args(["--config", str(path), "--gammas", "1,2"])
+    cfg = run.config_from_args(args)
+    assert cfg.gammas == (1, 2) and cfg.seed == 9 and "mine" in cfg.quality_modes
+    cfg = run.config_from_args(run.make_parser().parse_args(["--alpha", "0.7"]))
+    assert cfg.quality_modes == ("alpha_0.7",)
+
+
+def test_build_config_errors_are_single_lines():
+    with pytest.raises(ConfigError) as e:
+        build_config({"gammas": [1, 100]}, StudyConfig())
+    assert "\n" not in str(e.value) and "1..64" in str(e.value)
+
+
+def test_help_lists_every_option(capsys):
+    with pytest.raises(SystemExit) as e:
+        run.main(["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    for option in ("--batch-sizes", "--gammas", "--quality-modes", "--serving-modes", "--verification", "--seed",
+                   "--out", "--alpha", "--draft-cost", "--config", "step-time"):
+        assert option in text
+
+
+def test_example_config_is_valid():
+    root = os.path.dirname(os.path.dirname(__file__))
+    cfg = run.config_from_args(run.make_parser().parse_args(["--config", os.path.join(root, "configs", "example.toml")]))
+    assert "measured_chat" in cfg.quality_modes and "code_and_chat" in cfg.quality_modes

@@ -1,0 +1,123 @@
+"""The whole pipeline: files, their contents, the summary's answers, determinism, subset-invariance."""
+import io
+import os
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+import run
+from src import analysis
+from src.config import StudyConfig
+from src.costmodel import FlatCostModel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = ["--batch-sizes", "1,8", "--gammas", "2,4,12", "--quality-modes", "homogeneous_mid,bimodal", "--quiet"]
+OUTPUTS = ["results/results.csv", "results/verification_comparison.csv", "results/summary.txt",
+           "plots/speedup_vs_batch.png", "plots/utilization_vs_batch.png", "plots/divergence_penalty.png",
+           "plots/gamma_batch_heatmap.png"]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    assert run.main(SMALL + ["--out", str(out)]) == 0
+    return out
+
+
+def test_every_output_is_written(small_run):
+    for rel in OUTPUTS:
+        path = small_run / rel
+        assert path.is_file() and path.stat().st_size > 0, rel
+    assert not [p for p in small_run.rglob(".tmp-*")]  # no temp files left behind
+    assert (small_run / "plots/speedup_vs_batch.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_results_csv_has_one_row_per_grid_point_and_the_required_columns(small_run):
+    df = pd.read_csv(small_run / "results/results.csv")
+    assert len(df) == 2 * 3 * 2 * 2
+    required = ["quality_mode", "serving_mode", "batch_size", "gamma", "speedup", "speedup_ci_low", "speedup_ci_high",
+                "acceptance_rate", "tokens_per_step", "slot_utilization", "divergence_penalty",
+                "greedy_throughput_tokens_per_time_unit", "speculative_throughput_tokens_per_time_unit",
+                "greedy_latency_mean_time_units", "speculative_latency_mean_time_units"]
+    assert set(required) <= set(df.columns)
+    assert not df.duplicated(["quality_mode", "serving_mode", "batch_size", "gamma"]).any()
+    assert ((df.speedup_ci_high - df.speedup_ci_low) / 2 <= 0.02).all()
+    assert ((df.speedup_ci_low <= df.speedup) & (df.speedup <= df.speedup_ci_high)).all()
+    assert df.slot_utilization.between(0, 1).all() and df.divergence_penalty.between(0, 1).all()
+    # throughput ratio on identical requests is the speedup
+    ratio = df.speculative_throughput_tokens_per_time_unit / df.greedy_throughput_tokens_per_time_unit
+    assert (ratio - df.speedup).abs().max() < 1e-4
+
+
+def test_summary_answers_match_the_csv(small_run):
+    df = pd.read_csv(small_run / "results/results.csv")
+    text = (small_run / "results/summary.txt").read_text()
+    for heading in ("1. Does speculative decoding keep its gains", "2. Which gamma is optimal",
+                    "3. Where is speculative decoding slower", "4. A safe default gamma", "5. Ragged vs lockstep"):
+        assert heading in text
+    worst = df.groupby("gamma").speedup.min()
+    mean = df.groupby("gamma").speedup.mean()
+    safe = mean[worst >= 1].idxmax() if (worst >= 1).any() else worst.idxmax()
+    assert f"-> gamma = {safe}: never below {worst[safe]:.2f}x" in text
+    best = df.loc[df.groupby(["quality_mode", "serving_mode", "batch_size"]).speedup.idxmax()]
+    row = best[(best.quality_mode == "bimodal") & (best.serving_mode == "static_batch") & (best.batch_size == 8)].iloc[0]
+    assert f"g={row.gamma} {row.speedup:.2f}x" in text
+    slower = (df.speedup_ci_high < 1).sum()
+    assert f"{slower} of {len(df)} grid points are significantly slower" in text
+
+
+def test_lockstep_comparison_shows_the_weakest_request_limiting_the_batch(small_run):
+    comp = pd.read_csv(small_run / "results/verification_comparison.csv")
+    piv = comp.pivot_table(index=["quality_mode", "serving_mode", "batch_size", "gamma"], columns="verification",
+                           values="speedup")
+    b1 = piv.xs(1, level="batch_size")
+    assert (b1.ragged - b1.lockstep).abs().max() < 0.03  # same policy at batch 1
+    b8 = piv.xs(8, level="batch_size")
+    assert (b8.lockstep < b8.ragged - 0.2).all()
+
+
+def test_fixed_seed_gives_byte_identical_results(small_run, tmp_path):
+    assert run.main(SMALL + ["--out", str(tmp_path)]) == 0
+    assert (tmp_path / "results/results.csv").read_bytes() == (small_run / "results/results.csv").read_bytes()
+    assert (tmp_path / "results/summary.txt").read_bytes() == (small_run / "results/summary.txt").read_bytes()
+
+
+def test_another_seed_gives_other_numbers(small_run, tmp_path):
+    assert run.main(SMALL + ["--seed", "1", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "results/results.csv").read_bytes() != (small_run / "results/results.csv").read_bytes()
+
+
+def _csv_rows(df):
+    return analysis.csv_bytes(df.reset_index(drop=True)).decode().splitlines()[1:]
+
+
+def test_subsets_and_reorderings_of_the_grid_give_the_same_numbers(small_run):
+    full = pd.read_csv(small_run / "results/results.csv", dtype=str)
+    cfg = replace(StudyConfig(), batch_sizes=(8,), gammas=(12, 4), quality_modes=("bimodal",),
+                  serving_modes=("continuous_refill",))
+    sub = run.run_grid(cfg, FlatCostModel(0.2))
+    sub = pd.read_csv(io.StringIO(analysis.csv_bytes(sub).decode()), dtype=str)
+    keys = ["quality_mode", "serving_mode", "batch_size", "gamma"]
+    merged = sub.merge(full, on=keys, suffixes=("", "_full"))
+    assert len(merged) == 2
+    for col in sub.columns:
+        if col not in keys:
+            assert (merged[col] == merged[col + "_full"]).all(), col
+
+
+def test_committed_results_are_what_the_code_regenerates():
+    """The committed results/results.csv must match a fresh run of the same grid points."""
+    path = os.path.join(ROOT, "results", "results.csv")
+    if not os.path.exists(path):
+        pytest.skip("no committed results yet")
+    committed = pd.read_csv(path, dtype=str)
+    cfg = replace(StudyConfig(), batch_sizes=(4,), gammas=(2, 8), quality_modes=("heterogeneous",),
+                  serving_modes=("static_batch",))
+    fresh = pd.read_csv(io.StringIO(analysis.csv_bytes(run.run_grid(cfg, FlatCostModel(0.2))).decode()), dtype=str)
+    keys = ["quality_mode", "serving_mode", "batch_size", "gamma"]
+    merged = fresh.merge(committed, on=keys, suffixes=("", "_committed"))
+    assert len(merged) == 2
+    for col in fresh.columns:
+        if col not in keys:
+            assert (merged[col] == merged[col + "_committed"]).all(), col
