@@ -1,0 +1,279 @@
+"""Deployment scenarios: one GPU, target, draft, parallelism, engine and study grid (issue 5).
+
+A scenario file (configs/scenarios/*.toml) has two tables:
+
+    [scenario]                       # the deployment
+    name = "h100-llama8b-1b"          # required: short id
+    description = "..."               # what a reader should recognise
+    gpu = "h100-sxm"                  # required: GPU preset id (src/presets/gpus.toml)
+    target = "llama-3.1-8b"           # required: model preset id (src/presets/models.toml)
+    draft = "llama-3.2-1b"            # required: model id | "eagle" | "ngram" | "self"
+    tp = 1                            # target tensor-parallel degree (default 1)
+    draft_tp = 1                      # draft-model TP (default 1; eagle and self run at tp)
+    engine_profiles = ["ideal", "vllm-2024"]   # src/presets/engines.toml names; first = default
+    draft_kv_budget_tokens = 512      # optional: the draft reads at most this many cached tokens
+                                      # per sequence (MagicDec-style compressed draft KV)
+    memory_reserve_fraction = 0.1     # optional: GPU memory kept free (default: the preset's 0.10,
+                                      # vLLM's gpu_memory_utilization 0.9); 0 for static-cache engines
+    acceptance_source = "..."         # where the [study] alpha modes come from
+
+    [study]                           # any StudyConfig field, through src.config.build_config
+    batch_sizes = [1, 2, 4]
+    ...
+
+`load_scenario(path)` validates everything once and raises `src.config.ConfigError` naming the key
+(`scenario.gpu`, `study.gammas`, ...) for unknown keys, unknown presets, a bad TP, and a
+deployment that does not fit in GPU memory: the weights (named `scenario.tp`) or the KV cache of
+the largest batch at the longest prompt + output + gamma + 1 tokens (named `study.batch_sizes`).
+`Scenario.cost_model(engine_profile)` builds the HardwareCostModel with that engine's overheads.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from src.config import (
+    ConfigError, FixedLength, LengthDistribution, LognormalLength, StudyConfig, UniformLength,
+    build_config,
+)
+from src.costmodel import (
+    CostModelInputError, EngineProfile, HardwareCostModel, IDEAL_ENGINE, check_tp,
+    load_engine_profiles, load_presets,
+)
+
+SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "configs" / "scenarios"
+SPECIAL_DRAFTS = ("eagle", "ngram", "self")  # draft values that are not model presets
+SCENARIO_KEYS = ("name", "description", "gpu", "target", "draft", "tp", "draft_tp",
+                 "engine_profiles", "draft_kv_budget_tokens", "memory_reserve_fraction",
+                 "acceptance_source")
+REQUIRED_KEYS = ("name", "gpu", "target", "draft")
+DEFAULT_ENGINE_PROFILES = ("ideal", "vllm-2024")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One deployment and the study grid to run on it. Build with load_scenario/scenario_from_dict."""
+
+    name: str  # short id, e.g. "h100-llama8b-1b"
+    description: str  # one or two sentences a reader recognises the deployment by
+    gpu_id: str  # GPU preset id (src/presets/gpus.toml)
+    target_model_id: str  # target model preset id (src/presets/models.toml)
+    draft: str  # draft model preset id, "eagle" (EAGLE-style head), "ngram" (prompt lookup) or "self"
+    tp: int  # tensor-parallel degree of the target (GPUs per replica)
+    draft_tp: int  # TP degree of a stand-alone draft model (= tp for eagle and self)
+    engine_profiles: tuple[str, ...]  # engine profile names to run; the first is the default
+    draft_kv_budget_tokens: int | None  # cap on the cached tokens a draft pass reads per sequence; None = none
+    acceptance_source: str  # citation (or stated assumption) behind the alpha modes of `study`
+    memory_reserve_fraction: float | None  # GPU memory kept free; None = the preset's value
+    study: StudyConfig  # the grid: StudyConfig defaults + the file's [study] table
+    source_path: str | None = None  # file the scenario was read from (None = built in code)
+
+    def cost_model(self, engine_profile: str | EngineProfile | None = None) -> HardwareCostModel:
+        """HardwareCostModel of this deployment with the named engine's overheads (default: the
+        first of engine_profiles)."""
+        engine = self.engine_profiles[0] if engine_profile is None else engine_profile
+        params = None
+        if self.memory_reserve_fraction is not None:
+            params = replace(load_presets().params,
+                             memory_reserve_fraction=self.memory_reserve_fraction)
+        return HardwareCostModel.from_presets(
+            self.gpu_id, self.target_model_id, tp=self.tp, draft=self.draft,
+            draft_tp=self.draft_tp, engine=engine, params=params,
+            draft_kv_budget_tokens=self.draft_kv_budget_tokens)
+
+    def max_tokens_per_seq(self) -> int:
+        """Most tokens one sequence can hold in cache: longest prompt + longest output +
+        largest gamma + 1 (the verification's positions)."""
+        return (max_length_tokens(self.study.prompt_len) + max_length_tokens(self.study.output_len)
+                + max(self.study.gammas) + 1)
+
+
+def max_length_tokens(dist: LengthDistribution) -> int:
+    """Largest value a length distribution can draw."""
+    if isinstance(dist, FixedLength):
+        return dist.tokens
+    if isinstance(dist, (UniformLength, LognormalLength)):
+        return dist.high
+    raise TypeError(f"not a length distribution: {dist!r}")
+
+
+def _string(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"scenario.{key}", f"expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _positive_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"scenario.{key}", f"expected an integer >= 1, got {value!r}")
+    return value
+
+
+def _after_field(err: Exception) -> str:
+    """The 'allowed' part of a 'field: allowed' one-line error."""
+    text = str(err)
+    return text.split(": ", 1)[1] if ": " in text else text
+
+
+def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) -> Scenario:
+    """Validate a parsed scenario document ({"scenario": {...}, "study": {...}})."""
+    if not isinstance(data, Mapping):
+        raise ConfigError("scenario", "expected a table")
+    for key in data:
+        if key not in ("scenario", "study"):
+            raise ConfigError(key, "unknown table; allowed: scenario, study")
+    table = data.get("scenario")
+    if not isinstance(table, Mapping):
+        raise ConfigError("scenario", "missing [scenario] table")
+    for key in table:
+        if key not in SCENARIO_KEYS:
+            raise ConfigError(f"scenario.{key}", f"unknown key; allowed: {', '.join(SCENARIO_KEYS)}")
+    for key in REQUIRED_KEYS:
+        if key not in table:
+            raise ConfigError(f"scenario.{key}", "missing (required)")
+    presets = load_presets()
+    name = _string("name", table["name"])
+    description = table.get("description", "")
+    if not isinstance(description, str):
+        raise ConfigError("scenario.description", f"expected a string, got {description!r}")
+    gpu = _string("gpu", table["gpu"])
+    if gpu not in presets.gpus:
+        raise ConfigError("scenario.gpu", f"unknown '{gpu}'; allowed: {', '.join(sorted(presets.gpus))}")
+    target = _string("target", table["target"])
+    if target not in presets.models:
+        raise ConfigError("scenario.target",
+                          f"unknown '{target}'; allowed: {', '.join(sorted(presets.models))}")
+    draft = _string("draft", table["draft"])
+    if draft not in presets.models and draft not in SPECIAL_DRAFTS:
+        raise ConfigError("scenario.draft", f"unknown '{draft}'; allowed: "
+                                            f"{', '.join((*SPECIAL_DRAFTS, *sorted(presets.models)))}")
+    tp = _positive_int("tp", table.get("tp", 1))
+    try:
+        check_tp(presets.model(target), tp)
+    except CostModelInputError as e:
+        raise ConfigError("scenario.tp", _after_field(e)) from None
+    if draft in ("eagle", "self"):
+        draft_tp = _positive_int("draft_tp", table.get("draft_tp", tp))
+        if draft_tp != tp:
+            raise ConfigError("scenario.draft_tp",
+                              f"a '{draft}' draft runs at the target's tp; allowed: {tp}")
+    else:
+        draft_tp = _positive_int("draft_tp", table.get("draft_tp", 1))
+        if draft != "ngram":
+            try:
+                check_tp(presets.model(draft), draft_tp, "draft_tp")
+            except CostModelInputError as e:
+                raise ConfigError("scenario.draft_tp", _after_field(e)) from None
+    profiles = load_engine_profiles()
+    engines = table.get("engine_profiles", list(DEFAULT_ENGINE_PROFILES))
+    if isinstance(engines, str):
+        engines = [engines]
+    if not isinstance(engines, list) or not engines:
+        raise ConfigError("scenario.engine_profiles",
+                          f"expected a non-empty list of: {', '.join(sorted(profiles))}")
+    for engine in engines:
+        if engine not in profiles:
+            raise ConfigError("scenario.engine_profiles",
+                              f"unknown {engine!r}; allowed: {', '.join(sorted(profiles))}")
+    budget = table.get("draft_kv_budget_tokens")
+    if budget is not None:
+        budget = _positive_int("draft_kv_budget_tokens", budget)
+        if draft == "ngram":
+            raise ConfigError("scenario.draft_kv_budget_tokens",
+                              "an n-gram draft has no KV cache; allowed: only with a draft model, "
+                              "eagle or self")
+    elif draft == "self":
+        raise ConfigError("scenario.draft_kv_budget_tokens",
+                          "required for draft = 'self' (a self-speculation draft reading the full "
+                          "KV cache is the target itself); allowed: an integer >= 1")
+    reserve = table.get("memory_reserve_fraction")
+    if reserve is not None and (isinstance(reserve, bool) or not isinstance(reserve, (int, float))
+                                or not 0.0 <= reserve < 1.0):
+        raise ConfigError("scenario.memory_reserve_fraction",
+                          f"expected a number in 0..1 (exclusive of 1), got {reserve!r}")
+    acceptance_source = table.get("acceptance_source", "")
+    if not isinstance(acceptance_source, str):
+        raise ConfigError("scenario.acceptance_source", f"expected a string, got {acceptance_source!r}")
+    study_table = data.get("study", {})
+    if not isinstance(study_table, Mapping):
+        raise ConfigError("study", "expected a table of StudyConfig fields")
+    try:
+        study = build_config(study_table)
+    except ConfigError as e:
+        raise ConfigError(f"study.{e.field_name}", _after_field(e)) from None
+    scenario = Scenario(
+        name=name, description=description.strip(), gpu_id=gpu, target_model_id=target,
+        draft=draft, tp=tp, draft_tp=draft_tp, engine_profiles=tuple(dict.fromkeys(engines)),
+        draft_kv_budget_tokens=budget, acceptance_source=acceptance_source.strip(),
+        memory_reserve_fraction=None if reserve is None else float(reserve), study=study,
+        source_path=source_path)
+    _check_memory(scenario)
+    return scenario
+
+
+def _check_memory(scenario: Scenario) -> None:
+    """Weights must fit (else `scenario.tp`), and so must the KV cache of the largest batch with
+    every sequence at its longest (else `study.batch_sizes`, naming the largest batch that fits)."""
+    try:
+        cost = scenario.cost_model(IDEAL_ENGINE)  # memory does not depend on the engine
+    except CostModelInputError as e:
+        raise ConfigError("scenario.tp", _after_field(e)) from None
+    tokens = scenario.max_tokens_per_seq()
+    batch = max(scenario.study.batch_sizes)
+    fits, need_gb, usable_gb = cost.kv_fits(batch, tokens)
+    if not fits:
+        largest = max((b for b in range(1, batch) if cost.kv_fits(b, tokens)[0]), default=0)
+        raise ConfigError(
+            "study.batch_sizes",
+            f"batch {batch} x {tokens} tokens per sequence (longest prompt + output + gamma + 1) "
+            f"needs {need_gb:.1f} GB per GPU but {scenario.gpu_id} has {usable_gb:.1f} GB usable; "
+            f"allowed: batch sizes up to {largest} at these lengths, a larger tp or shorter prompts")
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario TOML file; ConfigError naming the key on any bad input."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError("--scenario", f"file not found: {path}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("--scenario", f"{path} is not valid TOML ({e})") from None
+    return scenario_from_dict(data, source_path=str(path))
+
+
+def scenario_files(directory: str | Path = SCENARIOS_DIR) -> list[Path]:
+    """Every scenario file of a folder (configs/scenarios by default), sorted by name."""
+    return sorted(Path(directory).glob("*.toml"))
+
+
+# The default hardware scenario, identical to configs/scenarios/h100-llama8b-1b.toml (tested).
+DEFAULT_SCENARIO_TABLE: dict[str, Any] = {
+    "scenario": {
+        "name": "h100-llama8b-1b",
+        "description": "Llama-3.1-8B served on one H100 SXM with a Llama-3.2-1B draft model "
+                       "(same tokenizer), 1-2k-token prompts: the common single-GPU deployment.",
+        "gpu": "h100-sxm",
+        "target": "llama-3.1-8b",
+        "draft": "llama-3.2-1b",
+        "tp": 1,
+        "draft_tp": 1,
+        "engine_profiles": ["ideal", "vllm-2024"],
+        "acceptance_source": "reference modes of the study (design.md, 'Workload'); no published "
+                             "per-token acceptance for this pair was used",
+    },
+    "study": {
+        "batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128],
+        "gammas": [1, 2, 3, 4, 5, 6, 8],
+        "serving_modes": ["continuous_refill"],
+    },
+}
+
+
+def default_hardware_scenario() -> Scenario:
+    """H100 SXM, Llama-3.1-8B target, Llama-3.2-1B draft, TP 1, prompts uniform 1024..2048
+    (the StudyConfig default), batch sizes 1..128 (256 does not fit: see the scenario file)."""
+    return scenario_from_dict(DEFAULT_SCENARIO_TABLE)
