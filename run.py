@@ -14,18 +14,20 @@ import argparse
 import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 import pandas as pd
 
-from src import analysis
+from src import analysis, hardware_study
 from src.baseline import simulate_greedy
 from src.config import ConfigError, StudyConfig, alpha_mode_label, build_config, load_toml
 from src.costmodel import CostModel, FlatCostModel
 from src.metrics import grid_point_metrics
 from src.serving import concat_stats
+from src.scenario import Scenario, check_memory, default_hardware_scenario, load_scenario
 from src.speculative import simulate_speculative
-from src.workload import make_requests, stream
+from src.workload import make_requests, sample_alpha, sample_lengths, stream
 
 GRID_KEYS = ("quality_mode", "serving_mode", "batch_size", "gamma")
 
@@ -115,6 +117,66 @@ def comparison_config(cfg: StudyConfig) -> StudyConfig:
     return replace(cfg, gammas=tuple(gammas))
 
 
+CONTEXTS_TOKENS = (512, 1024, 2048, 4096, 8192, 16384, 32768)  # steady-state context sweep
+STEADY_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # steady-state batch sweep (where it fits)
+
+
+def mean_tokens(seed: int, dist) -> float:
+    """Mean of a length distribution (by 100k draws from its own stream; exact for fixed/uniform to 0.1%)."""
+    return float(sample_lengths(stream(seed, "mean-length", repr(dist)), dist, (100_000,)).mean())
+
+
+def run_scenario(scenario: Scenario, progress=None, say=lambda msg: None) -> dict:
+    """Simulate a hardware scenario under each of its engine profiles, plus the steady-state sweeps.
+
+    Returns {"scenario", "results" (one row per grid point and engine profile), "steady" (closed-form
+    speedups over batch x gamma x context), "breakdown" (step times at the mean context)}.
+    """
+    cfg = scenario.study
+    results, steady, breakdown = [], [], []
+    mean_context = mean_tokens(cfg.seed, cfg.prompt_len) + mean_tokens(cfg.seed, cfg.output_len) / 2
+    omega = {m: {g: hardware_study.effective_tokens_per_step(
+        sample_alpha(stream(cfg.seed, "omega", m), cfg.alpha_modes[m], (20_000,)), g) for g in cfg.gammas}
+        for m in cfg.quality_modes}
+    for engine in scenario.engine_profiles:
+        cost = scenario.cost_model(engine)
+        say(f"scenario {scenario.name}, engine {engine}: "
+            f"{len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)} grid points")
+        df = run_grid(cfg, cost, progress=progress)
+        df.insert(0, "engine_profile", engine)
+        results.append(df)
+        for ctx in CONTEXTS_TOKENS + (int(round(mean_context)),):
+            times = hardware_study.step_times_ms(cost, sorted(set(STEADY_BATCHES) | set(cfg.batch_sizes)),
+                                                 cfg.gammas, ctx)
+            for m in cfg.quality_modes:
+                t = times.assign(engine_profile=engine, quality_mode=m,
+                                 mean_context=ctx == int(round(mean_context)))
+                t["speedup"] = hardware_study.steady_state_speedups(t, omega[m])
+                steady.append(t)
+        gamma_ref = analysis.reference_gamma(cfg.gammas)
+        for b in cfg.batch_sizes:
+            parts = cost.step_breakdown(b, gamma_ref, int(round(mean_context)))
+            breakdown.append({"engine_profile": engine, "batch_size": b, "gamma": gamma_ref,
+                              "context_len_tokens": parts.context_len_tokens, **{
+                                  k: getattr(parts, k) for k in ("decode_physics_ms", "decode_overhead_ms",
+                                                                 "verify_physics_ms", "verify_overhead_ms",
+                                                                 "draft_physics_ms", "draft_overhead_ms")}})
+    results = pd.concat(results, ignore_index=True)
+    results.insert(0, "scenario", scenario.name)
+    results["greedy_throughput_tokens_per_s"] = 1000 * results.greedy_throughput_tokens_per_time_unit
+    results["speculative_throughput_tokens_per_s"] = 1000 * results.speculative_throughput_tokens_per_time_unit
+    return {"scenario": scenario, "results": results, "steady": pd.concat(steady, ignore_index=True),
+            "breakdown": pd.DataFrame(breakdown), "mean_context": mean_context}
+
+
+def hardware_job(scenario: Scenario, quiet: bool) -> dict:
+    """run_scenario plus its plots, rendered where it ran (so a worker process returns PNG bytes)."""
+    say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr))
+    hw = run_scenario(scenario, progress=_progress_printer(quiet), say=say)
+    hw["plots"] = analysis.render_hardware_plots(hw)
+    return hw
+
+
 class _OneLineParser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse prints usage + message otherwise)
         self.exit(2, f"error: {message} (see python run.py --help)\n")
@@ -139,7 +201,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", help="run a single point-mass quality mode with this acceptance probability, 0 < A < 1")
     p.add_argument("--draft-cost", help=f"cost of one draft pass in target passes (default {d.draft_cost})")
     p.add_argument("--config", help="TOML file setting any configuration field (see configs/example.toml)")
-    p.add_argument("--out", default=".", help="output folder; writes OUT/results and OUT/plots (default .)")
+    p.add_argument("--scenario", help="'reference' runs only the flat-cost reference study; a scenario TOML file "
+                                      "(configs/scenarios/) runs only that hardware deployment, into runs/NAME "
+                                      "unless --out is given. Default: the reference study and the default "
+                                      "hardware scenario (H100, Llama-3.1-8B + Llama-3.2-1B).")
+    p.add_argument("--out", help="output folder; writes OUT/results and OUT/plots (default: . , or runs/NAME "
+                                 "for a scenario file)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
 
@@ -193,6 +260,25 @@ def _progress_printer(quiet: bool):
     return progress
 
 
+def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig) -> Scenario | None:
+    """The hardware scenario to run (None for --scenario reference), with the command line's grid
+    options applied over the scenario's own [study] table."""
+    if args.scenario == "reference":
+        return None
+    try:
+        scenario = default_hardware_scenario() if args.scenario is None else load_scenario(args.scenario)
+    except ConfigError as e:
+        raise ConfigError(f"--scenario {args.scenario}", str(e)) from None
+    overrides = {f: getattr(cfg, f) for f in ("batch_sizes", "gammas", "serving_modes", "verification", "seed")
+                 if getattr(args, f) is not None}
+    if args.quality_modes is not None or args.alpha is not None:
+        overrides["alpha_modes"], overrides["quality_modes"] = dict(cfg.alpha_modes), cfg.quality_modes
+    if overrides:
+        scenario = replace(scenario, study=replace(scenario.study, **overrides))
+        check_memory(scenario)
+    return scenario
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "step-time":
@@ -201,23 +287,39 @@ def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
         cfg = config_from_args(args)
-        _check_out_dir(args.out)
+        scenario = scenario_from_args(args, cfg)
+        only_scenario = args.scenario not in (None, "reference")
+        out = args.out or (os.path.join("runs", scenario.name) if only_scenario else ".")
+        _check_out_dir(out)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    cost = FlatCostModel(draft_cost_ratio=cfg.draft_cost)
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    say(f"sweeping {len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)} "
-        f"grid points ({cfg.verification} verification)")
-    sweep = _Sweep(cfg, cost)
-    results = run_grid(cfg, cost, progress=_progress_printer(args.quiet), sweep=sweep)
-    other = "lockstep" if cfg.verification == "ragged" else "ragged"
-    say(f"companion sweep: {other} verification for the summary's comparison")
-    comparison = pd.concat([results[results.gamma.isin(comparison_config(cfg).gammas)],
-                            run_grid(comparison_config(cfg), cost, verification=other, sweep=sweep)],
-                           ignore_index=True)
-    paths = analysis.write_outputs(args.out, cfg, results, comparison, cost)
+    reference = comparison = cost = pool = pending = None
+    if scenario is not None and not only_scenario and (os.cpu_count() or 1) > 1:
+        # the hardware scenario runs in a second process beside the reference study (both are
+        # single-threaded numpy; every grid point has its own random stream, so this changes nothing)
+        pool = ProcessPoolExecutor(max_workers=1)
+        pending = pool.submit(hardware_job, scenario, True)
+        say(f"hardware scenario {scenario.name} running in a second process")
+    if not only_scenario:
+        cost = FlatCostModel(draft_cost_ratio=cfg.draft_cost)
+        say(f"reference study: {len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)} "
+            f"grid points ({cfg.verification} verification)")
+        sweep = _Sweep(cfg, cost)
+        reference = run_grid(cfg, cost, progress=_progress_printer(args.quiet), sweep=sweep)
+        other = "lockstep" if cfg.verification == "ragged" else "ragged"
+        say(f"companion sweep: {other} verification for the summary's comparison")
+        comparison = pd.concat([reference[reference.gamma.isin(comparison_config(cfg).gammas)],
+                                run_grid(comparison_config(cfg), cost, verification=other, sweep=sweep)],
+                               ignore_index=True)
+    hardware = None
+    if scenario is not None:
+        hardware = pending.result() if pending else hardware_job(scenario, args.quiet)
+    if pool:
+        pool.shutdown()
+    paths = analysis.write_outputs(out, cfg, reference, comparison, cost, hardware)
     say(f"wrote {', '.join(paths)} in {time.perf_counter() - start:.1f} s")
     return 0
 

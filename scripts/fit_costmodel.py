@@ -5,8 +5,11 @@ Usage:  python scripts/fit_costmodel.py [--calibration-dir DIR] [--out FILE] [--
 Reads (never copies) the calibration tables in ../shared/calibration (relative to the repository
 root; see its README.md):
   vidur_nonattention_forward_ms.csv -> memory_bandwidth_efficiency_fraction,
-      compute_efficiency_fraction, roofline_sharpness_p, kernel_fixed_us: ONE shared set for every
-      (gpu, model, tp, num_tokens) row, least squares on log(predicted / measured).
+      compute_efficiency_fraction, roofline_sharpness_p: ONE shared set for every
+      (gpu, model, tp, num_tokens) row, fitted jointly with one kernel_fixed_us PER GPU (written as
+      [gpus."<id>"] kernel_fixed_us), least squares on log(predicted / measured); then the shared
+      kernel_fixed_us for GPUs without data: the one value that fits all rows best with the three
+      roofline parameters held.
   vidur_all_reduce_ms.csv -> latency + bus bandwidth per (system, GPU count); plus the generic
       latency / link-efficiency pair used for GPUs without measurements (fitted on H100 DGX).
   vidur_a100_cpu_overheads.csv -> per-step and per-draft-pass CPU defaults (linear in batch,
@@ -39,11 +42,13 @@ DEFAULT_OUT = REPO / "src" / "presets" / "costmodel_params.toml"
 GPU_IDS = {"a100": "a100-80gb-sxm", "h100": "h100-sxm"}  # vidur name -> preset id
 SYSTEM_GPU_IDS = {"a100_dgx": "a100-80gb-sxm", "h100_dgx": "h100-sxm"}
 MODEL_IDS = {"Llama-2-7b-hf": "llama-2-7b", "Meta-Llama-3-8B": "llama-3-8b"}
-FIT_FIELDS = ("memory_bandwidth_efficiency_fraction", "compute_efficiency_fraction",
-              "roofline_sharpness_p", "kernel_fixed_us")
-X0 = (0.85, 0.72, 1.5, 3.5)
-LOWER = (0.2, 0.2, 1.0, 0.0)
-UPPER = (1.0, 1.0, 20.0, 50.0)
+ROOFLINE_FIELDS = ("memory_bandwidth_efficiency_fraction", "compute_efficiency_fraction",
+                   "roofline_sharpness_p")
+FIT_FIELDS = ROOFLINE_FIELDS + ("kernel_fixed_us",)
+X0 = (0.85, 0.72, 1.5)
+LOWER = (0.2, 0.2, 1.0)
+UPPER = (1.0, 1.0, 20.0)
+KERNEL_X0, KERNEL_LOWER, KERNEL_UPPER = 3.5, 0.0, 50.0  # kernel_fixed_us, per GPU and shared
 
 
 # ---------------------------------------------------------------- non-attention forward
@@ -53,25 +58,47 @@ def nonattention_groups(df: pd.DataFrame):
             for (g, m, tp), s in df.groupby(["gpu", "model", "tp"], sort=True)]
 
 
-def predict_groups(params: CostModelParams, groups, presets):
-    return [non_attention_forward_ms(presets.gpu(GPU_IDS[g]), presets.model(MODEL_IDS[m]), tp, T,
-                                     params) for g, m, tp, T, _ in groups]
+def predict_groups(params: CostModelParams, groups, presets, kernel_us=None):
+    """Predicted ms per group. kernel_us: {vidur gpu name: kernel_fixed_us}; a GPU not in it
+    gets the shared params.kernel_fixed_us (as a GPU without measurements would)."""
+    kernel_us = kernel_us or {}
+    return [non_attention_forward_ms(
+        replace(presets.gpu(GPU_IDS[g]), kernel_fixed_us=kernel_us.get(g)),
+        presets.model(MODEL_IDS[m]), tp, T, params) for g, m, tp, T, _ in groups]
 
 
-def fit_nonattention(groups, presets, base: CostModelParams) -> CostModelParams:
-    def with_x(x):
-        return replace(base, **dict(zip(FIT_FIELDS, map(float, x))))
+def _log_residuals(params, groups, presets, kernel_us=None):
+    preds = predict_groups(params, groups, presets, kernel_us)
+    return np.concatenate([np.log(p / y) for p, (*_, y) in zip(preds, groups)])
+
+
+def fit_nonattention(groups, presets, base: CostModelParams):
+    """(params, {gpu: kernel_fixed_us}): the roofline parameters and one kernel fixed time per GPU
+    in `groups`, fitted jointly; params.kernel_fixed_us = the shared value for GPUs without data
+    (best single value over all rows, roofline parameters held)."""
+    gpus = sorted({g for g, *_ in groups})
+
+    def unpack(x):
+        return (replace(base, **dict(zip(ROOFLINE_FIELDS, map(float, x[:3])))),
+                dict(zip(gpus, map(float, x[3:]))))
 
     def residuals(x):
-        preds = predict_groups(with_x(x), groups, presets)
-        return np.concatenate([np.log(p / y) for p, (*_, y) in zip(preds, groups)])
+        params, kernel_us = unpack(x)
+        return _log_residuals(params, groups, presets, kernel_us)
 
-    result = least_squares(residuals, X0, bounds=(LOWER, UPPER))
-    return with_x(result.x)
+    result = least_squares(residuals,
+                           [*X0, *[KERNEL_X0] * len(gpus)],
+                           bounds=([*LOWER, *[KERNEL_LOWER] * len(gpus)],
+                                   [*UPPER, *[KERNEL_UPPER] * len(gpus)]))
+    params, kernel_us = unpack(result.x)
+    shared = least_squares(
+        lambda k: _log_residuals(replace(params, kernel_fixed_us=float(k[0])), groups, presets),
+        [np.mean(list(kernel_us.values()))], bounds=([KERNEL_LOWER], [KERNEL_UPPER])).x[0]
+    return replace(params, kernel_fixed_us=float(shared)), kernel_us
 
 
-def relative_errors(params, groups, presets):
-    preds = predict_groups(params, groups, presets)
+def relative_errors(params, groups, presets, kernel_us=None):
+    preds = predict_groups(params, groups, presets, kernel_us)
     return [np.abs(p / y - 1) for p, (*_, y) in zip(preds, groups)]
 
 
@@ -128,7 +155,8 @@ def toml_value(v):
     return repr(v)
 
 
-def write_params_toml(path: Path, params: CostModelParams, allreduce_fits, header_lines):
+def write_params_toml(path: Path, params: CostModelParams, kernel_us, allreduce_fits,
+                      header_lines):
     lines = ["# Fitted parameters of the hardware cost model (src/costmodel.py, CostModelParams).",
              "# WRITTEN BY scripts/fit_costmodel.py - rerun it instead of editing by hand.",
              *[f"# {line}" for line in header_lines], "", "[params]"]
@@ -136,7 +164,8 @@ def write_params_toml(path: Path, params: CostModelParams, allreduce_fits, heade
         "memory_bandwidth_efficiency_fraction": "fit: vidur non-attention forward times",
         "compute_efficiency_fraction": "fit: vidur non-attention forward times",
         "roofline_sharpness_p": "fit: vidur non-attention forward times",
-        "kernel_fixed_us": "fit: vidur non-attention forward times",
+        "kernel_fixed_us": "fit: vidur non-attention forward times, shared value over all "
+                           "rows (GPUs without their own [gpus] kernel_fixed_us)",
         "allreduce_latency_us": "fit: vidur all-reduce, H100 DGX (generic, for GPUs without data)",
         "allreduce_link_efficiency_fraction": "fit: vidur all-reduce, H100 DGX (generic)",
         "step_cpu_fixed_ms": "fit: vidur A100 CPU overheads, Llama-2-7B TP1, intercept",
@@ -148,6 +177,10 @@ def write_params_toml(path: Path, params: CostModelParams, allreduce_fits, heade
     }
     for f in fields(CostModelParams):
         lines.append(f"{f.name} = {toml_value(getattr(params, f.name))}  # {comments[f.name]}")
+    for g, us in sorted(kernel_us.items()):
+        lines += ["", f'[gpus."{GPU_IDS[g]}"]',
+                  f"kernel_fixed_us = {toml_value(us)}  # fit: vidur non-attention forward times, "
+                  f"{g} rows (joint with the [params] roofline fit)"]
     by_gpu: dict[str, list] = {}
     for fit in allreduce_fits:
         by_gpu.setdefault(fit[0], []).append(fit)
@@ -194,16 +227,18 @@ def main(argv: list[str] | None = None) -> int:
         ar[ar.system == "h100_dgx"], h100.interconnect_bidirectional_gb_per_s / 2)
     # 3. non-attention forward: joint fit + leave-one-GPU-out check
     groups = nonattention_groups(na)
-    params = fit_nonattention(groups, presets, base)
+    params, kernel_us = fit_nonattention(groups, presets, base)
     params = replace(params, allreduce_latency_us=gen_lat,
                      allreduce_link_efficiency_fraction=gen_eff, **cpu_params)
-    errs = relative_errors(params, groups, presets)
+    errs = relative_errors(params, groups, presets, kernel_us)
     all_err = np.concatenate(errs)
+    # what a GPU without data would get: the same fit, but the shared kernel fixed time
+    errs_shared = relative_errors(params, groups, presets)
     cross = []
     for held_out in sorted({g for g, *_ in groups}):
         train = [q for q in groups if q[0] != held_out]
         test = [q for q in groups if q[0] == held_out]
-        p_cv = fit_nonattention(train, presets, base)
+        p_cv, _ = fit_nonattention(train, presets, base)  # held-out GPU: the shared kernel value
         e = np.concatenate(relative_errors(p_cv, test, presets))
         cross.append((held_out, p_cv, float(np.median(e)), float(e.max())))
 
@@ -212,12 +247,16 @@ def main(argv: list[str] | None = None) -> int:
     out.append("### Fit of the non-attention forward time (vidur profiling data, microsoft/vidur)")
     out.append("")
     out.append(f"{len(all_err)} rows: {len(groups)} (gpu, model, tp) curves x num_tokens 1..4096. "
-               "One shared parameter set, least squares on log(predicted / measured).")
+               "One shared set of roofline parameters and one kernel fixed time per GPU, least "
+               "squares on log(predicted / measured).")
     out.append("")
     out.append("| parameter | fitted value |")
     out.append("| --- | --- |")
-    for name in FIT_FIELDS:
+    for name in ROOFLINE_FIELDS:
         out.append(f"| {name} | {getattr(params, name):.4g} |")
+    for g, us in sorted(kernel_us.items()):
+        out.append(f"| kernel_fixed_us, {GPU_IDS[g]} | {us:.4g} |")
+    out.append(f"| kernel_fixed_us, shared (GPUs without data) | {params.kernel_fixed_us:.4g} |")
     out.append("")
     out.append(f"**Overall: median |relative error| {pct(np.median(all_err))}, "
                f"90th percentile {pct(np.quantile(all_err, 0.9))}, "
@@ -227,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     out.append("| gpu | model | tp | median error | worst error | worst at tokens | "
                "measured ms @1 / @512 / @4096 | model ms @1 / @512 / @4096 |")
     out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    preds = predict_groups(params, groups, presets)
+    preds = predict_groups(params, groups, presets, kernel_us)
     for (g, m, tp, T, y), e, pr in zip(groups, errs, preds):
         i = int(np.argmax(e))
         at = [int(np.flatnonzero(T == k)[0]) for k in (1, 512, 4096)]
@@ -235,7 +274,16 @@ def main(argv: list[str] | None = None) -> int:
                    + " / ".join(f"{y[j]:.2f}" for j in at) + " | "
                    + " / ".join(f"{pr[j]:.2f}" for j in at) + " |")
     out.append("")
-    out.append("Transfer to a GPU without data (fit on one GPU, test on the other):")
+    out.append("With the shared kernel fixed time instead of each GPU's own (what a GPU without "
+               "data gets, same roofline parameters): "
+               + "; ".join(f"{g} median {pct(np.median(e))}, worst {pct(e.max())}"
+                           for g, e in ((g, np.concatenate([x for q, x in zip(groups, errs_shared)
+                                                            if q[0] == g]))
+                                        for g in sorted(kernel_us)))
+               + ".")
+    out.append("")
+    out.append("Transfer to a GPU without data (fit on one GPU, test on the other; the held-out "
+               "GPU gets the shared kernel fixed time, here the training GPU's):")
     out.append("")
     out.append("| held-out GPU | bw eff | compute eff | p | kernel us | median error | worst |")
     out.append("| --- | --- | --- | --- | --- | --- | --- |")
@@ -267,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         header = ["Source: ../shared/calibration (vidur profiling data, microsoft/vidur).",
                   f"Non-attention fit over {len(all_err)} rows: median |rel. error| "
                   f"{pct(np.median(all_err))}, worst {pct(all_err.max())}."]
-        write_params_toml(args.out, params, ar_fits, header)
+        write_params_toml(args.out, params, kernel_us, ar_fits, header)
         print(f"\nwrote {args.out}", file=sys.stderr)
     return 0
 

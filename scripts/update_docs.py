@@ -12,14 +12,17 @@ import pandas as pd
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from src.analysis import readme_headline, replace_block, seed_comparison, write_atomic  # noqa: E402
+from src.analysis import readme_headline, readme_hardware_headline, replace_block, seed_comparison, write_atomic  # noqa: E402
 
 
 def blocks(root: str = ROOT) -> dict:
-    df = pd.read_csv(os.path.join(root, "results", "results.csv"))
+    everything = pd.read_csv(os.path.join(root, "results", "results.csv"))
+    df = everything[everything.scenario == "reference"]
+    hw = everything[everything.scenario != "reference"]
     comparison = pd.read_csv(os.path.join(root, "results", "verification_comparison.csv"))
     return {("README.md", "headline"): readme_headline(df, comparison),
-            ("design.md", "seed-comparison"): seed_comparison(df)}
+            ("design.md", "seed-comparison"): seed_comparison(df),
+            ("README.md", "hardware-headline"): readme_hardware_headline(hw)}
 
 
 def main() -> int:

@@ -407,21 +407,40 @@ def reference_gamma(gammas) -> int:
     return min(gammas, key=lambda g: (abs(g - 4), g))
 
 
-def write_outputs(out_dir: str, cfg: StudyConfig, results: pd.DataFrame, comparison: pd.DataFrame,
-                  cost) -> list[str]:
-    """Render everything in memory, then write: results/results.csv, results/verification_comparison.csv,
-    results/summary.txt and the four plots. Returns the paths written."""
-    files = {
-        os.path.join(out_dir, "results", "results.csv"): csv_bytes(results),
-        os.path.join(out_dir, "results", "verification_comparison.csv"): csv_bytes(comparison),
-        os.path.join(out_dir, "results", "summary.txt"):
-            summary_text(cfg, results, comparison, cost.time_unit).encode(),
-        os.path.join(out_dir, "plots", "speedup_vs_batch.png"): _png_bytes(plot_speedup_vs_batch(results)),
-        os.path.join(out_dir, "plots", "utilization_vs_batch.png"):
-            _png_bytes(plot_utilization_vs_batch(results, reference_gamma(results.gamma.unique()))),
-        os.path.join(out_dir, "plots", "divergence_penalty.png"): _png_bytes(plot_divergence_penalty(results)),
-        os.path.join(out_dir, "plots", "gamma_batch_heatmap.png"): _png_bytes(plot_gamma_batch_heatmap(results)),
-    }
+def render_hardware_plots(hardware: dict) -> dict[str, bytes]:
+    from src import hardware_report
+    return {name: _png_bytes(plot(hardware)) for name, plot in hardware_report.PLOTS.items()}
+
+
+def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None,
+                  comparison: pd.DataFrame | None, cost, hardware: dict | None = None) -> list[str]:
+    """Render everything in memory, then write it: results/results.csv (reference and hardware rows,
+    told apart by `scenario`), results/verification_comparison.csv, results/summary.txt and the
+    plots of each part that ran. Returns the paths written."""
+    from src import hardware_report
+
+    results, summary, files = [], [], {}
+    plots = os.path.join(out_dir, "plots")
+    if reference is not None:
+        results.append(reference.assign(time_unit=cost.time_unit)
+                       .pipe(lambda d: d.insert(0, "engine_profile", "flat") or d)
+                       .pipe(lambda d: d.insert(0, "scenario", "reference") or d))
+        summary.append(summary_text(cfg, reference, comparison, cost.time_unit))
+        files[os.path.join(out_dir, "results", "verification_comparison.csv")] = csv_bytes(comparison)
+        files[os.path.join(plots, "speedup_vs_batch.png")] = _png_bytes(plot_speedup_vs_batch(reference))
+        files[os.path.join(plots, "utilization_vs_batch.png")] = _png_bytes(
+            plot_utilization_vs_batch(reference, reference_gamma(reference.gamma.unique())))
+        files[os.path.join(plots, "divergence_penalty.png")] = _png_bytes(plot_divergence_penalty(reference))
+        files[os.path.join(plots, "gamma_batch_heatmap.png")] = _png_bytes(plot_gamma_batch_heatmap(reference))
+    if hardware is not None:
+        results.append(hardware["results"].assign(time_unit="ms"))
+        files[os.path.join(out_dir, "results", "hardware_steady_state.csv")] = csv_bytes(hardware["steady"])
+        files[os.path.join(out_dir, "results", "hardware_step_breakdown.csv")] = csv_bytes(hardware["breakdown"])
+        summary.append(hardware_report.summary_text(hardware, reference))
+        for name, png in (hardware.get("plots") or render_hardware_plots(hardware)).items():
+            files[os.path.join(plots, name)] = png
+    files[os.path.join(out_dir, "results", "results.csv")] = csv_bytes(pd.concat(results, ignore_index=True))
+    files[os.path.join(out_dir, "results", "summary.txt")] = ("\n\n".join(summary)).encode()
     for path, data in files.items():
         write_atomic(path, data)
     return list(files)
@@ -470,6 +489,24 @@ def readme_headline(df: pd.DataFrame, comparison: pd.DataFrame) -> str:
         text.append(f"- Lockstep verification at batch {b_hi}: speedup {lock.speedup.min():.2f}x to {lock.speedup.max():.2f}x "
                     f"(tokens per step {lock.tokens_per_step.min():.2f} to {lock.tokens_per_step.max():.2f}): "
                     "the weakest request limits the batch only there.")
+    return "\n".join(text)
+
+
+def readme_hardware_headline(hw: pd.DataFrame) -> str:
+    """The README's hardware table: best-gamma speedup by batch size per engine profile."""
+    from src import hardware_report, hardware_study
+    serving = "continuous_refill" if "continuous_refill" in set(hw.serving_mode) else hw.serving_mode.iloc[0]
+    hw = hw[hw.serving_mode == serving]
+    best = hardware_study.best_gamma(hw, ["engine_profile", "quality_mode", "batch_size"])
+    batches = sorted(hw.batch_size.unique())
+    rows = []
+    for (engine, mode), sub in best.groupby(["engine_profile", "quality_mode"], sort=False):
+        sub = sub.set_index("batch_size")
+        rows.append([mode, engine] + [f"{sub.loc[b, 'speedup']:.2f}x (g{sub.loc[b, 'gamma']})" for b in batches])
+    text = [_md_table(["quality mode", "engine"] + [f"B={b}" for b in batches], rows), ""]
+    for s in hardware_report.schedules(hw):
+        if s["quality_mode"] == "homogeneous_mid":
+            text.append(f"- vLLM schedule, homogeneous_mid, {s['engine_profile']}: `{hardware_report.vllm_config_json(s)}`")
     return "\n".join(text)
 
 

@@ -71,14 +71,16 @@ class FlatCostModel:
 #   pass = layers_non_attention + attention + lm_head + communication + overhead
 #
 #   layers_non_attention = L * [ sum_g pnorm(mem_g, comp_g) + elementwise_bytes(T) / bw_eff
-#                                + KERNELS_PER_LAYER_NON_ATTENTION * kernel_fixed ]
+#                                + KERNELS_PER_LAYER_NON_ATTENTION * kernel_fixed(gpu) ]
 #       g over the layer's GEMMs (QKV, O, gate/up, down), each split by TP;
 #       mem_g = 2 (K N + T K + T N) / bw_eff, comp_g = 2 T K N / flops_eff,
 #       pnorm(a, b) = (a^p + b^p)^(1/p)  (smooth roofline: p -> inf gives max(a, b)).
 #       This is exactly the quantity vidur's `forward_ms_non_attention` measures.
 #   attention = L * [ pnorm(kv_bytes_read + kv_bytes_written + q/o bytes) / bw_eff,
 #                           4 (H/TP) d sum_s sum_{i=1..t} (ctx_s + i) / flops_eff)
-#                     + ATTENTION_KERNELS_PER_LAYER * kernel_fixed ]
+#                     + ATTENTION_KERNELS_PER_LAYER * kernel_fixed(gpu) ]
+#   kernel_fixed(gpu) = GpuSpec.kernel_fixed_us where fitted (A100, H100), else the shared
+#                       CostModelParams.kernel_fixed_us
 #   lm_head = pnorm over the (vocab/TP x hidden) GEMM + final RMSNorm + its kernels
 #   communication = 2 L all-reduces of T x hidden x 2 bytes (0 at TP 1)
 #   overhead = engine overhead (EngineProfile, src/presets/engines.toml): per-step CPU time
@@ -89,7 +91,7 @@ class FlatCostModel:
 
 import math
 import tomllib
-from dataclasses import field, fields, replace
+from dataclasses import MISSING, field, fields, replace
 from pathlib import Path
 from typing import Iterable, Literal, Mapping, Sequence
 
@@ -127,6 +129,11 @@ class GpuSpec:
     interconnect_bidirectional_gb_per_s: float  # GPU-GPU link per GPU, both directions, GB/s
     interconnect: str  # what the link is
     source: str  # datasheet citation
+    # fixed time per GPU kernel on this GPU (launch gap, prologue/epilogue, tail), microseconds;
+    # fitted per GPU where vidur has measurements (scripts/fit_costmodel.py writes it to
+    # src/presets/costmodel_params.toml); None = CostModelParams.kernel_fixed_us (the shared value
+    # fitted on all GPUs' rows), used for every GPU without measurements
+    kernel_fixed_us: float | None = None
 
     @property
     def flops_per_s(self) -> float:
@@ -198,16 +205,19 @@ class CostModelParams:
     Llama-2-7B and Llama-3-8B, TP 1-8, 1-4096 tokens); src/presets/costmodel_params.toml holds the
     latest fit and overrides these when loaded through `load_presets`. One shared set for all GPUs
     and models: they are fractions of datasheet peaks and per-kernel times, not per-model fits.
+    The one GPU-level exception is the kernel fixed time: GPUs with measurements carry their own
+    fitted GpuSpec.kernel_fixed_us; kernel_fixed_us here is the shared value for all others.
     """
 
     # fraction of datasheet peak DRAM bandwidth that weight/activation/KV streaming reaches (fit)
-    memory_bandwidth_efficiency_fraction: float = 0.8394
+    memory_bandwidth_efficiency_fraction: float = 0.8459
     # fraction of dense BF16 peak FLOP/s that large GEMMs and attention reach (fit)
-    compute_efficiency_fraction: float = 0.721
+    compute_efficiency_fraction: float = 0.7216
     # exponent p of the smooth roofline (t_mem^p + t_comp^p)^(1/p); larger = sharper knee (fit)
-    roofline_sharpness_p: float = 1.445
-    # fixed time per GPU kernel (launch gap, prologue/epilogue, tail) in microseconds (fit)
-    kernel_fixed_us: float = 3.362
+    roofline_sharpness_p: float = 1.450
+    # fixed time per GPU kernel (launch gap, prologue/epilogue, tail) in microseconds, for GPUs
+    # without their own GpuSpec.kernel_fixed_us (fit: shared value over all GPUs' rows)
+    kernel_fixed_us: float = 3.423
     # all-reduce latency for GPUs without measured all-reduce data, microseconds (fit on H100 DGX)
     allreduce_latency_us: float = 29.5
     # achieved fraction of the one-direction interconnect bandwidth in an all-reduce, for GPUs
@@ -273,15 +283,17 @@ def _coerce_fields(cls, table_name: str, entry_id: str, raw: Mapping, partial: b
             f"{table_name}.{entry_id}: unknown field(s) {', '.join(unknown)}; "
             f"allowed: {', '.join(wanted)}")
     if not partial:
-        missing = [name for name in wanted if name not in raw]
+        required = [name for name, f in wanted.items() if f.default is MISSING]
+        missing = [name for name in required if name not in raw]
         if missing:
             raise CostModelInputError(
                 f"{table_name}.{entry_id}: missing field(s) {', '.join(missing)}; "
-                f"required: {', '.join(wanted)}")
+                f"required: {', '.join(required)}")
     out = {}
     for name, value in raw.items():
         kind = wanted[name].type
         kind = kind if isinstance(kind, str) else kind.__name__
+        kind = kind.removesuffix(" | None")  # optional fields: a TOML value is never None
         try:
             if kind == "bool":
                 if not isinstance(value, bool):
@@ -448,6 +460,13 @@ def allreduce_coefficients(gpu: GpuSpec, n_gpus: int, params: CostModelParams,
             * 1e9 / 2)
 
 
+def kernel_fixed_s(gpu: GpuSpec, params: CostModelParams) -> float:
+    """Fixed time of one kernel on this GPU, seconds: the GPU's own fitted kernel_fixed_us where
+    it has one (GPUs with measurements), else the shared params.kernel_fixed_us."""
+    us = gpu.kernel_fixed_us
+    return (params.kernel_fixed_us if us is None else us) * 1e-6
+
+
 def pass_coefficients(
     gpu: GpuSpec,
     model: ModelSpec,
@@ -468,7 +487,7 @@ def pass_coefficients(
     L = model.n_layers if n_layers is None else n_layers
     bw = gpu.memory_bandwidth_bytes_per_s * params.memory_bandwidth_efficiency_fraction
     fl = gpu.flops_per_s * params.compute_efficiency_fraction
-    kfix = params.kernel_fixed_us * 1e-6
+    kfix = kernel_fixed_s(gpu, params)
     h, q, kv, inter = model.hidden_size, model.q_width, model.kv_width, model.intermediate_size
     B = BYTES_PER_VALUE
     layer_gemms = [(h, (q + 2 * kv) / tp), (q / tp, h), (h, 2 * inter / tp), (inter / tp, h)]

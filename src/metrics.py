@@ -42,6 +42,8 @@ def grid_point_metrics(greedy: RunStats, spec: RunStats, batch_size: int, level:
         "draft_time_share": spec.draft_time.sum() / spec.makespan.sum(),
         "greedy_throughput_tokens_per_time_unit": greedy.committed_tokens.sum() / greedy.makespan.sum(),
         "speculative_throughput_tokens_per_time_unit": tokens / spec.makespan.sum(),
+        "greedy_step_time_mean_time_units": greedy.makespan.sum() / greedy.steps.sum(),
+        "speculative_step_time_mean_time_units": spec.makespan.sum() / spec.steps.sum(),
         "greedy_latency_mean_time_units": greedy.latency_sum.sum() / n_requests,
         "speculative_latency_mean_time_units": spec.latency_sum.sum() / n_requests,
         "replications": spec.makespan.size,

@@ -209,11 +209,11 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
         draft_kv_budget_tokens=budget, acceptance_source=acceptance_source.strip(),
         memory_reserve_fraction=None if reserve is None else float(reserve), study=study,
         source_path=source_path)
-    _check_memory(scenario)
+    check_memory(scenario)
     return scenario
 
 
-def _check_memory(scenario: Scenario) -> None:
+def check_memory(scenario: Scenario) -> None:
     """Weights must fit (else `scenario.tp`), and so must the KV cache of the largest batch with
     every sequence at its longest (else `study.batch_sizes`, naming the largest batch that fits)."""
     try:

@@ -7,7 +7,7 @@ import run
 from src.config import ConfigError, StudyConfig, build_config
 
 SMALL = ["--batch-sizes", "1,4", "--gammas", "2", "--quality-modes", "homogeneous_mid", "--serving-modes",
-         "static_batch", "--quiet"]
+         "static_batch", "--quiet", "--scenario", "reference"]
 
 
 @pytest.mark.parametrize("argv,needle", [

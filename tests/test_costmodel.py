@@ -21,6 +21,7 @@ from src.costmodel import (
     forward_pass_breakdown,
     load_presets,
     non_attention_forward_ms,
+    kernel_fixed_s,
     pass_coefficients,
     pass_components_s,
 )
@@ -31,7 +32,7 @@ needs_calibration = pytest.mark.skipif(
     reason="../shared/calibration not present")
 
 # The fit's tolerance (scripts/fit_costmodel.py): worst |relative error| over all 3108 rows is
-# 26%; the pinned points below are held to 20%.
+# 22.7% (per-GPU kernel fixed time); the pinned points below are held to 20%.
 PIN_TOLERANCE = 0.20
 
 
@@ -94,7 +95,9 @@ def test_fit_error_over_every_calibration_row(presets):
     errors = np.concatenate(errors)
     assert len(errors) == 3108
     assert np.median(errors) <= 0.10
-    assert errors.max() <= 0.27  # 26.0% at h100 TP8 1 token (see design.md); target was 25%
+    # 22.7% at h100 TP4 272 tokens (see design.md); the project's target is 25%. Was 26.0% (h100
+    # TP8 1 token) with one kernel fixed time shared by A100 and H100.
+    assert errors.max() <= 0.25
 
 
 # ---------------------------------------------------------------- physics
@@ -166,7 +169,7 @@ def test_tied_lm_head_streamed_once_and_embedding_not_streamed(presets):
     assert bd.lm_head_ms == pytest.approx(lm_head_bytes / bw * 1e3, rel=0.1)
     # the layers stream the layer weights only (no embedding table), plus the kernels' fixed time
     layer_bytes = tied.n_layers * tied.layer_params * 2
-    fixed_ms = tied.n_layers * KERNELS_PER_LAYER_NON_ATTENTION * p.kernel_fixed_us * 1e-3
+    fixed_ms = tied.n_layers * KERNELS_PER_LAYER_NON_ATTENTION * kernel_fixed_s(gpu, p) * 1e3
     assert bd.layers_non_attention_ms == pytest.approx(layer_bytes / bw * 1e3 + fixed_ms, rel=0.03)
 
 
@@ -204,6 +207,52 @@ def test_params_file_matches_dataclass_defaults(presets):
     for name in ("memory_bandwidth_efficiency_fraction", "compute_efficiency_fraction",
                  "roofline_sharpness_p", "kernel_fixed_us"):
         assert getattr(presets.params, name) == pytest.approx(getattr(defaults, name), rel=0.01)
+
+
+def test_kernel_fixed_time_is_per_gpu_where_fitted_and_shared_elsewhere(presets):
+    p = presets.params
+    a100, h100, h200 = (presets.gpu(g) for g in ("a100-80gb-sxm", "h100-sxm", "h200"))
+    # fitted per GPU (written to costmodel_params.toml by scripts/fit_costmodel.py): H100's
+    # kernels finish faster than A100's; the shared value for GPUs without data lies in between
+    assert a100.kernel_fixed_us is not None and h100.kernel_fixed_us is not None
+    assert 2.0 < h100.kernel_fixed_us < p.kernel_fixed_us < a100.kernel_fixed_us < 5.0
+    assert h200.kernel_fixed_us is None
+    assert kernel_fixed_s(h200, p) == pytest.approx(p.kernel_fixed_us * 1e-6)
+    assert kernel_fixed_s(h100, p) == pytest.approx(h100.kernel_fixed_us * 1e-6)
+    model = presets.model("llama-3.1-8b")
+    for gpu in (a100, h100, h200):
+        c = pass_coefficients(gpu, model, 1, p)
+        assert c.layer_fixed_s == pytest.approx(
+            model.n_layers * KERNELS_PER_LAYER_NON_ATTENTION * kernel_fixed_s(gpu, p))
+        assert c.attn_fixed_s == pytest.approx(model.n_layers * 2 * kernel_fixed_s(gpu, p))
+
+
+def test_gpu_kernel_fixed_time_can_be_set_in_a_preset_file(tmp_path):
+    user = tmp_path / "k.toml"
+    user.write_text("""
+[gpus."h100-sxm"]
+kernel_fixed_us = 2.5
+
+[gpus."new-gpu"]
+name = "New"
+dense_bf16_tflops = 500.0
+memory_bandwidth_gb_per_s = 2000.0
+memory_gb = 96.0
+interconnect_bidirectional_gb_per_s = 400.0
+interconnect = "NVLink"
+source = "mine"
+""")
+    p = load_presets([user])
+    assert p.gpu("h100-sxm").kernel_fixed_us == 2.5
+    assert p.gpu("new-gpu").kernel_fixed_us is None  # optional: the shared value applies
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[gpus."h100-sxm"]\nkernel_fixed_us = "fast"\n')
+    with pytest.raises(CostModelInputError,
+                       match=r"gpus\.h100-sxm\.kernel_fixed_us: expected float"):
+        load_presets([bad])
+    bad.write_text('[gpus."h100-sxm"]\nkernel_fixed_us = -1.0\n')
+    with pytest.raises(CostModelInputError, match=r"kernel_fixed_us: must be >= 0"):
+        load_presets([bad])
 
 
 def test_user_preset_file_merges_over_builtins(tmp_path):

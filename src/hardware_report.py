@@ -1,0 +1,359 @@
+"""summary.txt sections and plots of a hardware scenario (src/hardware_study.py computes the answers).
+
+Input: the dict run.run_scenario returns - the scenario, its simulated results (one row per grid
+point and engine profile), the steady-state sweeps over batch x gamma x context, and the step-time
+breakdown at the mean context. Nothing here simulates.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from src import hardware_study
+from src.costmodel import load_engine_profiles, load_presets
+
+
+PARAMS_FILE = Path(__file__).resolve().parent / "presets" / "costmodel_params.toml"
+
+
+def fit_error_summary() -> str:
+    """The cost model's fitted error, as scripts/fit_costmodel.py recorded it in the params file."""
+    for line in PARAMS_FILE.read_text().splitlines():
+        if line.startswith("#") and "fit over" in line:
+            return line.lstrip("# ").strip().rstrip(".") + " (vidur's measured non-attention forward times, A100/H100)"
+    return "fitted error not recorded (run scripts/fit_costmodel.py)"
+
+
+def _table(header, rows, indent="   "):
+    from src.analysis import table
+    return table(header, rows, indent)
+
+
+def _modes(df):
+    return list(dict.fromkeys(df.quality_mode))
+
+
+def _engines(df):
+    return list(dict.fromkeys(df.engine_profile))
+
+
+def best_rows(sim: pd.DataFrame) -> pd.DataFrame:
+    """Best gamma per (engine, quality mode, serving mode, batch); schedule_gamma 0 where none beats 1."""
+    return hardware_study.best_gamma(sim, ["engine_profile", "quality_mode", "serving_mode", "batch_size"])
+
+
+def schedules(sim: pd.DataFrame) -> list[dict]:
+    """One vLLM schedule per (engine, quality mode, serving mode), with its gains."""
+    out = []
+    best = best_rows(sim)
+    for (engine, mode, serving), sub in best.groupby(["engine_profile", "quality_mode", "serving_mode"], sort=False):
+        sub = sub.sort_values("batch_size")
+        batches, gammas = sub.batch_size.tolist(), sub.schedule_gamma.tolist()
+        grid = sim[(sim.engine_profile == engine) & (sim.quality_mode == mode) & (sim.serving_mode == serving)]
+        by_batch = dict(zip(batches, gammas))
+        mean_speedup = grid.groupby("gamma").speedup.mean()
+        best_fixed = int(mean_speedup.idxmax())
+        gain_best = hardware_study.schedule_gain(grid, by_batch, best_fixed)
+        gain_two = hardware_study.schedule_gain(grid, by_batch, 2) if 2 in set(grid.gamma) else None
+        out.append({"engine_profile": engine, "quality_mode": mode, "serving_mode": serving,
+                    "ranges": hardware_study.schedule_ranges(batches, gammas, batches[-1]),
+                    "max_gamma": max(gammas), "best_fixed_gamma": best_fixed, "gain_vs_best_fixed": gain_best,
+                    "gain_vs_gamma_2": gain_two})
+    return out
+
+
+def vllm_config_json(schedule: dict) -> str:
+    """The speculative_config fragment an engineer pastes into vLLM."""
+    cfg = {"num_speculative_tokens": schedule["max_gamma"],
+           "num_speculative_tokens_per_batch_size": schedule["ranges"]}
+    return json.dumps(cfg)
+
+
+def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
+    sc, sim, steady, breakdown = hw["scenario"], hw["results"], hw["steady"], hw["breakdown"]
+    cfg = sc.study
+    presets = load_presets()
+    gpu = presets.gpu(sc.gpu_id)
+    engines = load_engine_profiles()
+    modes, engine_names = _modes(sim), _engines(sim)
+    batches = sorted(sim.batch_size.unique())
+    from src.analysis import describe_alpha, describe_length
+    out = [f"Hardware scenario: {sc.name}", "=" * (19 + len(sc.name)), ""]
+    out.append("Assumptions (every figure in this part comes from the hardware cost model; design.md, sections 10 and 11)")
+    out.append(f"  deployment   {sc.description}")
+    out.append(f"  GPU          {gpu.name} x TP {sc.tp}: {gpu.dense_bf16_tflops:g} dense BF16 TFLOP/s, "
+               f"{gpu.memory_bandwidth_gb_per_s:g} GB/s, {gpu.memory_gb:g} GB")
+    draft = {"eagle": "an EAGLE-style one-layer head", "ngram": "prompt lookup (n-gram) on the host",
+             "self": "the target itself (self-speculation)"}.get(sc.draft, sc.draft)
+    budget = f", draft KV budget {sc.draft_kv_budget_tokens} tokens" if sc.draft_kv_budget_tokens else ""
+    out.append(f"  models       target {sc.target_model_id}; "
+               f"draft {draft} (draft TP {sc.draft_tp}){budget}")
+    for name in engine_names:
+        out.append(f"  engine       {name}: {engines[name].description}")
+    out.append(f"  context      prompts {describe_length(cfg.prompt_len)}; outputs {describe_length(cfg.output_len)}; "
+               f"the KV cache grows as tokens")
+    out.append(f"               are generated (mean context during decoding {hw['mean_context']:.0f} tokens)")
+    for m in modes:
+        out.append(f"  acceptance   {m}: {describe_alpha(cfg.alpha_modes[m])}")
+    if sc.acceptance_source:
+        out.append(f"               source: {sc.acceptance_source}")
+    out.append(f"  cost model   {fit_error_summary()}")
+    out.append(f"  serving      {', '.join(cfg.serving_modes)}; {cfg.verification} verification; "
+               f"CIs {cfg.confidence:.0%}, widest half-width {((sim.speedup_ci_high - sim.speedup_ci_low) / 2).max():.4f}")
+    out.append("")
+
+    best = best_rows(sim)
+    serving = cfg.serving_modes[-1]
+    out.append(f"H1. Does the gain survive batching on this hardware? Best-gamma speedup (gamma) by batch size, {serving}:")
+    rows = []
+    for m in modes:
+        if reference is not None and m in set(reference.quality_mode):
+            ref = hardware_study.best_gamma(reference[reference.serving_mode == serving],
+                                            ["quality_mode", "batch_size"])
+            ref = ref[ref.quality_mode == m].set_index("batch_size")
+            rows.append([f"{m}, flat reference"] + [f"{ref.loc[b, 'speedup']:.2f} (g{ref.loc[b, 'gamma']})"
+                                                    if b in ref.index else "-" for b in batches])
+        for e in engine_names:
+            sub = best[(best.engine_profile == e) & (best.quality_mode == m) & (best.serving_mode == serving)]
+            sub = sub.set_index("batch_size")
+            rows.append([f"{m}, {e}"] + [f"{sub.loc[b, 'speedup']:.2f} (g{sub.loc[b, 'gamma']})" for b in batches])
+    out.append(_table(["quality mode, cost"] + [f"B={b}" for b in batches], rows))
+    out.append("")
+    for e in engine_names:
+        for m in modes:
+            sub = best[(best.engine_profile == e) & (best.quality_mode == m) & (best.serving_mode == serving)]
+            s = sub.set_index("batch_size").speedup
+            holds = [b for b in batches if s[b] >= 0.95 * s[batches[0]]]
+            last_hold = max(b for b in batches if all(s[x] >= 0.95 * s[batches[0]] for x in batches if x <= b))
+            off = [b for b in batches if s[b] < 1.0]
+            verdict = (f"within 5% of batch {batches[0]} up to B={last_hold}" if holds else "never within 5%")
+            verdict += f"; no gamma beats greedy from B={off[0]}" if off else "; still faster than greedy at every batch"
+            out.append(f"   {e}, {m}: {s[batches[0]]:.2f}x at B={batches[0]} -> {s[batches[-1]]:.2f}x at B={batches[-1]}; {verdict}.")
+    out.append("")
+
+    out.append("H2. Crossover batch size: the smallest simulated batch at which speculation is slower than greedy")
+    out.append(f"    ('-' = faster at every batch up to {batches[-1]}), by gamma, {serving}:")
+    rows = []
+    gammas = sorted(sim.gamma.unique())
+    for g in gammas:
+        row = [g]
+        for e in engine_names:
+            for m in modes:
+                sub = sim[(sim.engine_profile == e) & (sim.quality_mode == m) & (sim.serving_mode == serving)
+                          & (sim.gamma == g)].sort_values("batch_size")
+                c = hardware_study.crossover_batch(sub.batch_size.to_numpy(), sub.speedup.to_numpy())
+                row.append("-" if c is None else c)
+        rows.append(row)
+    out.append(_table(["gamma"] + [f"{e}/{m}" for e in engine_names for m in modes], rows))
+    out.append("")
+
+    out.append("H3. Optimal gamma by batch size as a vLLM speculative_config (inclusive batch ranges; 0 = off),")
+    out.append("    with the throughput it gains over the best single fixed gamma and over gamma 2 (mean / max over")
+    out.append("    the simulated batch sizes):")
+    for s in schedules(sim):
+        if s["serving_mode"] != serving:
+            continue
+        gains = f"vs the best fixed gamma ({s['best_fixed_gamma']}): {s['gain_vs_best_fixed'][0]:+.1%} / " \
+                f"{s['gain_vs_best_fixed'][1]:+.1%}"
+        if s["gain_vs_gamma_2"] is not None and s["best_fixed_gamma"] != 2:
+            gains += f"; vs gamma 2: {s['gain_vs_gamma_2'][0]:+.1%} / {s['gain_vs_gamma_2'][1]:+.1%}"
+        out.append(f"   {s['engine_profile']}, {s['quality_mode']}:")
+        out.append(f"     {vllm_config_json(s)}")
+        out.append(f"     {gains}")
+    out.append("")
+
+    contexts = sorted(steady.context_len_tokens[~steady.mean_context].unique())
+    out.append("H4. Where context length changes the answer: best gamma (0 = off) by (batch range, context range),")
+    out.append("    steady state (closed form, src/hardware_study.py), grid batch sizes and contexts "
+               f"{contexts[0]}..{contexts[-1]} tokens;")
+    out.append("    pairs whose KV cache does not fit are left out (full grid: results/hardware_steady_state.csv):")
+    for e in engine_names:
+        for m in modes:
+            sub = steady[(steady.engine_profile == e) & (steady.quality_mode == m) & ~steady.mean_context]
+            rules = hardware_study.context_rules(hardware_study.best_gamma(sub, ["batch_size", "context_len_tokens"]))
+            varies = any(len({r[4] for r in rules if r[0] <= b <= r[1]}) > 1 for b in sub.batch_size.unique())
+            rows = [[f"{lo}-{hi}" if lo != hi else str(lo), f"{clo}-{chi}" if clo != chi else str(clo), g]
+                    for lo, hi, clo, chi, g in rules]
+            out.append(f"   {e}, {m}" + ("" if varies else " (context never changes the answer here)") + ":")
+            out.append(_table(["batch range", "context range (tokens)", "gamma"], rows, "     "))
+    check = steady[steady.mean_context].merge(
+        sim[sim.serving_mode == "continuous_refill"], on=["engine_profile", "quality_mode", "batch_size", "gamma"],
+        suffixes=("_closed", "_sim"))
+    if len(check):
+        diff = (check.speedup_closed / check.speedup_sim - 1).abs()
+        out.append(f"   Closed form vs simulation at the mean context, {len(check)} grid points: median "
+                   f"|difference| {diff.median():.1%}, worst {diff.max():.1%} (the closed form ignores the drain at the")
+        out.append("   end of the queue and the spread of contexts within a batch).")
+    out.append("")
+
+    m0 = modes[0]
+    out.append(f"H5. Speedup vs batch size per context length ({m0}, best gamma, steady state):")
+    for e in engine_names:
+        sub = steady[(steady.engine_profile == e) & (steady.quality_mode == m0) & ~steady.mean_context]
+        bst = hardware_study.best_gamma(sub, ["batch_size", "context_len_tokens"])
+        piv = bst.pivot_table(index="batch_size", columns="context_len_tokens", values="speedup")
+        rows = [[b] + [("." if c not in piv.columns or pd.isna(piv.loc[b, c]) else f"{piv.loc[b, c]:.2f}")
+                       for c in contexts] for b in piv.index]
+        out.append(f"   {e}:")
+        out.append(_table(["batch \\ context"] + [str(c) for c in contexts], rows, "     "))
+    out.append("")
+
+    g_ref = int(breakdown.gamma.iloc[0])
+    out.append(f"H6. A speculative step at gamma {g_ref} and the mean context ({int(breakdown.context_len_tokens.iloc[0])} tokens), ms:")
+    rows = []
+    for r in breakdown.itertuples():
+        total = r.draft_physics_ms + r.draft_overhead_ms + r.verify_physics_ms + r.verify_overhead_ms
+        overhead = r.draft_overhead_ms + r.verify_overhead_ms
+        rows.append([r.engine_profile, r.batch_size, f"{r.decode_physics_ms + r.decode_overhead_ms:.2f}",
+                     f"{r.draft_physics_ms:.2f}", f"{r.verify_physics_ms:.2f}", f"{overhead:.2f}", f"{total:.2f}",
+                     f"{total / (r.decode_physics_ms + r.decode_overhead_ms):.2f}", f"{overhead / total:.0%}"])
+    out.append(_table(["engine", "B", "greedy step", "draft", "verify", "overhead", "spec step", "spec/greedy",
+                       "overhead share"], rows))
+    if len(engine_names) > 1:
+        ideal, real = engine_names[0], engine_names[-1]
+        b_hi = batches[-1]
+        out.append("")
+        out.append(f"   Physics vs engine at B={b_hi} (best gamma, {serving}):")
+        for m in modes:
+            s_i = best[(best.engine_profile == ideal) & (best.quality_mode == m) & (best.batch_size == b_hi)
+                       & (best.serving_mode == serving)].speedup.iloc[0]
+            s_r = best[(best.engine_profile == real) & (best.quality_mode == m) & (best.batch_size == b_hi)
+                       & (best.serving_mode == serving)].speedup.iloc[0]
+            s_1 = best[(best.engine_profile == real) & (best.quality_mode == m) & (best.batch_size == batches[0])
+                       & (best.serving_mode == serving)].speedup.iloc[0]
+            out.append(f"   {m}: {ideal} {s_i:.2f}x, {real} {s_r:.2f}x (batch {batches[0]}: {s_1:.2f}x); "
+                       f"cutting {real}'s overhead to {ideal} would gain {s_i / s_r - 1:+.0%} at B={b_hi}.")
+    out.append("")
+    return "\n".join(out) + "\n"
+
+
+# --- plots ------------------------------------------------------------------------------------------
+
+def _log2_axis(ax, batches):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches)
+    ax.set_xticklabels([str(b) for b in batches], fontsize=7)
+    ax.set_xlabel("batch size (concurrent sequences, log2 scale)")
+
+
+def plot_speedup_vs_batch(hw: dict):
+    sim = hw["results"]
+    serving = hw["scenario"].study.serving_modes[-1]
+    sim = sim[sim.serving_mode == serving]
+    modes, engine_names = _modes(sim), _engines(sim)
+    batches, gammas = sorted(sim.batch_size.unique()), sorted(sim.gamma.unique())
+    fig, axes = plt.subplots(len(engine_names), len(modes), figsize=(4.2 * len(modes), 3.6 * len(engine_names)),
+                             sharey=True, squeeze=False)
+    colors = plt.cm.viridis(np.linspace(0, 0.95, len(gammas)))
+    for i, e in enumerate(engine_names):
+        for j, m in enumerate(modes):
+            ax = axes[i, j]
+            for g, c in zip(gammas, colors):
+                sub = sim[(sim.engine_profile == e) & (sim.quality_mode == m) & (sim.gamma == g)].sort_values("batch_size")
+                ax.plot(sub.batch_size, sub.speedup, marker="o", ms=3, color=c, label=f"gamma={g}")
+                ax.fill_between(sub.batch_size, sub.speedup_ci_low, sub.speedup_ci_high, color=c, alpha=0.25)
+            ax.axhline(1.0, color="black", lw=1, ls="--")
+            ax.set_title(f"{m}\nengine: {e}", fontsize=9)
+            _log2_axis(ax, batches)
+            if j == 0:
+                ax.set_ylabel("speedup over greedy (x)")
+            ax.grid(alpha=0.3)
+    axes[0, -1].legend(fontsize=7, title="95% CI bands", title_fontsize=7)
+    fig.suptitle(f"{hw['scenario'].name}: speedup vs batch size ({serving}; dashed: 1.0 = no gain)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_optimal_gamma(hw: dict):
+    sim, steady = hw["results"], hw["steady"]
+    serving = hw["scenario"].study.serving_modes[-1]
+    best = best_rows(sim[sim.serving_mode == serving])
+    modes, engine_names = _modes(sim), _engines(sim)
+    fig, axes = plt.subplots(1, len(engine_names), figsize=(5.5 * len(engine_names), 3.8), sharey=True, squeeze=False)
+    for i, e in enumerate(engine_names):
+        ax = axes[0, i]
+        for k, m in enumerate(modes):
+            sub = best[(best.engine_profile == e) & (best.quality_mode == m)].sort_values("batch_size")
+            ax.plot(sub.batch_size, sub.schedule_gamma + 0.06 * (k - len(modes) / 2), "o-", ms=4, color=f"C{k}",
+                    label=f"{m} (simulated)")
+            st = steady[(steady.engine_profile == e) & (steady.quality_mode == m) & steady.mean_context
+                        & (steady.batch_size <= best.batch_size.max())]
+            bst = hardware_study.best_gamma(st, ["batch_size"]).sort_values("batch_size")
+            ax.plot(bst.batch_size, bst.schedule_gamma, ":", color=f"C{k}", alpha=0.7)
+        _log2_axis(ax, sorted(set(best.batch_size)))
+        ax.set_ylabel("optimal gamma (0 = speculation off)")
+        ax.set_title(f"engine: {e} (dotted: steady-state closed form)", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"{hw['scenario'].name}: optimal gamma vs batch size")
+    fig.tight_layout()
+    return fig
+
+
+def plot_speedup_by_context(hw: dict):
+    steady = hw["steady"]
+    steady = steady[~steady.mean_context]
+    modes, engine_names = _modes(steady), _engines(steady)
+    contexts = sorted(steady.context_len_tokens.unique())
+    colors = plt.cm.plasma(np.linspace(0, 0.85, len(contexts)))
+    fig, axes = plt.subplots(len(engine_names), len(modes), figsize=(4.2 * len(modes), 3.6 * len(engine_names)),
+                             sharey=True, squeeze=False)
+    for i, e in enumerate(engine_names):
+        for j, m in enumerate(modes):
+            ax = axes[i, j]
+            sub = steady[(steady.engine_profile == e) & (steady.quality_mode == m)]
+            bst = hardware_study.best_gamma(sub, ["batch_size", "context_len_tokens"])
+            for c, color in zip(contexts, colors):
+                line = bst[bst.context_len_tokens == c].sort_values("batch_size")
+                ax.plot(line.batch_size, line.speedup, "o-", ms=3, color=color, label=f"{c} tokens")
+            ax.axhline(1.0, color="black", lw=1, ls="--")
+            _log2_axis(ax, sorted(sub.batch_size.unique()))
+            ax.set_title(f"{m}\nengine: {e}", fontsize=9)
+            if j == 0:
+                ax.set_ylabel("best-gamma speedup (x), steady state")
+            ax.grid(alpha=0.3)
+    axes[0, -1].legend(fontsize=7, title="context", title_fontsize=7)
+    fig.suptitle(f"{hw['scenario'].name}: speedup vs batch size per context length (lines end where the KV cache stops fitting)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_step_breakdown(hw: dict):
+    bd = hw["breakdown"]
+    engine_names = _engines(bd)
+    fig, axes = plt.subplots(1, len(engine_names), figsize=(5.5 * len(engine_names), 3.8), sharey=True, squeeze=False)
+    parts = [("draft_physics_ms", "draft (GPU)"), ("draft_overhead_ms", "draft (engine overhead)"),
+             ("verify_physics_ms", "verify (GPU)"), ("verify_overhead_ms", "verify (engine overhead)")]
+    colors = ["#6baed6", "#c6dbef", "#fd8d3c", "#fdd0a2"]
+    for i, e in enumerate(engine_names):
+        ax = axes[0, i]
+        sub = bd[bd.engine_profile == e].sort_values("batch_size")
+        x = np.arange(len(sub))
+        bottom = np.zeros(len(sub))
+        for (col, label), color in zip(parts, colors):
+            ax.bar(x, sub[col], bottom=bottom, color=color, label=label)
+            bottom += sub[col].to_numpy()
+        greedy = sub.decode_physics_ms + sub.decode_overhead_ms
+        ax.plot(x, greedy, "k_", ms=18, mew=2, label="greedy step")
+        ax.set_xticks(x, [str(b) for b in sub.batch_size])
+        ax.set_xlabel("batch size (concurrent sequences)")
+        ax.set_ylabel("time per step (ms)")
+        ax.set_title(f"engine: {e}, gamma {int(sub.gamma.iloc[0])}, context {int(sub.context_len_tokens.iloc[0])}",
+                     fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"{hw['scenario'].name}: what a speculative step costs")
+    fig.tight_layout()
+    return fig
+
+
+PLOTS = {
+    "hardware_speedup_vs_batch.png": plot_speedup_vs_batch,
+    "hardware_optimal_gamma.png": plot_optimal_gamma,
+    "hardware_speedup_by_context.png": plot_speedup_by_context,
+    "hardware_step_breakdown.png": plot_step_breakdown,
+}

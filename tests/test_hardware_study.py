@@ -1,0 +1,117 @@
+"""src/hardware_study.py and the hardware part of the run: schedules, crossovers, steady state."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import run
+from src import hardware_report, hardware_study
+from src.acceptance import expected_tokens_per_step
+from src.scenario import default_hardware_scenario
+
+SCENARIO = "configs/scenarios/h100-llama8b-1b.toml"
+
+
+def test_effective_tokens_per_step_is_the_harmonic_mean():
+    alphas = np.array([0.9, 0.5])
+    per_request = expected_tokens_per_step(alphas, 3)
+    assert hardware_study.effective_tokens_per_step(alphas, 3) == pytest.approx(2 / (1 / per_request).sum())
+    assert hardware_study.effective_tokens_per_step(np.full(5, 0.7), 4) == pytest.approx(expected_tokens_per_step(0.7, 4))
+
+
+def test_schedule_ranges_are_inclusive_cover_every_batch_and_merge_equal_neighbours():
+    ranges = hardware_study.schedule_ranges([1, 2, 4, 8, 16, 32, 64, 128], [3, 3, 3, 2, 2, 1, 0, 0], 128)
+    assert ranges == {"1-7": 3, "8-31": 2, "32-63": 1, "64-128": 0}
+    covered = [b for key in ranges for b in range(int(key.split("-")[0]), int(key.split("-")[1]) + 1)]
+    assert covered == list(range(1, 129))
+
+
+def test_crossover_batch_is_the_first_batch_below_one():
+    assert hardware_study.crossover_batch(np.array([1, 2, 4, 8]), np.array([1.4, 1.1, 0.98, 1.02])) == 4
+    assert hardware_study.crossover_batch(np.array([1, 2]), np.array([1.4, 1.1])) is None
+
+
+def test_best_gamma_turns_speculation_off_when_nothing_beats_greedy():
+    df = pd.DataFrame({"batch_size": [1, 1, 64, 64], "gamma": [2, 4, 2, 4], "speedup": [1.5, 1.7, 0.9, 0.8]})
+    best = hardware_study.best_gamma(df, ["batch_size"]).set_index("batch_size")
+    assert best.loc[1, "schedule_gamma"] == 4 and best.loc[64, "schedule_gamma"] == 0
+
+
+def test_context_rules_merge_contexts_then_batches():
+    rows = [(b, c, g) for b, c, g in [(1, 512, 4), (1, 2048, 4), (2, 512, 4), (2, 2048, 4),
+                                      (64, 512, 3), (64, 2048, 2)]]
+    df = pd.DataFrame(rows, columns=["batch_size", "context_len_tokens", "schedule_gamma"])
+    assert hardware_study.context_rules(df) == [(1, 2, 512, 2048, 4), (64, 64, 512, 512, 3), (64, 64, 2048, 2048, 2)]
+
+
+def test_steady_state_speedup_formula_and_memory_limit():
+    cost = default_hardware_scenario().cost_model("ideal")
+    times = hardware_study.step_times_ms(cost, [1, 64, 4096], [2], 2048)
+    assert set(times.batch_size) == {1, 64}  # 4096 sequences of 2k tokens do not fit on one H100
+    omega = {2: expected_tokens_per_step(0.8, 2)}
+    speedup = hardware_study.steady_state_speedups(times, omega)
+    expected = omega[2] * times.t_ar_ms / (times.t_draft_ms + times.t_verify_ms)
+    assert np.allclose(speedup, expected)
+    assert speedup.iloc[0] > speedup.iloc[1]  # verification of 64 x 3 positions costs more than 1 x 3
+
+
+@pytest.fixture(scope="module")
+def hardware_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hw")
+    argv = ["--scenario", SCENARIO, "--batch-sizes", "1,16,128", "--gammas", "1,3", "--quality-modes",
+            "homogeneous_good,heterogeneous", "--out", str(out), "--quiet"]
+    assert run.main(argv) == 0
+    return out
+
+
+def test_scenario_run_writes_its_files_and_answers(hardware_run):
+    for rel in ("results/results.csv", "results/summary.txt", "results/hardware_steady_state.csv",
+                "results/hardware_step_breakdown.csv", "plots/hardware_speedup_vs_batch.png",
+                "plots/hardware_optimal_gamma.png", "plots/hardware_speedup_by_context.png",
+                "plots/hardware_step_breakdown.png"):
+        assert (hardware_run / rel).stat().st_size > 0, rel
+    df = pd.read_csv(hardware_run / "results/results.csv")
+    assert set(df.scenario) == {"h100-llama8b-1b"} and set(df.engine_profile) == {"ideal", "vllm-2024"}
+    assert len(df) == 2 * 3 * 2 * 2 and (df.time_unit == "ms").all()
+    assert np.allclose(df.speculative_throughput_tokens_per_s / df.greedy_throughput_tokens_per_s, df.speedup, rtol=1e-4)
+    text = (hardware_run / "results/summary.txt").read_text()
+    for heading in ("Assumptions", "H1.", "H2.", "H3.", "H4.", "H5.", "H6.", "cost model", "H100"):
+        assert heading in text
+    # the printed schedules are valid JSON that vLLM's speculative_config takes
+    configs = [json.loads(line.strip()) for line in text.splitlines() if line.strip().startswith('{"num_speculative')]
+    assert len(configs) == 4
+    for cfg in configs:
+        assert cfg["num_speculative_tokens"] == max(cfg["num_speculative_tokens_per_batch_size"].values())
+    # the engine's overhead only ever costs speedup
+    piv = df.pivot_table(index=["quality_mode", "batch_size", "gamma"], columns="engine_profile", values="speedup")
+    assert (piv["vllm-2024"] < piv["ideal"] + 0.02).all()
+
+
+def test_closed_form_agrees_with_the_simulation_at_the_mean_context(hardware_run):
+    text = (hardware_run / "results/summary.txt").read_text()
+    line = next(l for l in text.splitlines() if "Closed form vs simulation" in l)
+    worst = float(line.split("worst ")[1].split("%")[0])
+    assert worst < 10.0, line
+
+
+def test_bad_scenario_file_is_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[scenario]\nname = "x"\ngpu = "h900"\ntarget = "llama-3.1-8b"\ndraft = "llama-3.2-1b"\n')
+    out = tmp_path / "out"
+    assert run.main(["--scenario", str(bad), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "scenario.gpu" in err and "h900" in err
+    assert not out.exists()
+
+
+def test_batch_that_does_not_fit_is_refused_by_name(tmp_path, capsys):
+    assert run.main(["--scenario", SCENARIO, "--batch-sizes", "1,512", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "study.batch_sizes" in err and "up to" in err
+
+
+def test_vllm_config_json_round_trips():
+    s = {"max_gamma": 3, "ranges": {"1-16": 3, "17-128": 0}}
+    assert json.loads(hardware_report.vllm_config_json(s)) == {
+        "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": {"1-16": 3, "17-128": 0}}
