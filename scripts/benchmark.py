@@ -2,6 +2,8 @@
 
     python scripts/benchmark.py            # the default reference grid (392 points)
     python scripts/benchmark.py --quick    # batch sizes 1, 8, 64 only
+    python scripts/benchmark.py --cost hardware   # the same grid under the hardware cost model
+                                                  # (H100, Llama-3.1-8B + Llama-3.2-1B, ideal engine)
 
 A request-step is one active request in one decoding step (speculative or greedy). Each speculative
 request-step consumes one Exp(1) variate (src/acceptance.py), so numpy's rate of drawing Exp(1)
@@ -23,11 +25,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import run  # noqa: E402
 from src.config import StudyConfig  # noqa: E402
 from src.costmodel import FlatCostModel  # noqa: E402
+from src.scenario import default_hardware_scenario  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="batch sizes 1, 8, 64 only")
+    parser.add_argument("--cost", choices=("flat", "hardware"), default="flat",
+                        help="flat (default) or the default hardware scenario's cost model, ideal engine")
     args = parser.parse_args()
     cfg = StudyConfig()
     if args.quick:
@@ -49,7 +54,11 @@ def main() -> int:
 
     run.simulate_speculative, run.simulate_greedy = counting_spec, counting_greedy
     start = time.perf_counter()
-    df = run.run_grid(cfg, FlatCostModel(cfg.draft_cost))
+    if args.cost == "flat":
+        cost = FlatCostModel(cfg.draft_cost)
+    else:
+        cost = default_hardware_scenario().cost_model("ideal")
+    df = run.run_grid(cfg, cost)
     elapsed = time.perf_counter() - start
     request_steps = counts["speculative"] + counts["greedy"]
 
@@ -69,6 +78,7 @@ def main() -> int:
         rng.standard_exponential(out=bulk)
     raw_bulk = 20 * bulk.size / (time.perf_counter() - t0)
 
+    print(f"cost model                  {args.cost}")
     print(f"grid points                 {len(df)}")
     print(f"simulation time             {elapsed:.2f} s")
     print(f"request-steps simulated     {request_steps:.3e} (speculative {counts['speculative']:.3e}, "

@@ -127,11 +127,17 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
         for m in modes:
             sub = best[(best.engine_profile == e) & (best.quality_mode == m) & (best.serving_mode == serving)]
             s = sub.set_index("batch_size").speedup
-            holds = [b for b in batches if s[b] >= 0.95 * s[batches[0]]]
-            last_hold = max(b for b in batches if all(s[x] >= 0.95 * s[batches[0]] for x in batches if x <= b))
-            off = [b for b in batches if s[b] < 1.0]
-            verdict = (f"within 5% of batch {batches[0]} up to B={last_hold}" if holds else "never within 5%")
-            verdict += f"; no gamma beats greedy from B={off[0]}" if off else "; still faster than greedy at every batch"
+            kept = [b for b in batches if s[b] >= 0.95 * s[batches[0]]]
+            last_kept = max(b for b in batches if all(s[x] >= 0.95 * s[batches[0]] for x in batches if x <= b))
+            verdict = ("never falls below 95% of its batch-1 value" if len(kept) == len(batches)
+                       else f"at least 95% of its batch-1 value up to B={last_kept}")
+            below = [b for b in batches if s[b] < 1.0]
+            if not below:
+                verdict += "; faster than greedy at every batch"
+            elif below == [b for b in batches if b >= below[0]]:
+                verdict += f"; no gamma beats greedy from B={below[0]} on"
+            else:
+                verdict += f"; no gamma beats greedy at B={', '.join(map(str, below))}"
             out.append(f"   {e}, {m}: {s[batches[0]]:.2f}x at B={batches[0]} -> {s[batches[-1]]:.2f}x at B={batches[-1]}; {verdict}.")
     out.append("")
 
