@@ -265,36 +265,49 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
 
 # --- plots ------------------------------------------------------------------------------------------
 
-def _log2_batch_axis(ax, batches):
+def log2_batch_axis(ax, batches):
     ax.set_xscale("log", base=2)
     ax.set_xticks(batches)
     ax.set_xticklabels([str(b) for b in batches])
     ax.set_xlabel("batch size (concurrent sequences, log2 scale)")
 
 
-def plot_speedup_vs_batch(df: pd.DataFrame):
-    modes, servings = ordered(df, "quality_mode"), ordered(df, "serving_mode")
+def plot_speedup_grid(df: pd.DataFrame, row_column: str, row_label, title: str):
+    """Speedup vs batch size, one panel per (row_column value, quality mode), a line per gamma with
+    its confidence band; used for the reference study (rows: serving modes) and the hardware
+    scenarios (rows: engine profiles)."""
+    modes, rows = ordered(df, "quality_mode"), ordered(df, row_column)
     batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
-    fig, axes = plt.subplots(len(servings), len(modes), figsize=(4.2 * len(modes), 3.6 * len(servings)),
+    fig, axes = plt.subplots(len(rows), len(modes), figsize=(4.2 * len(modes), 3.6 * len(rows)),
                              sharex=True, sharey=True, squeeze=False)
     colors = plt.cm.viridis(np.linspace(0, 0.95, len(gammas)))
-    for i, s in enumerate(servings):
+    for i, r in enumerate(rows):
         for j, m in enumerate(modes):
             ax = axes[i, j]
             for g, c in zip(gammas, colors):
-                sub = df[(df.quality_mode == m) & (df.serving_mode == s) & (df.gamma == g)].sort_values("batch_size")
+                sub = df[(df.quality_mode == m) & (df[row_column] == r) & (df.gamma == g)].sort_values("batch_size")
                 ax.plot(sub.batch_size, sub.speedup, marker="o", ms=3, color=c, label=f"gamma={g}")
                 ax.fill_between(sub.batch_size, sub.speedup_ci_low, sub.speedup_ci_high, color=c, alpha=0.25)
-            ax.axhline(1.0, color="black", lw=1, ls="--")
-            ax.set_title(f"{m}\n{s}", fontsize=9)
-            _log2_batch_axis(ax, batches)
-            if j == 0:
-                ax.set_ylabel("speedup over greedy (x)")
-            ax.grid(alpha=0.3)
+            decorate_speedup_axis(ax, batches, f"{m}\n{row_label(r)}", "speedup over greedy (x)" if j == 0 else None)
     axes[0, -1].legend(fontsize=7, loc="upper right", title="95% CI bands", title_fontsize=7)
-    fig.suptitle("Speculative speedup vs batch size (greedy makespan / speculative makespan; dashed: 1.0 = no gain)")
+    fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def decorate_speedup_axis(ax, batches, title: str, ylabel: str | None) -> None:
+    """Line at 1.0 (no gain), log2 batch axis, title, y label on the first column, grid."""
+    ax.axhline(1.0, color="black", lw=1, ls="--")
+    log2_batch_axis(ax, batches)
+    ax.set_title(title, fontsize=9)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+
+
+def plot_speedup_vs_batch(df: pd.DataFrame):
+    return plot_speedup_grid(df, "serving_mode", str, "Speculative speedup vs batch size (greedy makespan / "
+                             "speculative makespan; dashed: 1.0 = no gain)")
 
 
 def plot_utilization_vs_batch(df: pd.DataFrame, gamma: int):
@@ -312,7 +325,7 @@ def plot_utilization_vs_batch(df: pd.DataFrame, gamma: int):
             ax.plot(sub.batch_size, 100 * sub.greedy_slot_utilization, ls, marker="s", ms=3, color="C1",
                     label=f"greedy, {s}")
         ax.set_title(m, fontsize=9)
-        _log2_batch_axis(ax, batches)
+        log2_batch_axis(ax, batches)
         ax.set_ylim(0, 105)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("slot utilization (% of slot-steps active)")

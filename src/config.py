@@ -170,13 +170,14 @@ def check_alpha(name: str, value: Any) -> float:
     return a
 
 
-def _check_keys(name: str, table: Mapping, allowed: tuple[str, ...]) -> None:
+def check_keys(name: str, table: Mapping, allowed: tuple[str, ...], required: tuple[str, ...] | None = None) -> None:
+    """Every key of `table` must be in `allowed`, every key of `required` (default: all allowed) present."""
     for key in table:
         if key not in allowed:
             raise ConfigError(f"{name}.{key}", f"unknown key; allowed: {', '.join(allowed)}")
-    for key in allowed:
+    for key in allowed if required is None else required:
         if key not in table:
-            raise ConfigError(f"{name}.{key}", "missing")
+            raise ConfigError(f"{name}.{key}", "missing (required)")
 
 
 def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
@@ -187,27 +188,27 @@ def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
     kind = table["kind"]
     params = {k: v for k, v in table.items() if k != "kind"}
     if kind == "point":
-        _check_keys(name, params, ("value",))
+        check_keys(name, params, ("value",))
         return PointAlpha(check_alpha(f"{name}.value", params["value"]))
     if kind == "normal":
-        _check_keys(name, params, ("mean", "std"))
+        check_keys(name, params, ("mean", "std"))
         std = _number(f"{name}.std", params["std"])
         if not 0.0 <= std <= 0.5:
             raise ConfigError(f"{name}.std", f"must be in 0..0.5, got {std}")
         return NormalAlpha(check_alpha(f"{name}.mean", params["mean"]), std)
     if kind == "uniform":
-        _check_keys(name, params, ("low", "high"))
+        check_keys(name, params, ("low", "high"))
         low, high = check_alpha(f"{name}.low", params["low"]), check_alpha(f"{name}.high", params["high"])
         if low > high:
             raise ConfigError(f"{name}.low", f"must not exceed high ({high}), got {low}")
         return UniformAlpha(low, high)
     if kind == "beta":
-        _check_keys(name, params, ("a", "b"))
+        check_keys(name, params, ("a", "b"))
         a, b = _number(f"{name}.a", params["a"]), _number(f"{name}.b", params["b"])
         if a <= 0 or b <= 0:
             raise ConfigError(f"{name}.a", "Beta parameters a and b must both be > 0")
         return BetaAlpha(a, b)
-    _check_keys(name, params, ("weights", "components"))
+    check_keys(name, params, ("weights", "components"))
     weights, comps = params["weights"], params["components"]
     if not isinstance(weights, list) or not isinstance(comps, list) or not weights or len(weights) != len(comps):
         raise ConfigError(f"{name}.weights", "expected a list of weights, one per entry of components")
@@ -235,15 +236,15 @@ def parse_length_distribution(name: str, table: Any) -> LengthDistribution:
         return n
 
     if table["kind"] == "fixed":
-        _check_keys(name, params, ("tokens",))
+        check_keys(name, params, ("tokens",))
         return FixedLength(tokens("tokens"))
     if table["kind"] == "uniform":
-        _check_keys(name, params, ("low", "high"))
+        check_keys(name, params, ("low", "high"))
         low, high = tokens("low"), tokens("high")
         if low > high:
             raise ConfigError(f"{name}.low", f"must not exceed high ({high}), got {low}")
         return UniformLength(low, high)
-    _check_keys(name, params, ("median", "sigma", "low", "high"))
+    check_keys(name, params, ("median", "sigma", "low", "high"))
     low, high = tokens("low"), tokens("high")
     sigma = _number(f"{name}.sigma", params["sigma"])
     median = _number(f"{name}.median", params["median"])

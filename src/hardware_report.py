@@ -14,6 +14,9 @@ import numpy as np
 import pandas as pd
 
 from src import hardware_study
+from src.analysis import (
+    decorate_speedup_axis, describe_alpha, describe_length, log2_batch_axis, plot_speedup_grid, table,
+)
 from src.costmodel import load_engine_profiles, load_presets
 
 
@@ -29,7 +32,6 @@ def fit_error_summary() -> str:
 
 
 def _table(header, rows, indent="   "):
-    from src.analysis import table
     return table(header, rows, indent)
 
 
@@ -81,7 +83,6 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     engines = load_engine_profiles()
     modes, engine_names = _modes(sim), _engines(sim)
     batches = sorted(sim.batch_size.unique())
-    from src.analysis import describe_alpha, describe_length
     out = [f"Hardware scenario: {sc.name}", "=" * (19 + len(sc.name)), ""]
     out.append("Assumptions (every figure in this part comes from the hardware cost model; design.md, sections 10 and 11)")
     out.append(f"  deployment   {sc.description}")
@@ -239,39 +240,11 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
 
 # --- plots ------------------------------------------------------------------------------------------
 
-def _log2_axis(ax, batches):
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(batches)
-    ax.set_xticklabels([str(b) for b in batches], fontsize=7)
-    ax.set_xlabel("batch size (concurrent sequences, log2 scale)")
-
-
 def plot_speedup_vs_batch(hw: dict):
-    sim = hw["results"]
     serving = hw["scenario"].study.serving_modes[-1]
-    sim = sim[sim.serving_mode == serving]
-    modes, engine_names = _modes(sim), _engines(sim)
-    batches, gammas = sorted(sim.batch_size.unique()), sorted(sim.gamma.unique())
-    fig, axes = plt.subplots(len(engine_names), len(modes), figsize=(4.2 * len(modes), 3.6 * len(engine_names)),
-                             sharey=True, squeeze=False)
-    colors = plt.cm.viridis(np.linspace(0, 0.95, len(gammas)))
-    for i, e in enumerate(engine_names):
-        for j, m in enumerate(modes):
-            ax = axes[i, j]
-            for g, c in zip(gammas, colors):
-                sub = sim[(sim.engine_profile == e) & (sim.quality_mode == m) & (sim.gamma == g)].sort_values("batch_size")
-                ax.plot(sub.batch_size, sub.speedup, marker="o", ms=3, color=c, label=f"gamma={g}")
-                ax.fill_between(sub.batch_size, sub.speedup_ci_low, sub.speedup_ci_high, color=c, alpha=0.25)
-            ax.axhline(1.0, color="black", lw=1, ls="--")
-            ax.set_title(f"{m}\nengine: {e}", fontsize=9)
-            _log2_axis(ax, batches)
-            if j == 0:
-                ax.set_ylabel("speedup over greedy (x)")
-            ax.grid(alpha=0.3)
-    axes[0, -1].legend(fontsize=7, title="95% CI bands", title_fontsize=7)
-    fig.suptitle(f"{hw['scenario'].name}: speedup vs batch size ({serving}; dashed: 1.0 = no gain)")
-    fig.tight_layout()
-    return fig
+    sim = hw["results"]
+    return plot_speedup_grid(sim[sim.serving_mode == serving], "engine_profile", lambda e: f"engine: {e}",
+                             f"{hw['scenario'].name}: speedup vs batch size ({serving}; dashed: 1.0 = no gain)")
 
 
 def plot_optimal_gamma(hw: dict):
@@ -290,7 +263,7 @@ def plot_optimal_gamma(hw: dict):
                         & (steady.batch_size <= best.batch_size.max())]
             bst = hardware_study.best_gamma(st, ["batch_size"]).sort_values("batch_size")
             ax.plot(bst.batch_size, bst.schedule_gamma, ":", color=f"C{k}", alpha=0.7)
-        _log2_axis(ax, sorted(set(best.batch_size)))
+        log2_batch_axis(ax, sorted(set(best.batch_size)))
         ax.set_ylabel("optimal gamma (0 = speculation off)")
         ax.set_title(f"engine: {e} (dotted: steady-state closed form)", fontsize=9)
         ax.grid(alpha=0.3)
@@ -316,12 +289,8 @@ def plot_speedup_by_context(hw: dict):
             for c, color in zip(contexts, colors):
                 line = bst[bst.context_len_tokens == c].sort_values("batch_size")
                 ax.plot(line.batch_size, line.speedup, "o-", ms=3, color=color, label=f"{c} tokens")
-            ax.axhline(1.0, color="black", lw=1, ls="--")
-            _log2_axis(ax, sorted(sub.batch_size.unique()))
-            ax.set_title(f"{m}\nengine: {e}", fontsize=9)
-            if j == 0:
-                ax.set_ylabel("best-gamma speedup (x), steady state")
-            ax.grid(alpha=0.3)
+            decorate_speedup_axis(ax, sorted(sub.batch_size.unique()), f"{m}\nengine: {e}",
+                                  "best-gamma speedup (x), steady state" if j == 0 else None)
     axes[0, -1].legend(fontsize=7, title="context", title_fontsize=7)
     fig.suptitle(f"{hw['scenario'].name}: speedup vs batch size per context length (lines end where the KV cache stops fitting)")
     fig.tight_layout()

@@ -36,7 +36,7 @@ from typing import Any, Mapping
 
 from src.config import (
     ConfigError, FixedLength, LengthDistribution, LognormalLength, StudyConfig, UniformLength,
-    build_config,
+    build_config, check_keys,
 )
 from src.costmodel import (
     CostModelInputError, EngineProfile, HardwareCostModel, IDEAL_ENGINE, check_tp,
@@ -127,12 +127,7 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     table = data.get("scenario")
     if not isinstance(table, Mapping):
         raise ConfigError("scenario", "missing [scenario] table")
-    for key in table:
-        if key not in SCENARIO_KEYS:
-            raise ConfigError(f"scenario.{key}", f"unknown key; allowed: {', '.join(SCENARIO_KEYS)}")
-    for key in REQUIRED_KEYS:
-        if key not in table:
-            raise ConfigError(f"scenario.{key}", "missing (required)")
+    check_keys("scenario", table, SCENARIO_KEYS, REQUIRED_KEYS)
     presets = load_presets()
     name = _string("name", table["name"])
     description = table.get("description", "")

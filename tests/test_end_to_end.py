@@ -89,22 +89,24 @@ def test_another_seed_gives_other_numbers(small_run, tmp_path):
     assert (tmp_path / "results/results.csv").read_bytes() != (small_run / "results/results.csv").read_bytes()
 
 
-def _csv_rows(df):
-    return analysis.csv_bytes(df.reset_index(drop=True)).decode().splitlines()[1:]
+KEYS = ["quality_mode", "serving_mode", "batch_size", "gamma"]
+
+
+def assert_fresh_rows_match(cfg: StudyConfig, table: pd.DataFrame, expected_rows: int) -> None:
+    """Run cfg's grid afresh and check every column, as written to CSV, against `table`'s rows."""
+    fresh = pd.read_csv(io.StringIO(analysis.csv_bytes(run.run_grid(cfg, FlatCostModel(0.2))).decode()), dtype=str)
+    merged = fresh.merge(table, on=KEYS, suffixes=("", "_other"))
+    assert len(merged) == expected_rows
+    for col in fresh.columns:
+        if col not in KEYS:
+            assert (merged[col] == merged[col + "_other"]).all(), col
 
 
 def test_subsets_and_reorderings_of_the_grid_give_the_same_numbers(small_run):
     full = pd.read_csv(small_run / "results/results.csv", dtype=str)
     cfg = replace(StudyConfig(), batch_sizes=(8,), gammas=(12, 4), quality_modes=("bimodal",),
                   serving_modes=("continuous_refill",))
-    sub = run.run_grid(cfg, FlatCostModel(0.2))
-    sub = pd.read_csv(io.StringIO(analysis.csv_bytes(sub).decode()), dtype=str)
-    keys = ["quality_mode", "serving_mode", "batch_size", "gamma"]
-    merged = sub.merge(full, on=keys, suffixes=("", "_full"))
-    assert len(merged) == 2
-    for col in sub.columns:
-        if col not in keys:
-            assert (merged[col] == merged[col + "_full"]).all(), col
+    assert_fresh_rows_match(cfg, full, 2)
 
 
 def test_committed_results_are_what_the_code_regenerates():
@@ -113,13 +115,6 @@ def test_committed_results_are_what_the_code_regenerates():
     if not os.path.exists(path):
         pytest.skip("no committed results yet")
     committed = pd.read_csv(path, dtype=str)
-    committed = committed[committed.scenario == "reference"]
     cfg = replace(StudyConfig(), batch_sizes=(4,), gammas=(2, 8), quality_modes=("heterogeneous",),
                   serving_modes=("static_batch",))
-    fresh = pd.read_csv(io.StringIO(analysis.csv_bytes(run.run_grid(cfg, FlatCostModel(0.2))).decode()), dtype=str)
-    keys = ["quality_mode", "serving_mode", "batch_size", "gamma"]
-    merged = fresh.merge(committed, on=keys, suffixes=("", "_committed"))
-    assert len(merged) == 2
-    for col in fresh.columns:
-        if col not in keys:
-            assert (merged[col] == merged[col + "_committed"]).all(), col
+    assert_fresh_rows_match(cfg, committed[committed.scenario == "reference"], 2)
