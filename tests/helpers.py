@@ -1,5 +1,8 @@
-"""Small builders shared by the engine tests."""
+"""Small builders and checks shared by the tests."""
+import io
+
 import numpy as np
+import pandas as pd
 
 from src.config import FixedLength, PointAlpha, UniformLength
 from src.costmodel import FlatCostModel
@@ -19,3 +22,17 @@ def rngs(n: int, seed: int = 5):
 
 
 FLAT = FlatCostModel(draft_cost_ratio=0.2)
+
+
+GRID_KEYS = ["quality_mode", "serving_mode", "batch_size", "gamma"]
+
+
+def assert_rows_match(fresh: pd.DataFrame, table: pd.DataFrame, expected_rows: int) -> None:
+    """Every column of `fresh` (a run_grid result), as written to CSV, equals `table`'s (read as str)."""
+    from src.analysis import csv_bytes
+    fresh = pd.read_csv(io.StringIO(csv_bytes(fresh).decode()), dtype=str)
+    merged = fresh.merge(table, on=GRID_KEYS, suffixes=("", "_other"))
+    assert len(merged) == expected_rows
+    for col in fresh.columns:
+        if col not in GRID_KEYS:
+            assert (merged[col] == merged[col + "_other"]).all(), col

@@ -10,6 +10,7 @@ import run
 from src import analysis
 from src.config import StudyConfig
 from src.costmodel import FlatCostModel
+from tests.helpers import assert_rows_match
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--batch-sizes", "1,8", "--gammas", "2,4,12", "--quality-modes", "homogeneous_mid,bimodal", "--quiet",
@@ -89,24 +90,11 @@ def test_another_seed_gives_other_numbers(small_run, tmp_path):
     assert (tmp_path / "results/results.csv").read_bytes() != (small_run / "results/results.csv").read_bytes()
 
 
-KEYS = ["quality_mode", "serving_mode", "batch_size", "gamma"]
-
-
-def assert_fresh_rows_match(cfg: StudyConfig, table: pd.DataFrame, expected_rows: int) -> None:
-    """Run cfg's grid afresh and check every column, as written to CSV, against `table`'s rows."""
-    fresh = pd.read_csv(io.StringIO(analysis.csv_bytes(run.run_grid(cfg, FlatCostModel(0.2))).decode()), dtype=str)
-    merged = fresh.merge(table, on=KEYS, suffixes=("", "_other"))
-    assert len(merged) == expected_rows
-    for col in fresh.columns:
-        if col not in KEYS:
-            assert (merged[col] == merged[col + "_other"]).all(), col
-
-
 def test_subsets_and_reorderings_of_the_grid_give_the_same_numbers(small_run):
     full = pd.read_csv(small_run / "results/results.csv", dtype=str)
     cfg = replace(StudyConfig(), batch_sizes=(8,), gammas=(12, 4), quality_modes=("bimodal",),
                   serving_modes=("continuous_refill",))
-    assert_fresh_rows_match(cfg, full, 2)
+    assert_rows_match(run.run_grid(cfg, FlatCostModel(0.2)), full, 2)
 
 
 def test_committed_results_are_what_the_code_regenerates():
@@ -117,4 +105,4 @@ def test_committed_results_are_what_the_code_regenerates():
     committed = pd.read_csv(path, dtype=str)
     cfg = replace(StudyConfig(), batch_sizes=(4,), gammas=(2, 8), quality_modes=("heterogeneous",),
                   serving_modes=("static_batch",))
-    assert_fresh_rows_match(cfg, committed[committed.scenario == "reference"], 2)
+    assert_rows_match(run.run_grid(cfg, FlatCostModel(0.2)), committed[committed.scenario == "reference"], 2)

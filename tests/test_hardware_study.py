@@ -9,6 +9,7 @@ import run
 from src import hardware_report, hardware_study
 from src.acceptance import expected_tokens_per_step
 from src.scenario import default_hardware_scenario
+from tests.helpers import assert_rows_match
 
 SCENARIO = "configs/scenarios/h100-llama8b-1b.toml"
 
@@ -115,3 +116,16 @@ def test_vllm_config_json_round_trips():
     s = {"max_gamma": 3, "ranges": {"1-16": 3, "17-128": 0}}
     assert json.loads(hardware_report.vllm_config_json(s)) == {
         "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": {"1-16": 3, "17-128": 0}}
+
+
+def test_committed_hardware_results_are_what_the_code_regenerates():
+    """Rows of the default hardware scenario in the committed results.csv match a fresh run."""
+    import os
+    from dataclasses import replace
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    committed = pd.read_csv(os.path.join(root, "results", "results.csv"), dtype=str)
+    sc = default_hardware_scenario()
+    committed = committed[(committed.scenario == sc.name) & (committed.engine_profile == "vllm-2024")]
+    cfg = replace(sc.study, batch_sizes=(16,), gammas=(3,), quality_modes=("bimodal",))
+    assert_rows_match(run.run_grid(cfg, sc.cost_model("vllm-2024")), committed, 1)
