@@ -1,5 +1,4 @@
 """The whole pipeline: files, their contents, the summary's answers, determinism, subset-invariance."""
-import io
 import os
 from dataclasses import replace
 
@@ -7,7 +6,6 @@ import pandas as pd
 import pytest
 
 import run
-from src import analysis
 from src.config import StudyConfig
 from src.costmodel import FlatCostModel
 from tests.helpers import assert_rows_match
