@@ -12,6 +12,7 @@ import pandas as pd
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from src import published_checks  # noqa: E402
 from src.analysis import readme_headline, readme_hardware_headline, replace_block, seed_comparison, write_atomic  # noqa: E402
 
 
@@ -22,7 +23,9 @@ def blocks(root: str = ROOT) -> dict:
     comparison = pd.read_csv(os.path.join(root, "results", "verification_comparison.csv"))
     return {("README.md", "headline"): readme_headline(df, comparison),
             ("design.md", "seed-comparison"): seed_comparison(df),
-            ("README.md", "hardware-headline"): readme_hardware_headline(hw)}
+            ("README.md", "hardware-headline"): readme_hardware_headline(hw),
+            ("design.md", "published-checks"): published_checks.markdown(published_checks.magicdec(),
+                                                                        published_checks.vllm_blog())}
 
 
 def main() -> int:

@@ -43,6 +43,17 @@ def _engines(df):
     return list(dict.fromkeys(df.engine_profile))
 
 
+def largest_fitting_batch(scenario, limit: int = 8192) -> int:
+    """Largest batch whose weights and KV cache fit with every sequence at its longest (bisection)."""
+    cost = scenario.cost_model(scenario.engine_profiles[0])
+    tokens = scenario.max_tokens_per_seq()
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if cost.kv_fits(mid, tokens)[0] else (lo, mid - 1)
+    return lo
+
+
 def best_rows(sim: pd.DataFrame) -> pd.DataFrame:
     """Best gamma per (engine, quality mode, serving mode, batch); schedule_gamma 0 where none beats 1."""
     return hardware_study.best_gamma(sim, ["engine_profile", "quality_mode", "serving_mode", "batch_size"])
@@ -95,6 +106,8 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
                f"draft {draft} (draft TP {sc.draft_tp}){budget}")
     for name in engine_names:
         out.append(f"  engine       {name}: {engines[name].description}")
+    out.append(f"  memory       {gpu.memory_gb:g} GB per GPU; the largest batch whose KV cache fits with every sequence at its "
+               f"longest ({sc.max_tokens_per_seq()} tokens) is {largest_fitting_batch(sc)}")
     out.append(f"  context      prompts {describe_length(cfg.prompt_len)}; outputs {describe_length(cfg.output_len)}; "
                f"the KV cache grows as tokens")
     out.append(f"               are generated (mean context during decoding {hw['mean_context']:.0f} tokens)")
