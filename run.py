@@ -126,25 +126,37 @@ def mean_tokens(seed: int, dist) -> float:
     return float(sample_lengths(stream(seed, "mean-length", repr(dist)), dist, (100_000,)).mean())
 
 
-def run_scenario(scenario: Scenario, progress=None, say=lambda msg: None) -> dict:
+def engine_grid(scenario: Scenario, engine: str, progress=None) -> pd.DataFrame:
+    """The scenario's grid under one engine profile (a top-level function, so a worker can run it)."""
+    df = run_grid(scenario.study, scenario.cost_model(engine), progress=progress)
+    df.insert(0, "engine_profile", engine)
+    return df
+
+
+def run_scenario(scenario: Scenario, progress=None, say=lambda msg: None, workers: int = 1) -> dict:
     """Simulate a hardware scenario under each of its engine profiles, plus the steady-state sweeps.
 
-    Returns {"scenario", "results" (one row per grid point and engine profile), "steady" (closed-form
-    speedups over batch x gamma x context), "breakdown" (step times at the mean context)}.
+    With workers > 1 the engine profiles' grids run in parallel processes (same numbers: every grid
+    point has its own random stream). Returns {"scenario", "results" (one row per grid point and
+    engine profile), "steady" (closed-form speedups over batch x gamma x context), "breakdown"
+    (step times at the mean context)}.
     """
     cfg = scenario.study
-    results, steady, breakdown = [], [], []
+    say(f"scenario {scenario.name}: {len(scenario.engine_profiles)} engine profiles x "
+        f"{len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)} grid points")
+    if workers > 1 and len(scenario.engine_profiles) > 1:
+        with ProcessPoolExecutor(max_workers=min(workers, len(scenario.engine_profiles))) as pool:
+            grids = list(pool.map(engine_grid, [scenario] * len(scenario.engine_profiles), scenario.engine_profiles))
+    else:
+        grids = [engine_grid(scenario, e, progress) for e in scenario.engine_profiles]
+    steady, breakdown = [], []
     mean_context = mean_tokens(cfg.seed, cfg.prompt_len) + mean_tokens(cfg.seed, cfg.output_len) / 2
     omega = {m: {g: hardware_study.effective_tokens_per_step(
         sample_alpha(stream(cfg.seed, "omega", m), cfg.alpha_modes[m], (20_000,)), g) for g in cfg.gammas}
         for m in cfg.quality_modes}
+    results = grids
     for engine in scenario.engine_profiles:
         cost = scenario.cost_model(engine)
-        say(f"scenario {scenario.name}, engine {engine}: "
-            f"{len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)} grid points")
-        df = run_grid(cfg, cost, progress=progress)
-        df.insert(0, "engine_profile", engine)
-        results.append(df)
         for ctx in CONTEXTS_TOKENS + (int(round(mean_context)),):
             times = hardware_study.step_times_ms(cost, sorted(set(STEADY_BATCHES) | set(cfg.batch_sizes)),
                                                  cfg.gammas, ctx)
@@ -169,10 +181,10 @@ def run_scenario(scenario: Scenario, progress=None, say=lambda msg: None) -> dic
             "breakdown": pd.DataFrame(breakdown), "mean_context": mean_context}
 
 
-def hardware_job(scenario: Scenario, quiet: bool) -> dict:
+def hardware_job(scenario: Scenario, quiet: bool, workers: int = 1) -> dict:
     """run_scenario plus its plots, rendered where it ran (so a worker process returns PNG bytes)."""
     say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr))
-    hw = run_scenario(scenario, progress=_progress_printer(quiet), say=say)
+    hw = run_scenario(scenario, progress=_progress_printer(quiet), say=say, workers=workers)
     hw["plots"] = analysis.render_hardware_plots(hw)
     return hw
 
@@ -316,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                                ignore_index=True)
     hardware = None
     if scenario is not None:
-        hardware = pending.result() if pending else hardware_job(scenario, args.quiet)
+        hardware = pending.result() if pending else hardware_job(scenario, args.quiet, workers=os.cpu_count() or 1)
     if pool:
         pool.shutdown()
     paths = analysis.write_outputs(out, cfg, reference, comparison, cost, hardware)
