@@ -6,6 +6,7 @@ raises `ConfigError` naming the field and what is allowed. Nothing downstream re
 """
 from __future__ import annotations
 
+import argparse
 import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -18,6 +19,13 @@ VERIFICATION_POLICIES = ("ragged", "lockstep")
 MAX_BATCH_SIZE = 4096  # vLLM's largest default max_num_seqs-scale batch; beyond is not a serving batch
 MAX_GAMMA = 64  # no engine speculates deeper; acceptance^65 is ~0 for any alpha < 0.95
 ALPHA_CLIP = (0.001, 0.999)  # sampled alphas are clipped here so every request has 0 < alpha < 1
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (and exit code 2), like every other bad input."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
 class ConfigError(ValueError):
@@ -253,14 +261,25 @@ def parse_length_distribution(name: str, table: Any) -> LengthDistribution:
     return LognormalLength(median, sigma, low, high)
 
 
-def load_toml(path: str) -> dict:
+def read_toml(path, field_name: str) -> dict:
+    """A TOML file as a dict; ConfigError(field_name, ...) when it cannot be read or parsed."""
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
-        raise ConfigError("--config", f"file not found: {path}") from None
+        raise ConfigError(field_name, f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(field_name, f"{path} is a folder; expected a TOML file") from None
+    except OSError as e:
+        raise ConfigError(field_name, f"cannot read {path} ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(field_name, f"{path} is not UTF-8 text; expected a TOML file") from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError("--config", f"{path} is not valid TOML ({e})") from None
+        raise ConfigError(field_name, f"{path} is not valid TOML ({e})") from None
+
+
+def load_toml(path: str) -> dict:
+    return read_toml(path, "--config")
 
 
 def build_config(overrides: Mapping[str, Any], base: StudyConfig | None = None) -> StudyConfig:

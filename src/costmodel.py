@@ -348,6 +348,8 @@ def load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
                 data = tomllib.load(fh)
         except tomllib.TOMLDecodeError as exc:
             raise CostModelInputError(f"presets: {path} is not valid TOML ({exc})") from None
+        except (OSError, UnicodeDecodeError):
+            raise CostModelInputError(f"presets: cannot read {path} as a TOML text file") from None
         unknown = sorted(set(data) - {"gpus", "models", "params", "allreduce"})
         if unknown:
             raise CostModelInputError(
@@ -398,9 +400,10 @@ def check_tp(model: ModelSpec, tp: int, field_name: str = "tp") -> int:
     if model.n_heads % tp or model.n_kv_heads % tp:
         allowed = [d for d in range(1, model.n_kv_heads + 1)
                    if model.n_kv_heads % d == 0 and model.n_heads % d == 0]
+        failing = " and ".join(f"{name}={n}" for name, n in (("n_heads", model.n_heads), ("n_kv_heads", model.n_kv_heads))
+                               if n % tp)
         raise CostModelInputError(
-            f"{field_name}: {tp} does not divide n_heads={model.n_heads} and "
-            f"n_kv_heads={model.n_kv_heads} of {model.model_id}; allowed: "
+            f"{field_name}: {tp} does not divide {failing} of {model.model_id}; allowed: "
             f"{', '.join(map(str, allowed))}")
     return tp
 
@@ -612,6 +615,12 @@ def memory_usable_bytes(gpu: GpuSpec, params: CostModelParams) -> float:
 
 
 def _raise_does_not_fit(gpu, params, what, need_bytes, weight_bytes, kv_tokens):
+    usable = memory_usable_bytes(gpu, params)
+    if weight_bytes > usable:  # no batch or context can fit: the weights alone are too large
+        raise CostModelInputError(
+            f"tp: {what} has {weight_bytes / 1e9:.1f} GB of weights per GPU but {gpu.gpu_id} has "
+            f"{usable / 1e9:.1f} GB usable ({gpu.memory_gb:g} GB minus {params.memory_reserve_fraction:.0%} "
+            "reserve); allowed: a larger tp")
     raise CostModelInputError(
         f"batch/context: {what} needs {need_bytes / 1e9:.1f} GB per GPU (weights "
         f"{weight_bytes / 1e9:.1f} GB + KV cache of {int(kv_tokens)} tokens "
@@ -636,7 +645,7 @@ class EngineProfile:
 
         target pass (greedy decode, t = 1, or verification, t = gamma + 1):
             overhead = step_cpu_fixed_ms + step_cpu_per_seq_ms S
-                       + [t > 1] ( (rejection_sampling_per_seq_ms + kv_bookkeeping_per_seq_ms) S
+                       + [t > 1] ( (rejection_sampling_per_position_ms t + kv_bookkeeping_per_seq_ms) S
                                    + [scoring_batch_expansion] step_cpu_per_seq_ms S (t - 1)
                                    + verification_attention_slowdown_factor attn' - attn(S, t, C) )
             attn' = attn(S, t, C), or with scoring_batch_expansion the attention of S t
@@ -661,7 +670,7 @@ class EngineProfile:
     draft_pass_cpu_fixed_ms: float  # CPU per draft-model / EAGLE pass independent of batch (launch + sampler), ms
     draft_pass_cpu_per_seq_ms: float  # CPU per draft pass per active sequence, ms
     ngram_pass_cpu_ms: float  # CPU of one prompt-lookup (n-gram) proposal pass, ms
-    rejection_sampling_per_seq_ms: float  # rejection sampler per sequence per speculative step, ms
+    rejection_sampling_per_position_ms: float  # rejection sampler per verified position (gamma + 1 per sequence), ms
     kv_bookkeeping_per_seq_ms: float  # KV slots for gamma+1 positions + rollback of rejected ones, per sequence per step, ms
     draft_catchup_positions_per_seq: int  # extra positions in the first draft pass of a step (draft re-reads committed tokens)
     verification_attention_slowdown_factor: float  # attention time of a verification pass / that of a decode-style kernel (>= 1)
@@ -672,7 +681,7 @@ class EngineProfile:
         """True when every overhead term is zero (the GPU-physics bound)."""
         return (self.step_cpu_fixed_ms == self.step_cpu_per_seq_ms == self.draft_pass_cpu_fixed_ms
                 == self.draft_pass_cpu_per_seq_ms == self.ngram_pass_cpu_ms
-                == self.rejection_sampling_per_seq_ms == self.kv_bookkeeping_per_seq_ms == 0.0
+                == self.rejection_sampling_per_position_ms == self.kv_bookkeeping_per_seq_ms == 0.0
                 and self.draft_catchup_positions_per_seq == 0 and not self.scoring_batch_expansion
                 and self.verification_attention_slowdown_factor == 1.0)
 
@@ -688,7 +697,7 @@ class EngineProfile:
             draft_pass_cpu_fixed_ms=params.draft_pass_cpu_fixed_ms,
             draft_pass_cpu_per_seq_ms=params.draft_pass_cpu_per_seq_ms,
             ngram_pass_cpu_ms=params.ngram_pass_cpu_ms,
-            rejection_sampling_per_seq_ms=0.0,
+            rejection_sampling_per_position_ms=0.0,
             kv_bookkeeping_per_seq_ms=0.0,
             draft_catchup_positions_per_seq=0,
             verification_attention_slowdown_factor=1.0,
@@ -698,7 +707,7 @@ class EngineProfile:
 IDEAL_ENGINE = EngineProfile(
     name="ideal", description="no CPU, launch or implementation overhead: the GPU-physics bound",
     step_cpu_fixed_ms=0.0, step_cpu_per_seq_ms=0.0, draft_pass_cpu_fixed_ms=0.0,
-    draft_pass_cpu_per_seq_ms=0.0, ngram_pass_cpu_ms=0.0, rejection_sampling_per_seq_ms=0.0,
+    draft_pass_cpu_per_seq_ms=0.0, ngram_pass_cpu_ms=0.0, rejection_sampling_per_position_ms=0.0,
     kv_bookkeeping_per_seq_ms=0.0, draft_catchup_positions_per_seq=0,
     verification_attention_slowdown_factor=1.0, scoring_batch_expansion=False)
 
@@ -717,6 +726,8 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE) -> dict[str, E
             data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise CostModelInputError(f"engines: {path} is not valid TOML ({exc})") from None
+    except (OSError, UnicodeDecodeError):
+        raise CostModelInputError(f"engines: cannot read {path} as a TOML text file") from None
     unknown = sorted(set(data) - {"engines"})
     if unknown:
         raise CostModelInputError(
@@ -1098,7 +1109,7 @@ class HardwareCostModel:
         e = self._engine
         verify = t > 1
         per_seq = e.step_cpu_per_seq_ms + verify * (
-            e.rejection_sampling_per_seq_ms + e.kv_bookkeeping_per_seq_ms)
+            e.rejection_sampling_per_position_ms * t + e.kv_bookkeeping_per_seq_ms)
         if e.scoring_batch_expansion:  # every verified position is a sequence of its own
             per_seq = per_seq + verify * (e.step_cpu_per_seq_ms * (t - 1))
         overhead = np.where(n_seqs > 0, e.step_cpu_fixed_ms, 0.0) + n_seqs * per_seq

@@ -29,14 +29,15 @@ the largest batch at the longest prompt + output + gamma + 1 tokens (named `stud
 """
 from __future__ import annotations
 
-import tomllib
+import re
+
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from src.config import (
     ConfigError, FixedLength, LengthDistribution, LognormalLength, StudyConfig, UniformLength,
-    build_config, check_keys,
+    build_config, check_keys, read_toml,
 )
 from src.costmodel import (
     CostModelInputError, EngineProfile, HardwareCostModel, IDEAL_ENGINE, check_tp,
@@ -130,6 +131,8 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     check_keys("scenario", table, SCENARIO_KEYS, REQUIRED_KEYS)
     presets = load_presets()
     name = _string("name", table["name"])
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):  # it names the output folder runs/NAME
+        raise ConfigError("scenario.name", f"{name!r} is not a plain file name; allowed: letters, digits, '.', '_', '-'")
     description = table.get("description", "")
     if not isinstance(description, str):
         raise ConfigError("scenario.description", f"expected a string, got {description!r}")
@@ -230,14 +233,7 @@ def check_memory(scenario: Scenario) -> None:
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario TOML file; ConfigError naming the key on any bad input."""
     path = Path(path)
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError("--scenario", f"file not found: {path}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("--scenario", f"{path} is not valid TOML ({e})") from None
-    return scenario_from_dict(data, source_path=str(path))
+    return scenario_from_dict(read_toml(path, "--scenario"), source_path=str(path))
 
 
 def scenario_files(directory: str | Path = SCENARIOS_DIR) -> list[Path]:

@@ -16,7 +16,12 @@ import csv
 import io
 import sys
 
-from src.costmodel import CostModelInputError, forward_pass_breakdown, load_presets
+import numpy as np
+
+from src.costmodel import (
+    CostModelInputError, HardwareCostModel, forward_pass_breakdown, load_engine_profiles, load_presets,
+)
+from src.config import OneLineArgumentParser
 
 COLUMNS = ("batch", "positions", "tokens", "total_ms", "layers_non_attention_ms", "attention_ms",
            "lm_head_ms", "communication_ms", "overhead_ms", "bound")
@@ -46,7 +51,7 @@ def _int_list(flag: str, text: str, minimum: int) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = OneLineArgumentParser(
         prog="python run.py step-time",
         description="Per-component time of one target forward pass (hardware cost model, ms).")
     ap.add_argument("--gpu", required=True, help="GPU preset id, e.g. h100-sxm")
@@ -59,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tokens already cached per sequence (default 2048)")
     ap.add_argument("--presets", action="append", default=[], metavar="FILE.toml",
                     help="extra preset file merged over the built-ins (repeatable)")
+    ap.add_argument("--engine", default=None,
+                    help="engine profile of src/presets/engines.toml (ideal, vllm-2024) whose overhead goes in "
+                         "overhead_ms, verification extras included for positions > 1; default: the "
+                         "CostModelParams CPU figures (decode-step CPU only)")
     ap.add_argument("--csv", action="store_true", help="print CSV instead of an aligned table")
     return ap
 
@@ -75,16 +84,26 @@ def _rows(args) -> list[dict]:
     presets = load_presets(args.presets)
     gpu = presets.gpu(args.gpu)
     model = presets.model(args.model)
+    engine = None
+    if args.engine is not None:
+        profiles = load_engine_profiles()
+        if args.engine not in profiles:
+            raise _UsageError(f"--engine: unknown '{args.engine}'; allowed: {', '.join(sorted(profiles))}")
+        engine = HardwareCostModel.from_presets(args.gpu, args.model, tp=tp, preset_paths=args.presets,
+                                                engine=profiles[args.engine])
     rows = []
     for b in batches:
         for t in positions:
             r = forward_pass_breakdown(gpu, model, tp, b, t, context[0], presets.params,
                                        presets.allreduce)
+            overhead = r.overhead_ms
+            if engine is not None:  # the profile's overhead of this target pass
+                overhead = float(engine.target_pass_parts(np.ones((1, b), bool), t, np.full((1, b), context[0]))[1][0])
             rows.append({"batch": b, "positions": t, "tokens": r.tokens,
-                         "total_ms": r.total_ms,
+                         "total_ms": r.total_ms - r.overhead_ms + overhead,
                          "layers_non_attention_ms": r.layers_non_attention_ms,
                          "attention_ms": r.attention_ms, "lm_head_ms": r.lm_head_ms,
-                         "communication_ms": r.communication_ms, "overhead_ms": r.overhead_ms,
+                         "communication_ms": r.communication_ms, "overhead_ms": overhead,
                          "bound": r.bound})
     return rows
 

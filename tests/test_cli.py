@@ -115,3 +115,25 @@ def test_example_config_is_valid():
     root = os.path.dirname(os.path.dirname(__file__))
     cfg = run.config_from_args(run.make_parser().parse_args(["--config", os.path.join(root, "configs", "example.toml")]))
     assert "measured_chat" in cfg.quality_modes and "code_and_chat" in cfg.quality_modes
+
+
+def test_unreadable_inputs_and_unwritable_out_are_one_line_exit_2(tmp_path, capsys):
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe\x00\x01")
+    cases = [(["--config", str(tmp_path)], "--config", "is a folder"),
+             (["--config", str(binary)], "--config", "not UTF-8"),
+             (["--scenario", str(tmp_path)], "--scenario", "is a folder"),
+             (["--scenario", str(binary)], "--scenario", "not UTF-8"),
+             (["--out", "/dev/null/x"], "--out", "cannot create or write")]
+    for argv, field, text in cases:
+        out_args = [] if "--out" in argv else ["--out", str(tmp_path / "out")]
+        assert run.main(argv + out_args + ["--quiet"]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"error: {field}: ") and text in err, err
+        assert not (tmp_path / "out").exists()
+
+
+def test_batch_size_the_hardware_scenario_cannot_hold_names_the_option(tmp_path, capsys):
+    assert run.main(["--batch-sizes", "1,256", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --batch-sizes: ") and "--scenario reference" in err

@@ -127,7 +127,7 @@ def test_bad_tp(tmp_path):
 
 def test_model_that_does_not_fit(tmp_path):
     _raises("scenario.tp", _write(tmp_path, GOOD.replace("llama-3.1-8b", "llama-3.1-70b")),
-            "needs")  # 141 GB of weights on one 80 GB GPU
+            "of weights per GPU")  # 141 GB of weights on one 80 GB GPU
     msg = _raises("study.batch_sizes", _write(tmp_path, GOOD, "batch_sizes = [1, 256]\n"),
                   "allowed: batch sizes up to 140")
     assert "GB" in msg
@@ -208,7 +208,7 @@ def test_target_overheads_add_as_documented():
     assert decode == pytest.approx(e.step_cpu_fixed_ms + e.step_cpu_per_seq_ms * S)
     t = 5
     verify = cost.target_pass_parts(active, t, ctx)[1][0]
-    cpu = e.step_cpu_fixed_ms + S * (e.step_cpu_per_seq_ms * t + e.rejection_sampling_per_seq_ms
+    cpu = e.step_cpu_fixed_ms + S * (e.step_cpu_per_seq_ms * t + e.rejection_sampling_per_position_ms * t
                                      + e.kv_bookkeeping_per_seq_ms)
     expanded = cost._attention_pnorm_ms(cost._target_c, np.array([S * t]), np.array([S * t]), 1,
                                         np.array([t * C + S * t * (t - 1) / 2]))[0]
@@ -218,7 +218,7 @@ def test_target_overheads_add_as_documented():
     # without batch expansion: factor x plain attention, per-sequence CPU once
     plain = replace(e, scoring_batch_expansion=False, verification_attention_slowdown_factor=1.5)
     v2 = _cost("ngram", plain).target_pass_parts(active, t, ctx)[1][0]
-    cpu2 = e.step_cpu_fixed_ms + S * (e.step_cpu_per_seq_ms + e.rejection_sampling_per_seq_ms
+    cpu2 = e.step_cpu_fixed_ms + S * (e.step_cpu_per_seq_ms + e.rejection_sampling_per_position_ms * t
                                       + e.kv_bookkeeping_per_seq_ms)
     assert v2 == pytest.approx(cpu2 + 0.5 * _attn(cost, S, t, C), rel=1e-9)
 
@@ -307,3 +307,7 @@ def test_engine_call_stays_cheap():
 
 def test_default_table_is_a_plain_document():
     assert set(DEFAULT_SCENARIO_TABLE) == {"scenario", "study"}
+
+
+def test_scenario_name_must_be_a_plain_file_name(tmp_path):
+    _raises("scenario.name", _write(tmp_path, GOOD.replace('name = "', 'name = "../')), "plain file name")

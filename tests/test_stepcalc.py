@@ -83,7 +83,10 @@ def test_user_presets_file(capsys, tmp_path):
     (["--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--positions", "-1"],
      "error: --positions: "),
     (["--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--context", "-3"], "error: --context: "),
-    (["--gpu", "h100-sxm", "--model", "llama-3.1-70b"], "error: --batch/--context: "),
+    (["--gpu", "h100-sxm", "--model", "llama-3.1-70b"], "error: --tp: "),
+    (["--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--batch", "512", "--context", "8192"],
+     "error: --batch/--context: "),
+    (["--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--engine", "turbo"], "error: --engine: "),
     (["--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--presets", "/no/such.toml"],
      "error: --presets: "),
 ])
@@ -109,3 +112,16 @@ def test_argparse_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
         stepcalc.main(["--model", "llama-3.1-8b"])  # --gpu missing
     assert info.value.code == 2
+
+
+def test_engine_option_reports_that_profiles_overhead(capsys):
+    from src.scenario import default_hardware_scenario
+
+    def overhead(engine):
+        assert stepcalc.main(["--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--batch", "64", "--positions", "5",
+                     "--context", "1616", "--engine", engine, "--csv"]) == 0
+        return float(capsys.readouterr().out.splitlines()[1].split(",")[8])
+
+    assert overhead("ideal") == 0.0
+    bd = default_hardware_scenario().cost_model("vllm-2024").step_breakdown(64, 4, 1616)
+    assert overhead("vllm-2024") == pytest.approx(bd.verify_overhead_ms, abs=1e-3)
