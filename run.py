@@ -21,8 +21,10 @@ import pandas as pd
 
 from src import analysis, hardware_study
 from src.baseline import simulate_greedy
-from src.config import ConfigError, StudyConfig, alpha_mode_label, build_config, load_toml
-from src.costmodel import CostModel, FlatCostModel
+from src.config import (
+    ConfigError, OneLineArgumentParser, StudyConfig, alpha_mode_label, build_config, load_toml,
+)
+from src.costmodel import CostModel, FlatCostModel, load_engine_profiles
 from src.metrics import grid_point_metrics
 from src.serving import concat_stats
 from src.scenario import Scenario, check_memory, default_hardware_scenario, load_scenario
@@ -166,19 +168,38 @@ def run_scenario(scenario: Scenario, progress=None, say=lambda msg: None, worker
                 t["speedup"] = hardware_study.steady_state_speedups(t, omega[m])
                 steady.append(t)
         gamma_ref = analysis.reference_gamma(cfg.gammas)
+        profile = load_engine_profiles()[engine]
         for b in cfg.batch_sizes:
             parts = cost.step_breakdown(b, gamma_ref, int(round(mean_context)))
             breakdown.append({"engine_profile": engine, "batch_size": b, "gamma": gamma_ref,
                               "context_len_tokens": parts.context_len_tokens, **{
                                   k: getattr(parts, k) for k in ("decode_physics_ms", "decode_overhead_ms",
                                                                  "verify_physics_ms", "verify_overhead_ms",
-                                                                 "draft_physics_ms", "draft_overhead_ms")}})
+                                                                 "draft_physics_ms", "draft_overhead_ms")},
+                              **hardware_study.overhead_split_ms(scenario, profile, b, gamma_ref,
+                                                                 int(round(mean_context)))})
+    # where the large-batch loss comes from: closed-form best-gamma speedup at the largest batch as
+    # each mechanism of each engine profile is added (physics only first)
+    attribution = []
+    b_hi, ctx = max(cfg.batch_sizes), int(round(mean_context))
+    for engine in scenario.engine_profiles:
+        variants = [("physics only", load_engine_profiles()["ideal"])]
+        variants += [(f"+ {part}", v) for part, v in hardware_study.overhead_variants(load_engine_profiles()[engine])]
+        for label, variant in variants:
+            times = hardware_study.step_times_ms(scenario.cost_model(variant), [b_hi], cfg.gammas, ctx)
+            for m in cfg.quality_modes:
+                t = times.assign(speedup=hardware_study.steady_state_speedups(times, omega[m]))
+                best = t.loc[t.speedup.idxmax()]
+                attribution.append({"engine_profile": engine, "quality_mode": m, "batch_size": b_hi,
+                                    "context_len_tokens": ctx, "variant": label, "gamma": int(best.gamma),
+                                    "speedup": float(best.speedup)})
     results = pd.concat(results, ignore_index=True)
     results.insert(0, "scenario", scenario.name)
     results["greedy_throughput_tokens_per_s"] = 1000 * results.greedy_throughput_tokens_per_time_unit
     results["speculative_throughput_tokens_per_s"] = 1000 * results.speculative_throughput_tokens_per_time_unit
     return {"scenario": scenario, "results": results, "steady": pd.concat(steady, ignore_index=True),
-            "breakdown": pd.DataFrame(breakdown), "mean_context": mean_context}
+            "breakdown": pd.DataFrame(breakdown), "attribution": pd.DataFrame(attribution),
+            "mean_context": mean_context}
 
 
 def hardware_job(scenario: Scenario, quiet: bool, workers: int = 1) -> dict:
@@ -189,14 +210,9 @@ def hardware_job(scenario: Scenario, quiet: bool, workers: int = 1) -> dict:
     return hw
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse prints usage + message otherwise)
-        self.exit(2, f"error: {message} (see python run.py --help)\n")
-
-
 def make_parser() -> argparse.ArgumentParser:
     d = StudyConfig()
-    p = _OneLineParser(
+    p = OneLineArgumentParser(
         prog="python run.py",
         description="Simulate speculative vs greedy decoding over a grid of batch sizes, gammas, draft-quality "
                     "modes and serving modes; write results/results.csv, results/summary.txt and plots/.",
@@ -232,8 +248,9 @@ def config_from_args(args: argparse.Namespace) -> StudyConfig:
     """Defaults, then --config, then options; raises ConfigError naming the file key or option."""
     cfg = StudyConfig()
     if args.config:
+        raw = load_toml(args.config)
         try:
-            cfg = build_config(load_toml(args.config), cfg)
+            cfg = build_config(raw, cfg)
         except ConfigError as e:
             raise ConfigError(f"--config {args.config}", str(e)) from None
     overrides = {f: getattr(args, f) for f in OPTION_FIELDS if getattr(args, f) is not None}
@@ -253,9 +270,15 @@ def config_from_args(args: argparse.Namespace) -> StudyConfig:
 
 
 def _check_out_dir(out: str) -> None:
+    """Refuse an output folder that is a file or cannot be written, before any simulation runs."""
     for path in (out, os.path.join(out, "results"), os.path.join(out, "plots")):
         if os.path.exists(path) and not os.path.isdir(path):
             raise ConfigError("--out", f"{path} exists and is not a folder")
+    probe = out
+    while not os.path.exists(probe):  # the nearest existing ancestor must be a writable folder
+        probe = os.path.dirname(os.path.abspath(probe))
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError("--out", f"cannot create or write {out} ({probe} is not a writable folder)")
 
 
 def _progress_printer(quiet: bool):
@@ -280,14 +303,28 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig) -> Scenario |
     try:
         scenario = default_hardware_scenario() if args.scenario is None else load_scenario(args.scenario)
     except ConfigError as e:
+        if e.field_name == "--scenario":  # the file itself could not be read
+            raise
         raise ConfigError(f"--scenario {args.scenario}", str(e)) from None
-    overrides = {f: getattr(cfg, f) for f in ("batch_sizes", "gammas", "serving_modes", "verification", "seed")
-                 if getattr(args, f) is not None}
-    if args.quality_modes is not None or args.alpha is not None:
-        overrides["alpha_modes"], overrides["quality_modes"] = dict(cfg.alpha_modes), cfg.quality_modes
+    # fields set on the command line or in --config apply to the scenario's grid too; draft_cost
+    # belongs to the flat cost model and does not
+    explicit = set(load_toml(args.config)) if args.config else set()
+    explicit |= {f for f in OPTION_FIELDS if getattr(args, f) is not None}
+    if args.alpha is not None:
+        explicit |= {"alpha_modes", "quality_modes"}
+    if explicit & {"alpha_modes", "quality_modes"}:
+        explicit |= {"alpha_modes", "quality_modes"}
+    overrides = {f: getattr(cfg, f) for f in sorted(explicit - {"draft_cost"})}
     if overrides:
         scenario = replace(scenario, study=replace(scenario.study, **overrides))
-        check_memory(scenario)
+        try:
+            check_memory(scenario)
+        except ConfigError as e:
+            if args.scenario is not None:
+                raise
+            raise ConfigError("--batch-sizes", f"{str(e).split(': ', 1)[1]}. The default run also simulates the "
+                                               f"hardware scenario {scenario.name}; use --scenario reference to run "
+                                               "the flat-cost study alone") from None
     return scenario
 
 

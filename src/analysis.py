@@ -179,8 +179,8 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
                                for b in batches])
         out.append(table(["quality mode"] + [f"B={b}" for b in batches], rows, "   "))
     out.append("")
-    out.append("   Speedup by gamma at batch size 1 and at the largest batch (all serving modes); the last")
-    out.append("   column is Leviathan et al.'s closed form at the mode's mean alpha (batch 1, long outputs):")
+    out.append("   Speedup by gamma at batch size 1 and at the largest batch (all serving modes); the rows marked")
+    out.append("   'closed form' are Leviathan et al.'s formula at the mode's mean alpha (batch 1, long outputs):")
     rows = []
     for m in modes:
         for s in servings:
@@ -330,7 +330,8 @@ def plot_utilization_vs_batch(df: pd.DataFrame, gamma: int):
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("slot utilization (% of slot-steps active)")
     axes[0, 0].legend(fontsize=7, loc="lower left")
-    fig.suptitle("Slot utilization vs batch size: static batches idle finished slots, continuous refill does not")
+    fig.suptitle("Slot utilization vs batch size: a static batch idles finished slots until its last request ends; "
+                 "continuous refill\nrefills them while requests are queued (both idle slots in the final drain)")
     fig.tight_layout()
     return fig
 
@@ -346,13 +347,15 @@ def plot_divergence_penalty(df: pd.DataFrame):
                 sub = df[(df.quality_mode == m) & (df.serving_mode == s) & (df.batch_size == b)].sort_values("gamma")
                 ax.plot(sub.gamma, 100 * sub.divergence_penalty, ls, marker="o", ms=3, color=f"C{k}",
                         label=f"{m}, B={b}")
+                ax.fill_between(sub.gamma, 100 * sub.divergence_penalty_ci_low, 100 * sub.divergence_penalty_ci_high,
+                                color=f"C{k}", alpha=0.25)
         ax.set_title(s, fontsize=10)
         ax.set_xlabel("gamma (draft tokens proposed per step)")
         ax.set_xticks(gammas)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("divergence penalty (% of wall time on rejected drafts)")
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle("Time spent drafting tokens that are then rejected, vs gamma")
+    fig.suptitle("Time spent drafting tokens that are then rejected, vs gamma (95% CI bands)")
     fig.tight_layout()
     return fig
 
@@ -452,7 +455,10 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
         summary.append(hardware_report.summary_text(hardware, reference))
         for name, png in (hardware.get("plots") or render_hardware_plots(hardware)).items():
             files[os.path.join(plots, name)] = png
-    files[os.path.join(out_dir, "results", "results.csv")] = csv_bytes(pd.concat(results, ignore_index=True))
+    table = pd.concat(results, ignore_index=True)
+    first = ["scenario", "engine_profile", "time_unit"]  # same column order whichever parts ran
+    table = table[first + [c for c in table.columns if c not in first]]
+    files[os.path.join(out_dir, "results", "results.csv")] = csv_bytes(table)
     files[os.path.join(out_dir, "results", "summary.txt")] = ("\n\n".join(summary)).encode()
     for path, data in files.items():
         write_atomic(path, data)

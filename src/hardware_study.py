@@ -22,7 +22,9 @@ import numpy as np
 import pandas as pd
 
 from src.acceptance import expected_tokens_per_step
-from src.costmodel import CostModelInputError
+from dataclasses import replace
+
+from src.costmodel import CostModelInputError, EngineProfile
 
 
 def effective_tokens_per_step(alphas: np.ndarray, gamma: int) -> float:
@@ -129,3 +131,31 @@ def context_rules(best_by_batch_context: pd.DataFrame) -> list[tuple[int, int, i
         rules += [(per_batch[i][0], per_batch[j][0], lo, hi, g) for lo, hi, g in per_batch[i][1]]
         i = j + 1
     return rules
+
+
+# Cumulative engine-profile variants: each adds one mechanism of the profile on top of the previous,
+# so the overhead of a step splits into what each mechanism costs (H6 of the summary).
+OVERHEAD_PARTS = ("cpu", "draft_catchup", "batch_expansion", "attention_factor")
+
+
+def overhead_variants(profile: EngineProfile) -> list[tuple[str, EngineProfile]]:
+    """(part, profile with that part and the ones before it) for OVERHEAD_PARTS, in order: CPU and
+    per-sequence work alone; + the draft's catch-up pass; + batch-expansion scoring; + the
+    verification attention slowdown factor (= the full profile)."""
+    cpu_only = replace(profile, draft_catchup_positions_per_seq=0, scoring_batch_expansion=False,
+                       verification_attention_slowdown_factor=1.0)
+    with_catchup = replace(cpu_only, draft_catchup_positions_per_seq=profile.draft_catchup_positions_per_seq)
+    with_expansion = replace(with_catchup, scoring_batch_expansion=profile.scoring_batch_expansion)
+    return [("cpu", cpu_only), ("draft_catchup", with_catchup), ("batch_expansion", with_expansion),
+            ("attention_factor", profile)]
+
+
+def overhead_split_ms(scenario, profile: EngineProfile, batch: int, gamma: int, context: int) -> dict[str, float]:
+    """Engine overhead of one speculative step (draft + verification), ms, split into OVERHEAD_PARTS."""
+    split, previous = {}, 0.0
+    for part, variant in overhead_variants(profile):
+        bd = scenario.cost_model(variant).step_breakdown(batch, gamma, context)
+        total = bd.draft_overhead_ms + bd.verify_overhead_ms
+        split[f"overhead_{part}_ms"] = total - previous
+        previous = total
+    return split

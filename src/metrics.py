@@ -26,19 +26,22 @@ def ratio_ci(numerator: np.ndarray, denominator: np.ndarray, level: float) -> tu
 
 
 def grid_point_metrics(greedy: RunStats, spec: RunStats, batch_size: int, level: float) -> dict:
-    """One results.csv row's measured columns (definitions in design.md, "Metrics")."""
+    """One results.csv row's measured columns (definitions in design.md, "Metrics"). Every ratio
+    metric of the speculative run carries its own delta-method interval (`<metric>_ci_low/high`)."""
     speedup, low, high = ratio_ci(greedy.makespan, spec.makespan, level)
     n_requests = spec.requests * spec.makespan.size
     tokens = spec.committed_tokens.sum()
+    row = {"speedup": speedup, "speedup_ci_low": low, "speedup_ci_high": high}
+    for name, num, den in (
+        ("acceptance_rate", spec.accepted_drafts, spec.proposed_drafts),
+        ("tokens_per_step", spec.committed_tokens, spec.active_slot_steps),
+        ("slot_utilization", spec.active_slot_steps, batch_size * spec.steps),
+        ("divergence_penalty", spec.rejected_draft_time, spec.makespan),
+    ):
+        row[name], row[f"{name}_ci_low"], row[f"{name}_ci_high"] = ratio_ci(num, den, level)
     return {
-        "speedup": speedup,
-        "speedup_ci_low": low,
-        "speedup_ci_high": high,
-        "acceptance_rate": spec.accepted_drafts.sum() / spec.proposed_drafts.sum(),
-        "tokens_per_step": tokens / spec.active_slot_steps.sum(),
-        "slot_utilization": spec.active_slot_steps.sum() / (batch_size * spec.steps.sum()),
+        **row,
         "greedy_slot_utilization": greedy.active_slot_steps.sum() / (batch_size * greedy.steps.sum()),
-        "divergence_penalty": spec.rejected_draft_time.sum() / spec.makespan.sum(),
         "draft_time_share": spec.draft_time.sum() / spec.makespan.sum(),
         "greedy_throughput_tokens_per_time_unit": greedy.committed_tokens.sum() / greedy.makespan.sum(),
         "speculative_throughput_tokens_per_time_unit": tokens / spec.makespan.sum(),

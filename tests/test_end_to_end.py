@@ -43,7 +43,8 @@ def test_results_csv_has_one_row_per_grid_point_and_the_required_columns(small_r
     assert set(required) <= set(df.columns)
     assert not df.duplicated(["quality_mode", "serving_mode", "batch_size", "gamma"]).any()
     assert ((df.speedup_ci_high - df.speedup_ci_low) / 2 <= 0.02).all()
-    assert ((df.speedup_ci_low <= df.speedup) & (df.speedup <= df.speedup_ci_high)).all()
+    for metric in ("speedup", "acceptance_rate", "tokens_per_step", "slot_utilization", "divergence_penalty"):
+        assert ((df[f"{metric}_ci_low"] <= df[metric]) & (df[metric] <= df[f"{metric}_ci_high"])).all(), metric
     assert df.slot_utilization.between(0, 1).all() and df.divergence_penalty.between(0, 1).all()
     # throughput ratio on identical requests is the speedup
     ratio = df.speculative_throughput_tokens_per_time_unit / df.greedy_throughput_tokens_per_time_unit
