@@ -423,6 +423,31 @@ def reference_gamma(gammas) -> int:
     return min(gammas, key=lambda g: (abs(g - 4), g))
 
 
+def at_a_glance(reference: pd.DataFrame, hardware: pd.DataFrame) -> str:
+    """The opening block of summary.txt: best-gamma speedup by batch size under each cost model,
+    continuous refill, and the smallest batch from which no gamma beats greedy."""
+    from src import hardware_study
+    serving = "continuous_refill"
+    ref = reference[reference.serving_mode == serving].assign(engine_profile="flat (reference)")
+    hw = hardware[hardware.serving_mode == serving]
+    both = pd.concat([ref, hw.assign(engine_profile=hw.scenario + ", " + hw.engine_profile)], ignore_index=True)
+    if both.empty:
+        return ""
+    best = hardware_study.best_gamma(both, ["engine_profile", "quality_mode", "batch_size"])
+    batches = sorted(both.batch_size.unique())
+    shown = [b for b in batches if b in (1, 8, 64) or b == batches[-1]]
+    rows = []
+    for (cost, mode), sub in best.groupby(["engine_profile", "quality_mode"], sort=False):
+        sub = sub.set_index("batch_size").sort_index()
+        below = [b for b in sub.index if sub.loc[b, "speedup"] < 1.0]
+        rows.append([f"{cost}: {mode}"] + [f"{sub.loc[b, 'speedup']:.2f} (g{sub.loc[b, 'gamma']})" if b in sub.index else "-"
+                                    for b in shown]
+                    + [f"B={below[0]}" if below else f"never (to B={sub.index.max()})"])
+    return ("At a glance: best-gamma speedup over greedy, continuous refill (sections below give CIs and details)\n\n"
+            + table(["cost model: quality mode"] + [f"B={b}" for b in shown] + ["no gamma beats greedy from"], rows)
+            + "\n")
+
+
 def render_hardware_plots(hardware: dict) -> dict[str, bytes]:
     from src import hardware_report
     return {name: _png_bytes(plot(hardware)) for name, plot in hardware_report.PLOTS.items()}
@@ -455,6 +480,8 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
         summary.append(hardware_report.summary_text(hardware, reference))
         for name, png in (hardware.get("plots") or render_hardware_plots(hardware)).items():
             files[os.path.join(plots, name)] = png
+    if reference is not None and hardware is not None:
+        summary.insert(0, at_a_glance(reference, hardware["results"]))
     table = pd.concat(results, ignore_index=True)
     first = ["scenario", "engine_profile", "time_unit"]  # same column order whichever parts ran
     table = table[first + [c for c in table.columns if c not in first]]
