@@ -534,7 +534,7 @@ def readme_headline(df: pd.DataFrame, comparison: pd.DataFrame) -> str:
     if len(lock):
         text.append(f"- Lockstep verification at batch {b_hi}: speedup {lock.speedup.min():.2f}x to {lock.speedup.max():.2f}x "
                     f"(tokens per step {lock.tokens_per_step.min():.2f} to {lock.tokens_per_step.max():.2f}): "
-                    "the weakest request limits the batch only there.")
+                    "the weakest request limits the batch only under lockstep.")
     return "\n".join(text)
 
 
