@@ -22,7 +22,7 @@ import pandas as pd
 from src import analysis, hardware_study
 from src.baseline import simulate_greedy
 from src.config import (
-    ConfigError, OneLineArgumentParser, StudyConfig, alpha_mode_label, build_config, load_toml,
+    ConfigError, OneLineArgumentParser, StudyConfig, alpha_mode_label, build_config, check_alpha, load_toml,
 )
 from src.costmodel import CostModel, FlatCostModel, load_engine_profiles
 from src.metrics import grid_point_metrics
@@ -151,49 +151,44 @@ def run_scenario(scenario: Scenario, progress=None, say=lambda msg: None, worker
             grids = list(pool.map(engine_grid, [scenario] * len(scenario.engine_profiles), scenario.engine_profiles))
     else:
         grids = [engine_grid(scenario, e, progress) for e in scenario.engine_profiles]
-    steady, breakdown = [], []
+    steady, breakdown, attribution = [], [], []
     mean_context = mean_tokens(cfg.seed, cfg.prompt_len) + mean_tokens(cfg.seed, cfg.output_len) / 2
+    ctx_mean, b_hi = int(round(mean_context)), max(cfg.batch_sizes)
+    gamma_ref = analysis.reference_gamma(cfg.gammas)
     omega = {m: {g: hardware_study.effective_tokens_per_step(
         sample_alpha(stream(cfg.seed, "omega", m), cfg.alpha_modes[m], (20_000,)), g) for g in cfg.gammas}
         for m in cfg.quality_modes}
-    results = grids
+    profiles = load_engine_profiles()
+    physics_only = scenario.cost_model(profiles["ideal"])
     for engine in scenario.engine_profiles:
         cost = scenario.cost_model(engine)
-        for ctx in CONTEXTS_TOKENS + (int(round(mean_context)),):
+        for ctx in CONTEXTS_TOKENS + (ctx_mean,):
             times = hardware_study.step_times_ms(cost, sorted(set(STEADY_BATCHES) | set(cfg.batch_sizes)),
                                                  cfg.gammas, ctx)
             for m in cfg.quality_modes:
-                t = times.assign(engine_profile=engine, quality_mode=m,
-                                 mean_context=ctx == int(round(mean_context)))
+                t = times.assign(engine_profile=engine, quality_mode=m, mean_context=ctx == ctx_mean)
                 t["speedup"] = hardware_study.steady_state_speedups(t, omega[m])
                 steady.append(t)
-        gamma_ref = analysis.reference_gamma(cfg.gammas)
-        profile = load_engine_profiles()[engine]
+        variant_costs = hardware_study.overhead_variant_costs(scenario, profiles[engine])
         for b in cfg.batch_sizes:
-            parts = cost.step_breakdown(b, gamma_ref, int(round(mean_context)))
+            parts = cost.step_breakdown(b, gamma_ref, ctx_mean)
             breakdown.append({"engine_profile": engine, "batch_size": b, "gamma": gamma_ref,
                               "context_len_tokens": parts.context_len_tokens, **{
                                   k: getattr(parts, k) for k in ("decode_physics_ms", "decode_overhead_ms",
                                                                  "verify_physics_ms", "verify_overhead_ms",
                                                                  "draft_physics_ms", "draft_overhead_ms")},
-                              **hardware_study.overhead_split_ms(scenario, profile, b, gamma_ref,
-                                                                 int(round(mean_context)))})
-    # where the large-batch loss comes from: closed-form best-gamma speedup at the largest batch as
-    # each mechanism of each engine profile is added (physics only first)
-    attribution = []
-    b_hi, ctx = max(cfg.batch_sizes), int(round(mean_context))
-    for engine in scenario.engine_profiles:
-        variants = [("physics only", load_engine_profiles()["ideal"])]
-        variants += [(f"+ {part}", v) for part, v in hardware_study.overhead_variants(load_engine_profiles()[engine])]
-        for label, variant in variants:
-            times = hardware_study.step_times_ms(scenario.cost_model(variant), [b_hi], cfg.gammas, ctx)
+                              **hardware_study.overhead_split_ms(variant_costs, b, gamma_ref, ctx_mean)})
+        # where the large-batch loss comes from: closed-form best-gamma speedup at the largest batch
+        # as each mechanism of the engine profile is added to the physics
+        for label, variant_cost in [("physics only", physics_only)] + [(f"+ {p}", c) for p, c in variant_costs]:
+            times = hardware_study.step_times_ms(variant_cost, [b_hi], cfg.gammas, ctx_mean)
             for m in cfg.quality_modes:
                 t = times.assign(speedup=hardware_study.steady_state_speedups(times, omega[m]))
                 best = t.loc[t.speedup.idxmax()]
                 attribution.append({"engine_profile": engine, "quality_mode": m, "batch_size": b_hi,
-                                    "context_len_tokens": ctx, "variant": label, "gamma": int(best.gamma),
+                                    "context_len_tokens": ctx_mean, "variant": label, "gamma": int(best.gamma),
                                     "speedup": float(best.speedup)})
-    results = pd.concat(results, ignore_index=True)
+    results = pd.concat(grids, ignore_index=True)
     results.insert(0, "scenario", scenario.name)
     results["greedy_throughput_tokens_per_s"] = 1000 * results.greedy_throughput_tokens_per_time_unit
     results["speculative_throughput_tokens_per_s"] = 1000 * results.speculative_throughput_tokens_per_time_unit
@@ -258,7 +253,6 @@ def config_from_args(args: argparse.Namespace) -> StudyConfig:
         if args.alpha is not None:
             if args.quality_modes is not None:
                 raise ConfigError("--alpha", "use either --alpha or --quality-modes, not both")
-            from src.config import check_alpha
             a = check_alpha("--alpha", args.alpha)
             overrides["alpha_modes"] = {alpha_mode_label(a): {"kind": "point", "value": a}}
             overrides["quality_modes"] = [alpha_mode_label(a)]

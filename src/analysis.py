@@ -463,9 +463,7 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
     results, summary, files = [], [], {}
     plots = os.path.join(out_dir, "plots")
     if reference is not None:
-        results.append(reference.assign(time_unit=cost.time_unit)
-                       .pipe(lambda d: d.insert(0, "engine_profile", "flat") or d)
-                       .pipe(lambda d: d.insert(0, "scenario", "reference") or d))
+        results.append(reference.assign(scenario="reference", engine_profile="flat", time_unit=cost.time_unit))
         summary.append(summary_text(cfg, reference, comparison, cost.time_unit))
         files[os.path.join(out_dir, "results", "verification_comparison.csv")] = csv_bytes(comparison)
         files[os.path.join(plots, "speedup_vs_batch.png")] = _png_bytes(plot_speedup_vs_batch(reference))

@@ -150,11 +150,17 @@ def overhead_variants(profile: EngineProfile) -> list[tuple[str, EngineProfile]]
             ("attention_factor", profile)]
 
 
-def overhead_split_ms(scenario, profile: EngineProfile, batch: int, gamma: int, context: int) -> dict[str, float]:
-    """Engine overhead of one speculative step (draft + verification), ms, split into OVERHEAD_PARTS."""
+def overhead_variant_costs(scenario, profile: EngineProfile) -> list[tuple[str, object]]:
+    """(part, the scenario's cost model under that cumulative variant) for overhead_variants."""
+    return [(part, scenario.cost_model(variant)) for part, variant in overhead_variants(profile)]
+
+
+def overhead_split_ms(variant_costs, batch: int, gamma: int, context: int) -> dict[str, float]:
+    """Engine overhead of one speculative step (draft + verification), ms, split into OVERHEAD_PARTS;
+    variant_costs from overhead_variant_costs."""
     split, previous = {}, 0.0
-    for part, variant in overhead_variants(profile):
-        bd = scenario.cost_model(variant).step_breakdown(batch, gamma, context)
+    for part, cost in variant_costs:
+        bd = cost.step_breakdown(batch, gamma, context)
         total = bd.draft_overhead_ms + bd.verify_overhead_ms
         split[f"overhead_{part}_ms"] = total - previous
         previous = total
