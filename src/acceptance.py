@@ -1,4 +1,4 @@
-"""Acceptance of draft tokens under standard speculative sampling with i.i.d. acceptance.
+"""Acceptance of draft tokens under standard speculative sampling: i.i.d. and per-position rates.
 
 Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative Decoding", ICML), section
 3.1-3.4: the target accepts each draft token with probability alpha, independently, until the first
@@ -15,27 +15,85 @@ accepted. So a step commits K + 1 tokens, with
 and under the flat cost model (target pass = 1, draft pass = c) the expected walltime improvement is
 
     (1 - alpha^(gamma+1)) / ((1 - alpha) (gamma c + 1))                         (Leviathan Thm 3.8).
+
+Per-position acceptance. Real drafts accept their first token more often than their fifth (EAGLE,
+Li et al. 2024, reports this as "n-alpha"; vLLM counts it per position). With conditional rates
+a_1, a_2, ... (a_i = P(draft token i accepted | tokens 1..i-1 accepted); positions past the last
+given rate reuse it), P(K >= i) = a_1 a_2 ... a_i and
+
+    E[K + 1] = 1 + sum_{i <= gamma} prod_{j <= i} a_j.
+
+Both laws are one sampler. Write the cumulative hazard C_i = sum_{j <= i} -ln a_j, so that
+P(K >= i) = exp(-C_i). With E ~ Exp(1), K = #{i <= gamma : C_i <= E} has exactly that law. A
+request's spread enters as a scale s on the hazard (its rates are a_i^s): K = #{i : s C_i <= E}.
+The engine keeps one number per request, its representative per-token rate alpha = exp(-s Cbar)
+with Cbar = C_k / k (the geometric mean of its conditional rates over the k given positions), and
+the mode keeps the shape D_i = C_i / Cbar (the "hazard profile"), so that
+
+    K = #{i <= gamma : D_i <= E / -ln(alpha)}.
+
+For i.i.d. acceptance D_i = i and this is floor(E / -ln alpha), the inverse-transform sampler the
+reference study has always used (that path is kept as it is, so its numbers do not change).
 """
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import brentq
 
 
-def accepted_drafts_from_exponentials(exp_draws: np.ndarray, alpha: np.ndarray, gamma) -> np.ndarray:
+def accepted_drafts_from_exponentials(exp_draws: np.ndarray, alpha: np.ndarray, gamma,
+                                      hazard_profile: np.ndarray | None = None) -> np.ndarray:
     """Draft tokens accepted before the first rejection, capped at gamma, from Exp(1) draws.
 
-    Inverse transform of the geometric law: with E ~ Exp(1), floor(E / -ln(alpha)) is >= k with
-    probability exp(k ln alpha) = alpha^k, which is exactly P(K >= k) under i.i.d. acceptance.
+    i.i.d. (hazard_profile None): with E ~ Exp(1), floor(E / -ln(alpha)) is >= k with probability
+    exp(k ln alpha) = alpha^k, which is exactly P(K >= k) under i.i.d. acceptance.
+    Per position: K = #{i : D_i <= E / -ln(alpha)} with D = hazard_profile (see the module
+    docstring), so P(K >= i) = alpha^(D_i) = prod_{j <= i} a_j(request).
     `gamma` broadcasts against the result (an int, or one value per row as an [R, 1] array).
     """
-    accepted = (exp_draws / -np.log(alpha)).astype(np.int64)
+    if hazard_profile is None:
+        accepted = (exp_draws / -np.log(alpha)).astype(np.int64)
+    else:
+        accepted = np.searchsorted(hazard_profile, exp_draws / -np.log(alpha), side="right")
     return np.minimum(accepted, gamma, out=accepted)
 
 
-def sample_accepted_drafts(rng: np.random.Generator, alpha: np.ndarray, gamma) -> np.ndarray:
-    """K = min(Geometric(1 - alpha) - 1, gamma) for every entry of alpha."""
-    return accepted_drafts_from_exponentials(rng.standard_exponential(alpha.shape), alpha, gamma)
+def sample_accepted_drafts(rng: np.random.Generator, alpha: np.ndarray, gamma,
+                           hazard_profile: np.ndarray | None = None) -> np.ndarray:
+    """K = min(Geometric(1 - alpha) - 1, gamma) for every entry of alpha (or its per-position law)."""
+    return accepted_drafts_from_exponentials(rng.standard_exponential(alpha.shape), alpha, gamma,
+                                             hazard_profile)
 
+
+# --- per-position rates: their hazard representation --------------------------------------------
+
+def position_rates(rates, gamma: int) -> np.ndarray:
+    """a_1..a_gamma: the given conditional rates, positions past the last one reusing it."""
+    rates = np.asarray(rates, dtype=float)
+    if gamma <= rates.size:
+        return rates[:gamma]
+    return np.concatenate([rates, np.full(gamma - rates.size, rates[-1])])
+
+
+def mean_hazard(rates) -> float:
+    """Cbar = C_k / k = -mean(ln a_i) over the k given rates: -ln of their geometric mean."""
+    return float(-np.mean(np.log(np.asarray(rates, dtype=float))))
+
+
+def hazard_profile(rates, positions: int) -> np.ndarray | None:
+    """D_i = C_i / Cbar for i = 1..positions; None when all rates are equal (i.i.d. acceptance).
+
+    Non-decreasing (a rate of 1 adds no hazard, so that position is always accepted once reached).
+    Needs at least one rate below 1 (Cbar > 0).
+    """
+    rates = np.asarray(rates, dtype=float)
+    if np.all(rates == rates[0]):
+        return None
+    hazards = -np.log(position_rates(rates, positions))
+    return np.cumsum(hazards) / mean_hazard(rates)
+
+
+# --- closed forms ---------------------------------------------------------------------------------
 
 def expected_tokens_per_step(alpha, gamma):
     """E[K + 1] = (1 - alpha^(gamma+1)) / (1 - alpha): committed tokens per verification."""
@@ -52,3 +110,39 @@ def expected_acceptance_rate(alpha, gamma):
 def expected_speedup_flat(alpha, gamma, draft_cost):
     """Leviathan Thm 3.8: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)), batch 1, long outputs."""
     return expected_tokens_per_step(alpha, gamma) / (gamma * draft_cost + 1.0)
+
+
+def expected_tokens_per_step_per_position(rates, gamma: int) -> float:
+    """E[K + 1] = 1 + sum_{i <= gamma} prod_{j <= i} a_j (positions past the given rates reuse the last)."""
+    return float(1.0 + np.cumprod(position_rates(rates, gamma)).sum())
+
+
+def expected_acceptance_rate_per_position(rates, gamma: int) -> float:
+    """E[K] / gamma = sum_{i <= gamma} prod_{j <= i} a_j / gamma: accepted / proposed drafts."""
+    return (expected_tokens_per_step_per_position(rates, gamma) - 1.0) / gamma
+
+
+def expected_speedup_flat_per_position(rates, gamma: int, draft_cost: float) -> float:
+    """E[K + 1] / (gamma c + 1): Leviathan Thm 3.8 with per-position rates (batch 1, long outputs)."""
+    return expected_tokens_per_step_per_position(rates, gamma) / (gamma * draft_cost + 1.0)
+
+
+def expected_tokens_per_step_profile(alpha, gamma: int, profile: np.ndarray | None):
+    """E[K + 1] per request from its representative alpha and the mode's hazard profile D:
+    1 + sum_{i <= gamma} alpha^(D_i); for profile None the i.i.d. closed form."""
+    if profile is None:
+        return expected_tokens_per_step(alpha, gamma)
+    log_alpha = np.log(np.asarray(alpha, dtype=float))[..., None]
+    return 1.0 + np.exp(log_alpha * profile[:gamma]).sum(axis=-1)
+
+
+def iid_alpha_from_tokens_per_step(tokens_per_step: float, gamma: int) -> float:
+    """The alpha with (1 - alpha^(gamma+1)) / (1 - alpha) = tokens_per_step: the i.i.d. inversion.
+
+    The left side rises from 1 (alpha -> 0) to gamma + 1 (alpha -> 1), so a root exists for
+    1 < tokens_per_step < gamma + 1; ValueError otherwise.
+    """
+    if not 1.0 < tokens_per_step < gamma + 1.0:
+        raise ValueError(f"tokens per step must lie strictly between 1 and gamma + 1 = {gamma + 1}")
+    return float(brentq(lambda a: float(expected_tokens_per_step(a, gamma)) - tokens_per_step,
+                        1e-12, 1.0 - 1e-12, xtol=1e-15, rtol=1e-15))

@@ -67,7 +67,25 @@ class MixtureAlpha:
     components: tuple["AlphaDistribution", ...]  # one distribution per weight
 
 
-AlphaDistribution = Union[PointAlpha, NormalAlpha, UniformAlpha, BetaAlpha, MixtureAlpha]
+@dataclass(frozen=True)
+class PerPositionAlpha:
+    """Conditional acceptance rates by draft position (src/acceptance.py, "Per-position").
+
+    rates[i-1] = P(draft token i accepted | tokens 1..i-1 accepted); positions past the last rate
+    reuse it. Requests differ by a scale s on the hazard: a request's rates are rates[i]^s, with
+    ln s ~ Normal(0, spread) (s has median 1, so `rates` are the median request's), or s drawn
+    from `scales` (an empirical list, e.g. fitted to a trace) when that is given.
+    """
+
+    rates: tuple[float, ...]  # conditional rates a_1..a_k, each in (0, 1], at least one below 1
+    spread: float = 0.0  # sigma of ln s across requests; 0 = every request has exactly `rates`
+    scales: tuple[float, ...] = ()  # empirical per-request scales s (> 0); replaces spread if given
+    source: str = ""  # where the rates come from, shown in summary.txt
+    compare_with: str = ""  # an i.i.d. mode the summary compares this one with (best gamma, speedup)
+
+
+AlphaDistribution = Union[PointAlpha, NormalAlpha, UniformAlpha, BetaAlpha, MixtureAlpha,
+                          PerPositionAlpha]
 
 # The reference study's four draft-quality modes (design.md, "Workload", gives the reasoning).
 DEFAULT_ALPHA_MODES: dict[str, AlphaDistribution] = {
@@ -188,9 +206,50 @@ def check_keys(name: str, table: Mapping, allowed: tuple[str, ...], required: tu
             raise ConfigError(f"{name}.{key}", "missing (required)")
 
 
+MAX_SPREAD = 2.0  # sigma of ln s; 2 already spans a factor e^4 ~ 55 in hazard between +-1 sigma
+
+
+def check_rate(name: str, value: Any) -> float:
+    """A conditional acceptance rate: 0 < a <= 1."""
+    a = _number(name, value)
+    if not 0.0 < a <= 1.0:
+        raise ConfigError(name, f"acceptance rates must lie in (0, 1], got {value}")
+    return a
+
+
+def parse_per_position(name: str, params: Mapping) -> PerPositionAlpha:
+    """{rates = [a1, ..., ak], spread = sigma} or {rates = [...], scales = [s, ...]}."""
+    check_keys(name, params, ("rates", "spread", "scales", "source", "compare_with"), required=("rates",))
+    rates = params["rates"]
+    if not isinstance(rates, (list, tuple)) or not 1 <= len(rates) <= MAX_GAMMA:
+        raise ConfigError(f"{name}.rates", f"expected a list of 1..{MAX_GAMMA} conditional rates in (0, 1]")
+    out = tuple(check_rate(f"{name}.rates[{i}]", a) for i, a in enumerate(rates))
+    if all(a == 1.0 for a in out):
+        raise ConfigError(f"{name}.rates", "at least one rate must be below 1 (a draft that is never "
+                                           "rejected has no optimal gamma)")
+    if "spread" in params and "scales" in params:
+        raise ConfigError(f"{name}.scales", "give either spread or scales, not both")
+    spread = _number(f"{name}.spread", params.get("spread", 0.0))
+    if not 0.0 <= spread <= MAX_SPREAD:
+        raise ConfigError(f"{name}.spread", f"sigma of ln(scale) must be in 0..{MAX_SPREAD:g}, got {spread}")
+    scales = params.get("scales", [])
+    if not isinstance(scales, (list, tuple)) or ("scales" in params and not scales):
+        raise ConfigError(f"{name}.scales", "expected a non-empty list of per-request scales > 0")
+    checked = tuple(_number(f"{name}.scales", s) for s in scales)
+    if any(s <= 0 for s in checked):
+        raise ConfigError(f"{name}.scales", "every per-request scale must be > 0")
+    text = {}
+    for key in ("source", "compare_with"):
+        text[key] = params.get(key, "")
+        if not isinstance(text[key], str):
+            raise ConfigError(f"{name}.{key}", f"expected a string, got {text[key]!r}")
+    return PerPositionAlpha(out, spread, checked, **text)
+
+
 def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
-    """A TOML table {kind = "point"|"normal"|"uniform"|"beta"|"mixture", ...} -> distribution."""
-    kinds = ("point", "normal", "uniform", "beta", "mixture")
+    """A TOML table {kind = "point"|"normal"|"uniform"|"beta"|"mixture"|"per_position", ...} ->
+    distribution of per-request acceptance."""
+    kinds = ("point", "normal", "uniform", "beta", "mixture", "per_position")
     if not isinstance(table, Mapping) or table.get("kind") not in kinds:
         raise ConfigError(f"{name}.kind", f"expected one of: {', '.join(kinds)}")
     kind = table["kind"]
@@ -216,6 +275,8 @@ def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
         if a <= 0 or b <= 0:
             raise ConfigError(f"{name}.a", "Beta parameters a and b must both be > 0")
         return BetaAlpha(a, b)
+    if kind == "per_position":
+        return parse_per_position(name, params)
     check_keys(name, params, ("weights", "components"))
     weights, comps = params["weights"], params["components"]
     if not isinstance(weights, list) or not isinstance(comps, list) or not weights or len(weights) != len(comps):
@@ -224,10 +285,12 @@ def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
     if any(w < 0 for w in ws) or sum(ws) <= 0:
         raise ConfigError(f"{name}.weights", "weights must be >= 0 with a positive sum")
     total = sum(ws)
-    return MixtureAlpha(
-        tuple(w / total for w in ws),
-        tuple(parse_alpha_distribution(f"{name}.components[{i}]", c) for i, c in enumerate(comps)),
-    )
+    components = tuple(parse_alpha_distribution(f"{name}.components[{i}]", c) for i, c in enumerate(comps))
+    for i, component in enumerate(components):
+        if isinstance(component, PerPositionAlpha):
+            raise ConfigError(f"{name}.components[{i}].kind", "per_position cannot be a mixture "
+                                                              "component; give it a spread instead")
+    return MixtureAlpha(tuple(w / total for w in ws), components)
 
 
 def parse_length_distribution(name: str, table: Any) -> LengthDistribution:
@@ -341,6 +404,11 @@ def build_config(overrides: Mapping[str, Any], base: StudyConfig | None = None) 
             if not 0.0 < x < 1.0:
                 raise ConfigError(key, f"must be strictly between 0 and 1, got {value}")
             new[key] = x
+    for mode_name, dist in alpha_modes.items():
+        other = getattr(dist, "compare_with", "")
+        if other and other not in alpha_modes:
+            raise ConfigError(f"alpha_modes.{mode_name}.compare_with",
+                              f"unknown mode {other!r}; allowed: {', '.join(alpha_modes)}")
     out = replace(cfg, **new)
     if out.min_replications_per_block < 2:
         raise ConfigError("min_replications_per_block", "must be at least 2 for a confidence interval")

@@ -28,8 +28,10 @@ from src.workload import Requests, stack_requests
 
 
 def speculative_decoder(cost: CostModel, gammas: list[int], rngs: list[np.random.Generator],
-                        rows_per_gamma: int, verification: str):
-    """Decoder for src.serving.serve; rows [i*rows_per_gamma, (i+1)*rows_per_gamma) use gammas[i]."""
+                        rows_per_gamma: int, verification: str,
+                        hazard_profile: np.ndarray | None = None):
+    """Decoder for src.serving.serve; rows [i*rows_per_gamma, (i+1)*rows_per_gamma) use gammas[i].
+    hazard_profile: the mode's per-position acceptance shape (None: i.i.d.; src/acceptance.py)."""
     lockstep = verification == "lockstep"
     gamma_per_row = np.repeat(np.asarray(gammas, dtype=np.int64), rows_per_gamma)  # [R]
     n_blocks = len(gammas)
@@ -53,7 +55,7 @@ def speculative_decoder(cost: CostModel, gammas: list[int], rngs: list[np.random
         slot_draws = (by_slot if view["whole"] else by_slot[:, rows]).T
         gamma = view["gamma"]
         gamma_col = gamma[:, None]
-        accepted = accepted_drafts_from_exponentials(slot_draws, alpha, gamma_col)
+        accepted = accepted_drafts_from_exponentials(slot_draws, alpha, gamma_col, hazard_profile)
         draft_time = cost.draft_passes_time(active, gamma, context)
         verify_time = cost.target_pass_time(active, gamma + 1, context)
         if lockstep:  # the batch keeps only its shortest accepted prefix
@@ -83,6 +85,6 @@ def simulate_speculative(
 ) -> list[RunStats]:
     """One RunStats per gamma, each from `requests` with its own random stream rngs[i]."""
     R = requests.shape[0]
-    decoder = speculative_decoder(cost, list(gammas), rngs, R, verification)
+    decoder = speculative_decoder(cost, list(gammas), rngs, R, verification, requests.hazard_profile)
     stats = serve(stack_requests([requests] * len(gammas)), batch_size, serving_mode, decoder)
     return split_rows(stats, len(gammas))

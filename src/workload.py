@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from src.acceptance import hazard_profile, mean_hazard
 from src.config import (
-    ALPHA_CLIP, AlphaDistribution, BetaAlpha, FixedLength, LengthDistribution, LognormalLength,
-    MixtureAlpha, NormalAlpha, PointAlpha, UniformAlpha, UniformLength,
+    ALPHA_CLIP, MAX_GAMMA, AlphaDistribution, BetaAlpha, FixedLength, LengthDistribution,
+    LognormalLength, MixtureAlpha, NormalAlpha, PerPositionAlpha, PointAlpha, UniformAlpha,
+    UniformLength,
 )
 
 
@@ -38,6 +40,9 @@ class Requests:
     alpha: np.ndarray  # per-token draft acceptance probability, 0 < alpha < 1
     output_len_tokens: np.ndarray  # tokens to generate (int64, >= 1)
     prompt_len_tokens: np.ndarray  # context before the first decode step (int64)
+    # shape D_1..D_MAX_GAMMA of the mode's per-position acceptance (src/acceptance.py); None for
+    # i.i.d. acceptance, where alpha is every position's rate. Shared by all requests.
+    hazard_profile: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -54,6 +59,12 @@ def sample_alpha(rng: np.random.Generator, dist: AlphaDistribution, shape: tuple
         out = rng.uniform(dist.low, dist.high, shape)
     elif isinstance(dist, BetaAlpha):
         out = rng.beta(dist.a, dist.b, shape)
+    elif isinstance(dist, PerPositionAlpha):  # alpha = exp(-s Cbar): the request's geometric-mean rate
+        if dist.scales:
+            scale = rng.choice(np.asarray(dist.scales), size=shape)
+        else:
+            scale = np.exp(dist.spread * rng.standard_normal(shape))
+        out = np.exp(-mean_hazard(dist.rates) * scale)
     elif isinstance(dist, MixtureAlpha):
         which = rng.choice(len(dist.weights), size=shape, p=np.asarray(dist.weights))
         out = np.empty(shape)
@@ -62,6 +73,13 @@ def sample_alpha(rng: np.random.Generator, dist: AlphaDistribution, shape: tuple
     else:
         raise TypeError(f"not an alpha distribution: {dist!r}")
     return np.clip(out, *ALPHA_CLIP)
+
+
+def acceptance_profile(dist: AlphaDistribution) -> np.ndarray | None:
+    """The hazard profile the engine needs for this mode (None: i.i.d. acceptance)."""
+    if isinstance(dist, PerPositionAlpha):
+        return hazard_profile(dist.rates, MAX_GAMMA)
+    return None
 
 
 def sample_lengths(rng: np.random.Generator, dist: LengthDistribution, shape: tuple[int, ...]) -> np.ndarray:
@@ -93,10 +111,13 @@ def make_requests(
     output = sample_lengths(length_rng, output_len, shape)
     prompt = sample_lengths(length_rng, prompt_len, shape)
     alpha = sample_alpha(stream(seed, "alpha", alpha_mode, batch_size, block), alpha_dist, shape)
-    return Requests(alpha=alpha, output_len_tokens=output, prompt_len_tokens=prompt)
+    return Requests(alpha=alpha, output_len_tokens=output, prompt_len_tokens=prompt,
+                    hazard_profile=acceptance_profile(alpha_dist))
 
 
 def stack_requests(parts: list[Requests]) -> Requests:
-    """Stack replications along the first axis (same requests per replication required)."""
+    """Stack replications along the first axis (same requests per replication and the same
+    acceptance profile required)."""
     return Requests(*(np.concatenate([getattr(p, f) for p in parts]) for f in
-                      ("alpha", "output_len_tokens", "prompt_len_tokens")))
+                      ("alpha", "output_len_tokens", "prompt_len_tokens")),
+                    hazard_profile=parts[0].hazard_profile)

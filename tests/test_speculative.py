@@ -87,3 +87,51 @@ def test_tokens_are_conserved_and_time_adds_up():
     assert np.array_equal(spec.committed_tokens, req.output_len_tokens.sum(axis=1))
     assert np.allclose(spec.makespan, spec.draft_time + spec.verify_time)
     assert np.allclose(spec.makespan, spec.steps * (1 + 3 * 0.3))
+
+
+@pytest.mark.parametrize("rates,gamma", [((0.85, 0.75, 0.65), 2), ((0.85, 0.75, 0.65), 6),
+                                         ((0.7, 0.5), 4)])
+def test_per_position_simulator_agrees_with_its_closed_form_within_its_ci(rates, gamma):
+    """Per-position mode without spread, batch 1, long outputs: tokens per step, acceptance rate and
+    flat-cost speedup match 1 + sum_i prod_{j<=i} a_j and its ratios."""
+    from src.acceptance import (
+        expected_acceptance_rate_per_position,
+        expected_speedup_flat_per_position,
+        expected_tokens_per_step_per_position,
+    )
+    from src.config import FixedLength, PerPositionAlpha, UniformLength
+    from src.workload import make_requests
+    req = make_requests(7, "pp", PerPositionAlpha(rates), FixedLength(3000), UniformLength(100, 200),
+                        1, 0, 64, 1)
+    assert req.hazard_profile is not None
+    (spec,) = simulate_speculative(req, 1, "static_batch", FLAT, [gamma], "ragged", rngs(1))
+    greedy = simulate_greedy(req, 1, "static_batch", FLAT)
+    per_rep = spec.committed_tokens / spec.active_slot_steps
+    t = stats.t.ppf(0.995, per_rep.size - 1)
+    half = t * per_rep.std(ddof=1) / np.sqrt(per_rep.size)
+    closed = expected_tokens_per_step_per_position(rates, gamma)
+    assert abs(per_rep.mean() - closed) <= half + closed * (gamma + 1) / 3000
+    rate = spec.accepted_drafts / spec.proposed_drafts
+    half_rate = t * rate.std(ddof=1) / np.sqrt(rate.size)
+    assert abs(rate.mean() - expected_acceptance_rate_per_position(rates, gamma)) <= half_rate + 1e-3
+    row = grid_point_metrics(greedy, spec, 1, 0.99)
+    expected = expected_speedup_flat_per_position(rates, gamma, 0.2)
+    assert row["speedup_ci_low"] - 0.003 * expected <= expected <= row["speedup_ci_high"] + 0.003 * expected
+
+
+def test_per_position_spread_gives_each_request_its_scaled_rates():
+    """With a spread, each replication (one long request) commits the closed form at its own
+    rates a_i^s, s = ln(alpha) / ln(geometric-mean rate)."""
+    from src.acceptance import expected_tokens_per_step_per_position, mean_hazard
+    from src.config import FixedLength, PerPositionAlpha, UniformLength
+    from src.workload import make_requests
+    rates, gamma = (0.9, 0.8, 0.6), 5
+    req = make_requests(8, "pp", PerPositionAlpha(rates, spread=0.4), FixedLength(4000),
+                        UniformLength(100, 200), 1, 0, 96, 1)
+    scale = -np.log(req.alpha[:, 0]) / mean_hazard(rates)
+    assert scale.std() > 0.2  # the spread is there
+    (spec,) = simulate_speculative(req, 1, "static_batch", FLAT, [gamma], "ragged", rngs(2))
+    closed = np.array([expected_tokens_per_step_per_position(np.asarray(rates) ** s, gamma) for s in scale])
+    diff = spec.committed_tokens / spec.active_slot_steps - closed
+    t = stats.t.ppf(0.995, diff.size - 1)
+    assert abs(diff.mean()) <= t * diff.std(ddof=1) / np.sqrt(diff.size) + (gamma + 1) / 4000

@@ -55,3 +55,17 @@ def test_lengths_are_common_to_all_quality_modes():
     poor = make_requests(1, "poor", PointAlpha(0.4), *args)
     assert np.array_equal(good.output_len_tokens, poor.output_len_tokens)
     assert np.array_equal(good.prompt_len_tokens, poor.prompt_len_tokens)
+
+
+def test_per_position_requests_carry_the_profile_and_their_scaled_rate():
+    """alpha = exp(-s Cbar) with ln s ~ N(0, spread): the median request has the mode's rates."""
+    from src.acceptance import mean_hazard
+    from src.config import PerPositionAlpha
+    rates = (0.85, 0.7, 0.6)
+    req = make_requests(3, "pp", PerPositionAlpha(rates, spread=0.3), FixedLength(10), FixedLength(10),
+                        4, 0, 500, 40)
+    assert req.hazard_profile is not None and req.hazard_profile.size == 64
+    log_scale = np.log(-np.log(req.alpha) / mean_hazard(rates))
+    assert abs(np.median(log_scale)) < 0.02 and log_scale.std() == pytest.approx(0.3, rel=0.03)
+    iid = make_requests(3, "m", PerPositionAlpha((0.7,)), FixedLength(10), FixedLength(10), 4, 0, 2, 3)
+    assert iid.hazard_profile is None and np.allclose(iid.alpha, 0.7)
