@@ -22,10 +22,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import run  # noqa: E402
+from src import sweep  # noqa: E402
 from src.config import StudyConfig  # noqa: E402
 from src.costmodel import FlatCostModel  # noqa: E402
-from src.scenario import default_hardware_scenario  # noqa: E402
+from src.hardware.scenario import default_hardware_scenario  # noqa: E402
 
 
 def main() -> int:
@@ -39,7 +39,7 @@ def main() -> int:
         cfg = replace(cfg, batch_sizes=(1, 8, 64))
     counts = {"speculative": 0.0, "greedy": 0.0}
     draws_shapes = []
-    spec, greedy = run.simulate_speculative, run.simulate_greedy
+    spec, greedy = sweep.simulate_speculative, sweep.simulate_greedy
 
     def counting_spec(requests, batch_size, *a, **k):
         out = spec(requests, batch_size, *a, **k)
@@ -52,13 +52,13 @@ def main() -> int:
         counts["greedy"] += out.active_slot_steps.sum()
         return out
 
-    run.simulate_speculative, run.simulate_greedy = counting_spec, counting_greedy
+    sweep.simulate_speculative, sweep.simulate_greedy = counting_spec, counting_greedy
     start = time.perf_counter()
     if args.cost == "flat":
         cost = FlatCostModel(cfg.draft_cost)
     else:
         cost = default_hardware_scenario().cost_model("ideal")
-    df = run.run_grid(cfg, cost)
+    df = sweep.run_grid(cfg, cost)
     elapsed = time.perf_counter() - start
     request_steps = counts["speculative"] + counts["greedy"]
 

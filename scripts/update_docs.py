@@ -12,8 +12,9 @@ import pandas as pd
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from src import published_checks  # noqa: E402
-from src.analysis import readme_headline, readme_hardware_headline, replace_block, seed_comparison, write_atomic  # noqa: E402
+from src.analysis import readme_headline, readme_hardware_headline, replace_block, seed_comparison  # noqa: E402
+from src.hardware import published_checks  # noqa: E402
+from src.reporting import write_atomic  # noqa: E402
 
 
 def blocks(root: str = ROOT) -> dict:

@@ -1,70 +1,31 @@
-"""Turn the sweep's results table into results.csv, summary.txt and the plots.
+"""The reference study's report: results table -> results.csv, summary.txt and the plots.
 
 Everything here reads the results DataFrame (one row per grid point, columns as in design.md,
-"Metrics"); nothing is simulated. All files are rendered in memory first and then written
-atomically (temp file in the target folder, then os.replace), so a failed run leaves the previous
-outputs untouched.
+"Metrics"); nothing is simulated. `write_outputs` also writes a hardware scenario's part (its
+summary and plots come from src/hardware/report.py and src/hardware/plots.py). All files are
+rendered in memory first, then written atomically (src/reporting.py).
 """
 from __future__ import annotations
 
-import io
 import os
-import tempfile
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.colors import TwoSlopeNorm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.colors import TwoSlopeNorm  # noqa: E402
-
-from src.acceptance import expected_speedup_flat  # noqa: E402
-from src.config import (  # noqa: E402
-    BetaAlpha, FixedLength, LognormalLength, MixtureAlpha, NormalAlpha, PointAlpha, StudyConfig,
-    UniformAlpha, UniformLength,
+from src.acceptance import expected_speedup_flat
+from src.config import StudyConfig
+from src.hardware import plots as hardware_plots
+from src.hardware import report as hardware_report
+from src.hardware import schedules
+from src.reporting import (
+    csv_bytes, decorate_speedup_axis, describe_alpha, describe_length, log2_batch_axis, md_table,
+    ordered, plot_speedup_grid, png_bytes, reference_gamma, table, write_atomic,
 )
 
-FLOAT_FORMAT = "%.6g"
 
-
-# --- small helpers ----------------------------------------------------------------------------------
-
-def describe_alpha(dist) -> str:
-    if isinstance(dist, PointAlpha):
-        return f"alpha = {dist.value:g}"
-    if isinstance(dist, NormalAlpha):
-        return f"alpha ~ Normal({dist.mean:g}, sd {dist.std:g}), clipped to (0, 1)"
-    if isinstance(dist, UniformAlpha):
-        return f"alpha ~ Uniform({dist.low:g}, {dist.high:g})"
-    if isinstance(dist, BetaAlpha):
-        return f"alpha ~ Beta({dist.a:g}, {dist.b:g})"
-    if isinstance(dist, MixtureAlpha):
-        parts = [f"{w:.0%} {describe_alpha(c).replace('alpha ~ ', '').replace('alpha = ', '')}"
-                 for w, c in zip(dist.weights, dist.components)]
-        return "mixture: " + " + ".join(parts)
-    return repr(dist)
-
-
-def describe_length(dist) -> str:
-    if isinstance(dist, FixedLength):
-        return f"{dist.tokens} tokens"
-    if isinstance(dist, UniformLength):
-        return f"uniform {dist.low}..{dist.high} tokens"
-    if isinstance(dist, LognormalLength):
-        return f"lognormal (median {dist.median:g}, sigma {dist.sigma:g}) clipped to {dist.low}..{dist.high} tokens"
-    return repr(dist)
-
-
-def table(header: list[str], rows: list[list[str]], indent: str = "  ") -> str:
-    """Plain-text table with right-aligned columns (first column left-aligned)."""
-    cells = [header] + rows
-    widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
-    def fmt(row):
-        return indent + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
-                                  for i, (c, w) in enumerate(zip(row, widths)))
-    return "\n".join([fmt(header), indent + "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
-
+# --- answers ----------------------------------------------------------------------------------------
 
 def best_gamma_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Row of highest speedup per (quality mode, serving mode, batch size)."""
@@ -106,10 +67,6 @@ def pick_safe_gamma(sg: pd.DataFrame) -> int:
     if len(never_slower):
         return int(never_slower.mean_speedup.idxmax())
     return int(sg.worst_speedup.idxmax())
-
-
-def ordered(df: pd.DataFrame, column: str) -> list:
-    return list(dict.fromkeys(df[column]))
 
 
 def x_ci(row) -> str:
@@ -265,46 +222,6 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
 
 # --- plots ------------------------------------------------------------------------------------------
 
-def log2_batch_axis(ax, batches):
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(batches)
-    ax.set_xticklabels([str(b) for b in batches])
-    ax.set_xlabel("batch size (concurrent sequences, log2 scale)")
-
-
-def plot_speedup_grid(df: pd.DataFrame, row_column: str, row_label, title: str):
-    """Speedup vs batch size, one panel per (row_column value, quality mode), a line per gamma with
-    its confidence band; used for the reference study (rows: serving modes) and the hardware
-    scenarios (rows: engine profiles)."""
-    modes, rows = ordered(df, "quality_mode"), ordered(df, row_column)
-    batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
-    fig, axes = plt.subplots(len(rows), len(modes), figsize=(4.2 * len(modes), 3.6 * len(rows)),
-                             sharex=True, sharey=True, squeeze=False)
-    colors = plt.cm.viridis(np.linspace(0, 0.95, len(gammas)))
-    for i, r in enumerate(rows):
-        for j, m in enumerate(modes):
-            ax = axes[i, j]
-            for g, c in zip(gammas, colors):
-                sub = df[(df.quality_mode == m) & (df[row_column] == r) & (df.gamma == g)].sort_values("batch_size")
-                ax.plot(sub.batch_size, sub.speedup, marker="o", ms=3, color=c, label=f"gamma={g}")
-                ax.fill_between(sub.batch_size, sub.speedup_ci_low, sub.speedup_ci_high, color=c, alpha=0.25)
-            decorate_speedup_axis(ax, batches, f"{m}\n{row_label(r)}", "speedup over greedy (x)" if j == 0 else None)
-    axes[0, -1].legend(fontsize=7, loc="upper right", title="95% CI bands", title_fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def decorate_speedup_axis(ax, batches, title: str, ylabel: str | None) -> None:
-    """Line at 1.0 (no gain), log2 batch axis, title, y label on the first column, grid."""
-    ax.axhline(1.0, color="black", lw=1, ls="--")
-    log2_batch_axis(ax, batches)
-    ax.set_title(title, fontsize=9)
-    if ylabel:
-        ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-
-
 def plot_speedup_vs_batch(df: pd.DataFrame):
     return plot_speedup_grid(df, "serving_mode", str, "Speculative speedup vs batch size (greedy makespan / "
                              "speculative makespan; dashed: 1.0 = no gain)")
@@ -392,48 +309,16 @@ def plot_gamma_batch_heatmap(df: pd.DataFrame):
 
 # --- writing ----------------------------------------------------------------------------------------
 
-def _png_bytes(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write to a temp file beside `path`, then rename over it (readers never see a partial file)."""
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def csv_bytes(df: pd.DataFrame) -> bytes:
-    return df.to_csv(index=False, float_format=FLOAT_FORMAT, lineterminator="\n").encode()
-
-
-def reference_gamma(gammas) -> int:
-    """Gamma used where a plot shows one: 4 if swept, else the swept gamma closest to 4."""
-    return min(gammas, key=lambda g: (abs(g - 4), g))
-
-
 def at_a_glance(reference: pd.DataFrame, hardware: pd.DataFrame) -> str:
     """The opening block of summary.txt: best-gamma speedup by batch size under each cost model,
     continuous refill, and the smallest batch from which no gamma beats greedy."""
-    from src import hardware_study
     serving = "continuous_refill"
     ref = reference[reference.serving_mode == serving].assign(engine_profile="flat (reference)")
     hw = hardware[hardware.serving_mode == serving]
     both = pd.concat([ref, hw.assign(engine_profile=hw.scenario + ", " + hw.engine_profile)], ignore_index=True)
     if both.empty:
         return ""
-    best = hardware_study.best_gamma(both, ["engine_profile", "quality_mode", "batch_size"])
+    best = schedules.best_gamma(both, ["engine_profile", "quality_mode", "batch_size"])
     batches = sorted(both.batch_size.unique())
     shown = [b for b in batches if b in (1, 8, 64) or b == batches[-1]]
     rows = []
@@ -448,35 +333,28 @@ def at_a_glance(reference: pd.DataFrame, hardware: pd.DataFrame) -> str:
             + "\n")
 
 
-def render_hardware_plots(hardware: dict) -> dict[str, bytes]:
-    from src import hardware_report
-    return {name: _png_bytes(plot(hardware)) for name, plot in hardware_report.PLOTS.items()}
-
-
 def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None,
                   comparison: pd.DataFrame | None, cost, hardware: dict | None = None) -> list[str]:
     """Render everything in memory, then write it: results/results.csv (reference and hardware rows,
     told apart by `scenario`), results/verification_comparison.csv, results/summary.txt and the
     plots of each part that ran. Returns the paths written."""
-    from src import hardware_report
-
     results, summary, files = [], [], {}
     plots = os.path.join(out_dir, "plots")
     if reference is not None:
         results.append(reference.assign(scenario="reference", engine_profile="flat", time_unit=cost.time_unit))
         summary.append(summary_text(cfg, reference, comparison, cost.time_unit))
         files[os.path.join(out_dir, "results", "verification_comparison.csv")] = csv_bytes(comparison)
-        files[os.path.join(plots, "speedup_vs_batch.png")] = _png_bytes(plot_speedup_vs_batch(reference))
-        files[os.path.join(plots, "utilization_vs_batch.png")] = _png_bytes(
+        files[os.path.join(plots, "speedup_vs_batch.png")] = png_bytes(plot_speedup_vs_batch(reference))
+        files[os.path.join(plots, "utilization_vs_batch.png")] = png_bytes(
             plot_utilization_vs_batch(reference, reference_gamma(reference.gamma.unique())))
-        files[os.path.join(plots, "divergence_penalty.png")] = _png_bytes(plot_divergence_penalty(reference))
-        files[os.path.join(plots, "gamma_batch_heatmap.png")] = _png_bytes(plot_gamma_batch_heatmap(reference))
+        files[os.path.join(plots, "divergence_penalty.png")] = png_bytes(plot_divergence_penalty(reference))
+        files[os.path.join(plots, "gamma_batch_heatmap.png")] = png_bytes(plot_gamma_batch_heatmap(reference))
     if hardware is not None:
         results.append(hardware["results"].assign(time_unit="ms"))
         files[os.path.join(out_dir, "results", "hardware_steady_state.csv")] = csv_bytes(hardware["steady"])
         files[os.path.join(out_dir, "results", "hardware_step_breakdown.csv")] = csv_bytes(hardware["breakdown"])
         summary.append(hardware_report.summary_text(hardware, reference))
-        for name, png in (hardware.get("plots") or render_hardware_plots(hardware)).items():
+        for name, png in (hardware.get("plots") or hardware_plots.render_plots(hardware)).items():
             files[os.path.join(plots, name)] = png
     if reference is not None and hardware is not None:
         summary.insert(0, at_a_glance(reference, hardware["results"]))
@@ -501,11 +379,6 @@ SEED_PUBLISHED = {
 SEED_PEAKS = {"homogeneous_good": 2.09, "homogeneous_mid": 1.50, "heterogeneous": 1.47, "bimodal": 1.49}
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
-
-
 def readme_headline(df: pd.DataFrame, comparison: pd.DataFrame) -> str:
     """The README's headline results, from the default run's tables."""
     best = best_gamma_rows(df)
@@ -522,7 +395,7 @@ def readme_headline(df: pd.DataFrame, comparison: pd.DataFrame) -> str:
     cross = crossover_gamma(mid.sort_values("gamma").gamma.to_numpy(), mid.sort_values("gamma").speedup.to_numpy()) \
         if len(mid) else None
     lock = comparison[(comparison.batch_size == b_hi) & (comparison.verification == "lockstep")]
-    text = [_md_table(["quality mode", "serving mode", f"best speedup, batch {b_lo}", f"best speedup, batch {b_hi}"], rows), ""]
+    text = [md_table(["quality mode", "serving mode", f"best speedup, batch {b_lo}", f"best speedup, batch {b_hi}"], rows), ""]
     text.append(f"- Safe default for unknown draft quality: gamma {safe}, never below "
                 f"{sg.loc[safe, 'worst_speedup']:.2f}x in the grid (worst case: {sg.loc[safe, 'worst_at']}), "
                 f"mean {sg.loc[safe, 'mean_speedup']:.2f}x.")
@@ -538,19 +411,18 @@ def readme_headline(df: pd.DataFrame, comparison: pd.DataFrame) -> str:
 
 def readme_hardware_headline(hw: pd.DataFrame) -> str:
     """The README's hardware table: best-gamma speedup by batch size per engine profile."""
-    from src import hardware_report, hardware_study
     serving = "continuous_refill" if "continuous_refill" in set(hw.serving_mode) else hw.serving_mode.iloc[0]
     hw = hw[hw.serving_mode == serving]
-    best = hardware_study.best_gamma(hw, ["engine_profile", "quality_mode", "batch_size"])
+    best = schedules.best_gamma(hw, ["engine_profile", "quality_mode", "batch_size"])
     batches = sorted(hw.batch_size.unique())
     rows = []
     for (engine, mode), sub in best.groupby(["engine_profile", "quality_mode"], sort=False):
         sub = sub.set_index("batch_size")
         rows.append([mode, engine] + [f"{sub.loc[b, 'speedup']:.2f}x (g{sub.loc[b, 'gamma']})" for b in batches])
-    text = [_md_table(["quality mode", "engine"] + [f"B={b}" for b in batches], rows), ""]
-    for s in hardware_report.schedules(hw):
+    text = [md_table(["quality mode", "engine"] + [f"B={b}" for b in batches], rows), ""]
+    for s in schedules.schedules(hw):
         if s["quality_mode"] == "homogeneous_mid":
-            text.append(f"- vLLM schedule, homogeneous_mid, {s['engine_profile']}: `{hardware_report.vllm_config_json(s)}`")
+            text.append(f"- vLLM schedule, homogeneous_mid, {s['engine_profile']}: `{schedules.vllm_config_json(s)}`")
     return "\n".join(text)
 
 
@@ -571,8 +443,8 @@ def seed_comparison(df: pd.DataFrame) -> str:
         sub = best[best.quality_mode == m]
         peaks.append([m, f"{value:.2f}", f"{sub.speedup.min():.2f}..{sub.speedup.max():.2f}",
                       ", ".join(str(g) for g in sorted(sub.gamma.unique()))])
-    return (_md_table(header, rows) + "\n\nPeak speedup over every batch size and serving mode:\n\n"
-            + _md_table(["quality mode", "seed peak", "this run, best-gamma speedup range", "best gammas"], peaks))
+    return (md_table(header, rows) + "\n\nPeak speedup over every batch size and serving mode:\n\n"
+            + md_table(["quality mode", "seed peak", "this run, best-gamma speedup range", "best gammas"], peaks))
 
 
 def replace_block(text: str, name: str, body: str) -> str:

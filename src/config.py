@@ -34,6 +34,7 @@ class ConfigError(ValueError):
     def __init__(self, field_name: str, allowed: str):
         super().__init__(f"{field_name}: {allowed}")
         self.field_name = field_name
+        self.allowed = allowed
 
 
 # --- distributions of the per-request draft acceptance probability alpha --------------------------
@@ -324,21 +325,22 @@ def parse_length_distribution(name: str, table: Any) -> LengthDistribution:
     return LognormalLength(median, sigma, low, high)
 
 
-def read_toml(path, field_name: str) -> dict:
-    """A TOML file as a dict; ConfigError(field_name, ...) when it cannot be read or parsed."""
+def read_toml(path, field_name: str, error: type[ConfigError] = ConfigError) -> dict:
+    """A TOML file as a dict; error(field_name, ...) when it cannot be read or parsed. The one
+    TOML reader of the project: configs, scenarios, presets and engine profiles all come here."""
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
-        raise ConfigError(field_name, f"file not found: {path}") from None
+        raise error(field_name, f"file not found: {path}") from None
     except IsADirectoryError:
-        raise ConfigError(field_name, f"{path} is a folder; expected a TOML file") from None
+        raise error(field_name, f"{path} is a folder; expected a TOML file") from None
     except OSError as e:
-        raise ConfigError(field_name, f"cannot read {path} ({e.strerror})") from None
+        raise error(field_name, f"cannot read {path} ({e.strerror})") from None
     except UnicodeDecodeError:
-        raise ConfigError(field_name, f"{path} is not UTF-8 text; expected a TOML file") from None
+        raise error(field_name, f"{path} is not UTF-8 text; expected a TOML file") from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(field_name, f"{path} is not valid TOML ({e})") from None
+        raise error(field_name, f"{path} is not valid TOML ({e})") from None
 
 
 def load_toml(path: str) -> dict:

@@ -29,7 +29,7 @@ GRID_KEYS = ["quality_mode", "serving_mode", "batch_size", "gamma"]
 
 def assert_rows_match(fresh: pd.DataFrame, table: pd.DataFrame, expected_rows: int) -> None:
     """Every column of `fresh` (a run_grid result), as written to CSV, equals `table`'s (read as str)."""
-    from src.analysis import csv_bytes
+    from src.reporting import csv_bytes
     fresh = pd.read_csv(io.StringIO(csv_bytes(fresh).decode()), dtype=str)
     merged = fresh.merge(table, on=GRID_KEYS, suffixes=("", "_other"))
     assert len(merged) == expected_rows

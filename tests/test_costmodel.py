@@ -1,4 +1,4 @@
-"""Tests of the hardware cost model (src/costmodel.py, issue 3).
+"""Tests of the hardware cost model (src/costmodel/).
 
 Measured figures are from the vidur profiling data, microsoft/vidur, via ../shared/calibration
 (vidur_nonattention_forward_ms.csv); tests that read that folder skip when it is absent.

@@ -8,6 +8,7 @@ import pytest
 import run
 from src.config import StudyConfig
 from src.costmodel import FlatCostModel
+from src.sweep import run_grid
 from tests.helpers import assert_rows_match
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,7 +94,7 @@ def test_subsets_and_reorderings_of_the_grid_give_the_same_numbers(small_run):
     full = pd.read_csv(small_run / "results/results.csv", dtype=str)
     cfg = replace(StudyConfig(), batch_sizes=(8,), gammas=(12, 4), quality_modes=("bimodal",),
                   serving_modes=("continuous_refill",))
-    assert_rows_match(run.run_grid(cfg, FlatCostModel(0.2)), full, 2)
+    assert_rows_match(run_grid(cfg, FlatCostModel(0.2)), full, 2)
 
 
 def test_committed_results_are_what_the_code_regenerates():
@@ -104,4 +105,4 @@ def test_committed_results_are_what_the_code_regenerates():
     committed = pd.read_csv(path, dtype=str)
     cfg = replace(StudyConfig(), batch_sizes=(4,), gammas=(2, 8), quality_modes=("heterogeneous",),
                   serving_modes=("static_batch",))
-    assert_rows_match(run.run_grid(cfg, FlatCostModel(0.2)), committed[committed.scenario == "reference"], 2)
+    assert_rows_match(run_grid(cfg, FlatCostModel(0.2)), committed[committed.scenario == "reference"], 2)

@@ -1,4 +1,4 @@
-"""src/hardware_study.py and the hardware part of the run: schedules, crossovers, steady state."""
+"""src/hardware/ (steady state, schedules, study run) and the hardware part of the run."""
 import json
 
 import numpy as np
@@ -6,9 +6,10 @@ import pandas as pd
 import pytest
 
 import run
-from src import hardware_report, hardware_study
 from src.acceptance import expected_tokens_per_step
-from src.scenario import default_hardware_scenario
+from src.hardware import schedules, steady_state
+from src.hardware.scenario import default_hardware_scenario
+from src.sweep import run_grid
 from tests.helpers import assert_rows_match
 
 SCENARIO = "configs/scenarios/h100-llama8b-1b.toml"
@@ -17,25 +18,25 @@ SCENARIO = "configs/scenarios/h100-llama8b-1b.toml"
 def test_effective_tokens_per_step_is_the_harmonic_mean():
     alphas = np.array([0.9, 0.5])
     per_request = expected_tokens_per_step(alphas, 3)
-    assert hardware_study.effective_tokens_per_step(alphas, 3) == pytest.approx(2 / (1 / per_request).sum())
-    assert hardware_study.effective_tokens_per_step(np.full(5, 0.7), 4) == pytest.approx(expected_tokens_per_step(0.7, 4))
+    assert steady_state.effective_tokens_per_step(alphas, 3) == pytest.approx(2 / (1 / per_request).sum())
+    assert steady_state.effective_tokens_per_step(np.full(5, 0.7), 4) == pytest.approx(expected_tokens_per_step(0.7, 4))
 
 
 def test_schedule_ranges_are_inclusive_cover_every_batch_and_merge_equal_neighbours():
-    ranges = hardware_study.schedule_ranges([1, 2, 4, 8, 16, 32, 64, 128], [3, 3, 3, 2, 2, 1, 0, 0], 128)
+    ranges = schedules.schedule_ranges([1, 2, 4, 8, 16, 32, 64, 128], [3, 3, 3, 2, 2, 1, 0, 0], 128)
     assert ranges == {"1-7": 3, "8-31": 2, "32-63": 1, "64-128": 0}
     covered = [b for key in ranges for b in range(int(key.split("-")[0]), int(key.split("-")[1]) + 1)]
     assert covered == list(range(1, 129))
 
 
 def test_crossover_batch_is_the_first_batch_below_one():
-    assert hardware_study.crossover_batch(np.array([1, 2, 4, 8]), np.array([1.4, 1.1, 0.98, 1.02])) == 4
-    assert hardware_study.crossover_batch(np.array([1, 2]), np.array([1.4, 1.1])) is None
+    assert schedules.crossover_batch(np.array([1, 2, 4, 8]), np.array([1.4, 1.1, 0.98, 1.02])) == 4
+    assert schedules.crossover_batch(np.array([1, 2]), np.array([1.4, 1.1])) is None
 
 
 def test_best_gamma_turns_speculation_off_when_nothing_beats_greedy():
     df = pd.DataFrame({"batch_size": [1, 1, 64, 64], "gamma": [2, 4, 2, 4], "speedup": [1.5, 1.7, 0.9, 0.8]})
-    best = hardware_study.best_gamma(df, ["batch_size"]).set_index("batch_size")
+    best = schedules.best_gamma(df, ["batch_size"]).set_index("batch_size")
     assert best.loc[1, "schedule_gamma"] == 4 and best.loc[64, "schedule_gamma"] == 0
 
 
@@ -43,15 +44,15 @@ def test_context_rules_merge_contexts_then_batches():
     rows = [(b, c, g) for b, c, g in [(1, 512, 4), (1, 2048, 4), (2, 512, 4), (2, 2048, 4),
                                       (64, 512, 3), (64, 2048, 2)]]
     df = pd.DataFrame(rows, columns=["batch_size", "context_len_tokens", "schedule_gamma"])
-    assert hardware_study.context_rules(df) == [(1, 2, 512, 2048, 4), (64, 64, 512, 512, 3), (64, 64, 2048, 2048, 2)]
+    assert schedules.context_rules(df) == [(1, 2, 512, 2048, 4), (64, 64, 512, 512, 3), (64, 64, 2048, 2048, 2)]
 
 
 def test_steady_state_speedup_formula_and_memory_limit():
     cost = default_hardware_scenario().cost_model("ideal")
-    times = hardware_study.step_times_ms(cost, [1, 64, 4096], [2], 2048)
+    times = steady_state.step_times_ms(cost, [1, 64, 4096], [2], 2048)
     assert set(times.batch_size) == {1, 64}  # 4096 sequences of 2k tokens do not fit on one H100
     omega = {2: expected_tokens_per_step(0.8, 2)}
-    speedup = hardware_study.steady_state_speedups(times, omega)
+    speedup = steady_state.steady_state_speedups(times, omega)
     expected = omega[2] * times.t_ar_ms / (times.t_draft_ms + times.t_verify_ms)
     assert np.allclose(speedup, expected)
     assert speedup.iloc[0] > speedup.iloc[1]  # verification of 64 x 3 positions costs more than 1 x 3
@@ -114,7 +115,7 @@ def test_batch_that_does_not_fit_is_refused_by_name(tmp_path, capsys):
 
 def test_vllm_config_json_round_trips():
     s = {"max_gamma": 3, "ranges": {"1-16": 3, "17-128": 0}}
-    assert json.loads(hardware_report.vllm_config_json(s)) == {
+    assert json.loads(schedules.vllm_config_json(s)) == {
         "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": {"1-16": 3, "17-128": 0}}
 
 
@@ -128,4 +129,4 @@ def test_committed_hardware_results_are_what_the_code_regenerates():
     sc = default_hardware_scenario()
     committed = committed[(committed.scenario == sc.name) & (committed.engine_profile == "vllm-2024")]
     cfg = replace(sc.study, batch_sizes=(16,), gammas=(3,), quality_modes=("bimodal",))
-    assert_rows_match(run.run_grid(cfg, sc.cost_model("vllm-2024")), committed, 1)
+    assert_rows_match(run_grid(cfg, sc.cost_model("vllm-2024")), committed, 1)

@@ -1,6 +1,7 @@
 """Checks of the hardware cost model + engine profiles against published measurements (issue 5).
 
-The computations and sources live in src/published_checks.py (`python -m src.published_checks`
+The computations and sources live in src/hardware/published_checks.py
+(`python -m src.hardware.published_checks`
 prints the tables; design.md's are generated from it). Tolerances: MagicDec times 15% each (the
 calibration's worst non-attention rows are 20-23% off and attention is uncalibrated), speedup 10%.
 vLLM low load (batch 1): 10% (alpha is calibrated there, so this is a consistency check). vLLM high
@@ -11,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from src import published_checks as checks
-from src.published_checks import HIGH_LOAD, MAGICDEC, VLLM_BLOG
+from src.hardware import published_checks as checks
+from src.hardware.published_checks import HIGH_LOAD, MAGICDEC, VLLM_BLOG
 
 TIME_TOL, SPEEDUP_TOL, LOW_TOL, HIGH_WIDEN = 0.15, 0.10, 0.10, 0.15
 

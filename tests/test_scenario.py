@@ -1,4 +1,4 @@
-"""Tests of deployment scenarios (src/scenario.py) and engine overhead profiles (issue 5)."""
+"""Tests of deployment scenarios (src/hardware/scenario.py) and engine overhead profiles."""
 from __future__ import annotations
 
 import timeit
@@ -13,7 +13,7 @@ from src.costmodel import (
     IDEAL_ENGINE, CostModelInputError, EngineProfile, HardwareCostModel, engine_profile,
     load_engine_profiles,
 )
-from src.scenario import (
+from src.hardware.scenario import (
     DEFAULT_SCENARIO_TABLE, SCENARIOS_DIR, default_hardware_scenario, load_scenario,
     scenario_files,
 )

@@ -115,7 +115,7 @@ def test_argparse_errors_exit_2(capsys):
 
 
 def test_engine_option_reports_that_profiles_overhead(capsys):
-    from src.scenario import default_hardware_scenario
+    from src.hardware.scenario import default_hardware_scenario
 
     def overhead(engine):
         assert stepcalc.main(["--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--batch", "64", "--positions", "5",

@@ -1,6 +1,6 @@
 """The hardware model against published measurements: MagicDec Table 1 and the vLLM blog (2024).
 
-    python -m src.published_checks      # print the predicted-vs-measured tables (markdown)
+    python -m src.hardware.published_checks      # print the predicted-vs-measured tables (markdown)
 
 Sources (scenario files configs/scenarios/check-*.toml give the setups and assumptions):
 
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import sys
 
-from src.scenario import SCENARIOS_DIR, load_scenario
+from src.hardware.scenario import SCENARIOS_DIR, load_scenario
+from src.sweep import run_grid
 
 MAGICDEC = {"gamma_T_D_ms": 23.63, "T_V_ms": 27.90, "T_AR_ms": 26.17, "omega": 3.37, "speedup": 1.68}
 VLLM_BLOG = {  # scenario file -> (low-load speedup, high-load speedup)
@@ -32,8 +33,6 @@ HIGH_LOAD = (64, 128, 256)
 
 def magicdec() -> dict:
     """engine -> (StepBreakdown at batch 64, gamma 4, context 8000; the simulated grid row)."""
-    from run import run_grid
-
     scenario = load_scenario(SCENARIOS_DIR / "check-magicdec-table1.toml")
     out = {}
     for engine in scenario.engine_profiles:
@@ -52,8 +51,6 @@ def magicdec_predicted(result: dict, engine: str = "ideal") -> dict:
 
 def vllm_blog() -> dict:
     """(scenario file, engine) -> {batch size: simulated speedup}."""
-    from run import run_grid
-
     out = {}
     for name in VLLM_BLOG:
         scenario = load_scenario(SCENARIOS_DIR / name)

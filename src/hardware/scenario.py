@@ -1,4 +1,4 @@
-"""Deployment scenarios: one GPU, target, draft, parallelism, engine and study grid (issue 5).
+"""Deployment scenarios: one GPU, target, draft, parallelism, engine and study grid.
 
 A scenario file (configs/scenarios/*.toml) has two tables:
 
@@ -30,7 +30,6 @@ the largest batch at the longest prompt + output + gamma + 1 tokens (named `stud
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -44,7 +43,7 @@ from src.costmodel import (
     load_engine_profiles, load_presets,
 )
 
-SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "configs" / "scenarios"
+SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
 SPECIAL_DRAFTS = ("eagle", "ngram", "self")  # draft values that are not model presets
 SCENARIO_KEYS = ("name", "description", "gpu", "target", "draft", "tp", "draft_tp",
                  "engine_profiles", "draft_kv_budget_tokens", "memory_reserve_fraction",
@@ -112,12 +111,6 @@ def _positive_int(key: str, value: Any) -> int:
     return value
 
 
-def _after_field(err: Exception) -> str:
-    """The 'allowed' part of a 'field: allowed' one-line error."""
-    text = str(err)
-    return text.split(": ", 1)[1] if ": " in text else text
-
-
 def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) -> Scenario:
     """Validate a parsed scenario document ({"scenario": {...}, "study": {...}})."""
     if not isinstance(data, Mapping):
@@ -151,7 +144,7 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     try:
         check_tp(presets.model(target), tp)
     except CostModelInputError as e:
-        raise ConfigError("scenario.tp", _after_field(e)) from None
+        raise ConfigError("scenario.tp", e.allowed) from None
     if draft in ("eagle", "self"):
         draft_tp = _positive_int("draft_tp", table.get("draft_tp", tp))
         if draft_tp != tp:
@@ -163,7 +156,7 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
             try:
                 check_tp(presets.model(draft), draft_tp, "draft_tp")
             except CostModelInputError as e:
-                raise ConfigError("scenario.draft_tp", _after_field(e)) from None
+                raise ConfigError("scenario.draft_tp", e.allowed) from None
     profiles = load_engine_profiles()
     engines = table.get("engine_profiles", list(DEFAULT_ENGINE_PROFILES))
     if isinstance(engines, str):
@@ -200,7 +193,7 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     try:
         study = build_config(study_table)
     except ConfigError as e:
-        raise ConfigError(f"study.{e.field_name}", _after_field(e)) from None
+        raise ConfigError(f"study.{e.field_name}", e.allowed) from None
     scenario = Scenario(
         name=name, description=description.strip(), gpu_id=gpu, target_model_id=target,
         draft=draft, tp=tp, draft_tp=draft_tp, engine_profiles=tuple(dict.fromkeys(engines)),
@@ -217,7 +210,7 @@ def check_memory(scenario: Scenario) -> None:
     try:
         cost = scenario.cost_model(IDEAL_ENGINE)  # memory does not depend on the engine
     except CostModelInputError as e:
-        raise ConfigError("scenario.tp", _after_field(e)) from None
+        raise ConfigError("scenario.tp", e.allowed) from None
     tokens = scenario.max_tokens_per_seq()
     batch = max(scenario.study.batch_sizes)
     fits, need_gb, usable_gb = cost.kv_fits(batch, tokens)

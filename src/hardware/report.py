@@ -1,26 +1,19 @@
-"""summary.txt sections and plots of a hardware scenario (src/hardware_study.py computes the answers).
+"""summary.txt's part for a hardware scenario: assumptions and the answers H1..H6.
 
-Input: the dict run.run_scenario returns - the scenario, its simulated results (one row per grid
-point and engine profile), the steady-state sweeps over batch x gamma x context, and the step-time
-breakdown at the mean context. Nothing here simulates.
+Input: the dict src/hardware/study.run_scenario returns - the scenario, its simulated results (one
+row per grid point and engine profile), the steady-state sweeps over batch x gamma x context, and
+the step-time breakdown at the mean context. Nothing here simulates.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
-from src import hardware_study
-from src.analysis import (
-    decorate_speedup_axis, describe_alpha, describe_length, log2_batch_axis, plot_speedup_grid, table,
-)
-from src.costmodel import load_engine_profiles, load_presets
+from src.costmodel import PRESETS_DIR, load_engine_profiles, load_presets
+from src.hardware import schedules
+from src.hardware.schedules import best_rows
+from src.reporting import describe_alpha, describe_length, ordered, table
 
-
-PARAMS_FILE = Path(__file__).resolve().parent / "presets" / "costmodel_params.toml"
+PARAMS_FILE = PRESETS_DIR / "costmodel_params.toml"
 
 
 def fit_error_summary() -> str:
@@ -35,14 +28,6 @@ def _table(header, rows, indent="   "):
     return table(header, rows, indent)
 
 
-def _modes(df):
-    return list(dict.fromkeys(df.quality_mode))
-
-
-def _engines(df):
-    return list(dict.fromkeys(df.engine_profile))
-
-
 def largest_fitting_batch(scenario, limit: int = 8192) -> int:
     """Largest batch whose weights and KV cache fit with every sequence at its longest (bisection)."""
     cost = scenario.cost_model(scenario.engine_profiles[0])
@@ -54,45 +39,13 @@ def largest_fitting_batch(scenario, limit: int = 8192) -> int:
     return lo
 
 
-def best_rows(sim: pd.DataFrame) -> pd.DataFrame:
-    """Best gamma per (engine, quality mode, serving mode, batch); schedule_gamma 0 where none beats 1."""
-    return hardware_study.best_gamma(sim, ["engine_profile", "quality_mode", "serving_mode", "batch_size"])
-
-
-def schedules(sim: pd.DataFrame) -> list[dict]:
-    """One vLLM schedule per (engine, quality mode, serving mode), with its gains."""
-    out = []
-    best = best_rows(sim)
-    for (engine, mode, serving), sub in best.groupby(["engine_profile", "quality_mode", "serving_mode"], sort=False):
-        sub = sub.sort_values("batch_size")
-        batches, gammas = sub.batch_size.tolist(), sub.schedule_gamma.tolist()
-        grid = sim[(sim.engine_profile == engine) & (sim.quality_mode == mode) & (sim.serving_mode == serving)]
-        by_batch = dict(zip(batches, gammas))
-        mean_speedup = grid.groupby("gamma").speedup.mean()
-        best_fixed = int(mean_speedup.idxmax())
-        gain_best = hardware_study.schedule_gain(grid, by_batch, best_fixed)
-        gain_two = hardware_study.schedule_gain(grid, by_batch, 2) if 2 in set(grid.gamma) else None
-        out.append({"engine_profile": engine, "quality_mode": mode, "serving_mode": serving,
-                    "ranges": hardware_study.schedule_ranges(batches, gammas, batches[-1]),
-                    "max_gamma": max(gammas), "best_fixed_gamma": best_fixed, "gain_vs_best_fixed": gain_best,
-                    "gain_vs_gamma_2": gain_two})
-    return out
-
-
-def vllm_config_json(schedule: dict) -> str:
-    """The speculative_config fragment an engineer pastes into vLLM."""
-    cfg = {"num_speculative_tokens": schedule["max_gamma"],
-           "num_speculative_tokens_per_batch_size": schedule["ranges"]}
-    return json.dumps(cfg)
-
-
 def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     sc, sim, steady, breakdown = hw["scenario"], hw["results"], hw["steady"], hw["breakdown"]
     cfg = sc.study
     presets = load_presets()
     gpu = presets.gpu(sc.gpu_id)
     engines = load_engine_profiles()
-    modes, engine_names = _modes(sim), _engines(sim)
+    modes, engine_names = ordered(sim, "quality_mode"), ordered(sim, "engine_profile")
     batches = sorted(sim.batch_size.unique())
     out = [f"Hardware scenario: {sc.name}", "=" * (19 + len(sc.name)), ""]
     out.append("Assumptions (every figure in this part comes from the hardware cost model; design.md, sections 10 and 11)")
@@ -128,7 +81,7 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     rows = []
     for m in modes:
         if reference is not None and m in set(reference.quality_mode):
-            ref = hardware_study.best_gamma(reference[reference.serving_mode == serving],
+            ref = schedules.best_gamma(reference[reference.serving_mode == serving],
                                             ["quality_mode", "batch_size"])
             ref = ref[ref.quality_mode == m].set_index("batch_size")
             rows.append([f"{m}, flat reference"] + [f"{ref.loc[b, 'speedup']:.2f} (g{ref.loc[b, 'gamma']})"
@@ -167,7 +120,7 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
             for m in modes:
                 sub = sim[(sim.engine_profile == e) & (sim.quality_mode == m) & (sim.serving_mode == serving)
                           & (sim.gamma == g)].sort_values("batch_size")
-                c = hardware_study.crossover_batch(sub.batch_size.to_numpy(), sub.speedup.to_numpy())
+                c = schedules.crossover_batch(sub.batch_size.to_numpy(), sub.speedup.to_numpy())
                 row.append("-" if c is None else c)
         rows.append(row)
     out.append(_table(["gamma"] + [f"{e}/{m}" for e in engine_names for m in modes], rows))
@@ -176,7 +129,7 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     out.append("H3. Optimal gamma by batch size as a vLLM speculative_config (inclusive batch ranges; 0 = off),")
     out.append("    with the throughput it gains over the best single fixed gamma and over gamma 2 (mean / max over")
     out.append("    the simulated batch sizes):")
-    for s in schedules(sim):
+    for s in schedules.schedules(sim):
         if s["serving_mode"] != serving:
             continue
         gains = f"vs the best fixed gamma ({s['best_fixed_gamma']}): {s['gain_vs_best_fixed'][0]:+.1%} / " \
@@ -184,19 +137,19 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
         if s["gain_vs_gamma_2"] is not None and s["best_fixed_gamma"] != 2:
             gains += f"; vs gamma 2: {s['gain_vs_gamma_2'][0]:+.1%} / {s['gain_vs_gamma_2'][1]:+.1%}"
         out.append(f"   {s['engine_profile']}, {s['quality_mode']}:")
-        out.append(f"     {vllm_config_json(s)}")
+        out.append(f"     {schedules.vllm_config_json(s)}")
         out.append(f"     {gains}")
     out.append("")
 
     contexts = sorted(steady.context_len_tokens[~steady.mean_context].unique())
     out.append("H4. Where context length changes the answer: best gamma (0 = off) by (batch range, context range),")
-    out.append("    steady state (closed form, src/hardware_study.py), grid batch sizes and contexts "
+    out.append("    steady state (closed form, src/hardware/steady_state.py), grid batch sizes and contexts "
                f"{contexts[0]}..{contexts[-1]} tokens;")
     out.append("    pairs whose KV cache does not fit are left out (full grid: results/hardware_steady_state.csv):")
     for e in engine_names:
         for m in modes:
             sub = steady[(steady.engine_profile == e) & (steady.quality_mode == m) & ~steady.mean_context]
-            rules = hardware_study.context_rules(hardware_study.best_gamma(sub, ["batch_size", "context_len_tokens"]))
+            rules = schedules.context_rules(schedules.best_gamma(sub, ["batch_size", "context_len_tokens"]))
             varies = any(len({r[4] for r in rules if r[0] <= b <= r[1]}) > 1 for b in sub.batch_size.unique())
             rows = [[f"{lo}-{hi}" if lo != hi else str(lo), f"{clo}-{chi}" if clo != chi else str(clo), g]
                     for lo, hi, clo, chi, g in rules]
@@ -216,7 +169,7 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     out.append(f"H5. Speedup vs batch size per context length ({m0}, best gamma, steady state):")
     for e in engine_names:
         sub = steady[(steady.engine_profile == e) & (steady.quality_mode == m0) & ~steady.mean_context]
-        bst = hardware_study.best_gamma(sub, ["batch_size", "context_len_tokens"])
+        bst = schedules.best_gamma(sub, ["batch_size", "context_len_tokens"])
         piv = bst.pivot_table(index="batch_size", columns="context_len_tokens", values="speedup")
         rows = [[b] + [("." if c not in piv.columns or pd.isna(piv.loc[b, c]) else f"{piv.loc[b, c]:.2f}")
                        for c in contexts] for b in piv.index]
@@ -246,110 +199,14 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
         out.append("")
         out.append(f"   Where the loss at B={b_hi} comes from: best-gamma speedup (closed form, mean context) as each")
         out.append("   mechanism of the engine profile is added to the GPU physics:")
-        for e in _engines(attr):
+        for e in ordered(attr, "engine_profile"):
             sub = attr[attr.engine_profile == e]
-            if sub.groupby("quality_mode").speedup.nunique().max() <= 1 and len(_engines(attr)) > 1:
+            if sub.groupby("quality_mode").speedup.nunique().max() <= 1 and len(ordered(attr, "engine_profile")) > 1:
                 continue  # a profile without overhead (ideal): every column equals physics only
             labels = list(dict.fromkeys(sub.variant))
             rows = [[m] + [f"{sub[(sub.quality_mode == m) & (sub.variant == v)].speedup.iloc[0]:.2f}" for v in labels]
-                    for m in _modes(sub)]
+                    for m in ordered(sub, "quality_mode")]
             out.append(f"   engine {e}:")
             out.append(_table(["quality mode"] + labels, rows, "     "))
     out.append("")
     return "\n".join(out) + "\n"
-
-
-# --- plots ------------------------------------------------------------------------------------------
-
-def plot_speedup_vs_batch(hw: dict):
-    serving = hw["scenario"].study.serving_modes[-1]
-    sim = hw["results"]
-    return plot_speedup_grid(sim[sim.serving_mode == serving], "engine_profile", lambda e: f"engine: {e}",
-                             f"{hw['scenario'].name}: speedup vs batch size ({serving}; dashed: 1.0 = no gain)")
-
-
-def plot_optimal_gamma(hw: dict):
-    sim, steady = hw["results"], hw["steady"]
-    serving = hw["scenario"].study.serving_modes[-1]
-    best = best_rows(sim[sim.serving_mode == serving])
-    modes, engine_names = _modes(sim), _engines(sim)
-    fig, axes = plt.subplots(1, len(engine_names), figsize=(5.5 * len(engine_names), 3.8), sharey=True, squeeze=False)
-    for i, e in enumerate(engine_names):
-        ax = axes[0, i]
-        for k, m in enumerate(modes):
-            sub = best[(best.engine_profile == e) & (best.quality_mode == m)].sort_values("batch_size")
-            ax.plot(sub.batch_size, sub.schedule_gamma + 0.06 * (k - len(modes) / 2), "o-", ms=4, color=f"C{k}",
-                    label=f"{m} (simulated)")
-            st = steady[(steady.engine_profile == e) & (steady.quality_mode == m) & steady.mean_context
-                        & (steady.batch_size <= best.batch_size.max())]
-            bst = hardware_study.best_gamma(st, ["batch_size"]).sort_values("batch_size")
-            ax.plot(bst.batch_size, bst.schedule_gamma, ":", color=f"C{k}", alpha=0.7)
-        log2_batch_axis(ax, sorted(set(best.batch_size)))
-        ax.set_ylabel("optimal gamma (0 = speculation off)")
-        ax.set_title(f"engine: {e} (dotted: steady-state closed form)", fontsize=9)
-        ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"{hw['scenario'].name}: optimal gamma vs batch size")
-    fig.tight_layout()
-    return fig
-
-
-def plot_speedup_by_context(hw: dict):
-    steady = hw["steady"]
-    steady = steady[~steady.mean_context]
-    modes, engine_names = _modes(steady), _engines(steady)
-    contexts = sorted(steady.context_len_tokens.unique())
-    colors = plt.cm.plasma(np.linspace(0, 0.85, len(contexts)))
-    fig, axes = plt.subplots(len(engine_names), len(modes), figsize=(4.2 * len(modes), 3.6 * len(engine_names)),
-                             sharey=True, squeeze=False)
-    for i, e in enumerate(engine_names):
-        for j, m in enumerate(modes):
-            ax = axes[i, j]
-            sub = steady[(steady.engine_profile == e) & (steady.quality_mode == m)]
-            bst = hardware_study.best_gamma(sub, ["batch_size", "context_len_tokens"])
-            for c, color in zip(contexts, colors):
-                line = bst[bst.context_len_tokens == c].sort_values("batch_size")
-                ax.plot(line.batch_size, line.speedup, "o-", ms=3, color=color, label=f"{c} tokens")
-            decorate_speedup_axis(ax, sorted(sub.batch_size.unique()), f"{m}\nengine: {e}",
-                                  "best-gamma speedup (x), steady state" if j == 0 else None)
-    axes[0, -1].legend(fontsize=7, title="context", title_fontsize=7)
-    fig.suptitle(f"{hw['scenario'].name}: speedup vs batch size per context length (lines end where the KV cache stops fitting)")
-    fig.tight_layout()
-    return fig
-
-
-def plot_step_breakdown(hw: dict):
-    bd = hw["breakdown"]
-    engine_names = _engines(bd)
-    fig, axes = plt.subplots(1, len(engine_names), figsize=(5.5 * len(engine_names), 3.8), sharey=True, squeeze=False)
-    parts = [("draft_physics_ms", "draft (GPU)"), ("draft_overhead_ms", "draft (engine overhead)"),
-             ("verify_physics_ms", "verify (GPU)"), ("verify_overhead_ms", "verify (engine overhead)")]
-    colors = ["#6baed6", "#c6dbef", "#fd8d3c", "#fdd0a2"]
-    for i, e in enumerate(engine_names):
-        ax = axes[0, i]
-        sub = bd[bd.engine_profile == e].sort_values("batch_size")
-        x = np.arange(len(sub))
-        bottom = np.zeros(len(sub))
-        for (col, label), color in zip(parts, colors):
-            ax.bar(x, sub[col], bottom=bottom, color=color, label=label)
-            bottom += sub[col].to_numpy()
-        greedy = sub.decode_physics_ms + sub.decode_overhead_ms
-        ax.plot(x, greedy, "k_", ms=18, mew=2, label="greedy step")
-        ax.set_xticks(x, [str(b) for b in sub.batch_size])
-        ax.set_xlabel("batch size (concurrent sequences)")
-        ax.set_ylabel("time per step (ms)")
-        ax.set_title(f"engine: {e}, gamma {int(sub.gamma.iloc[0])}, context {int(sub.context_len_tokens.iloc[0])}",
-                     fontsize=9)
-        ax.grid(alpha=0.3, axis="y")
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"{hw['scenario'].name}: what a speculative step costs")
-    fig.tight_layout()
-    return fig
-
-
-PLOTS = {
-    "hardware_speedup_vs_batch.png": plot_speedup_vs_batch,
-    "hardware_optimal_gamma.png": plot_optimal_gamma,
-    "hardware_speedup_by_context.png": plot_speedup_by_context,
-    "hardware_step_breakdown.png": plot_step_breakdown,
-}

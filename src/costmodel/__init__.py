@@ -1,0 +1,44 @@
+"""Step-time models: how long one forward pass of the target or the draft takes.
+
+The engine loop (src/serving.py) never computes a time itself; it asks a cost model, through the
+two methods of the `CostModel` protocol (flat.py), for the time of one target pass and of gamma
+draft passes. Files, one idea each:
+
+    flat.py      the CostModel protocol and the flat reference model (1 time unit per pass)
+    presets.py   GPU, model and fitted-parameter presets (src/presets/*.toml), input checks
+    roofline.py  GPU physics of one forward pass (smooth roofline per kernel)
+    memory.py    whether weights and KV cache fit in GPU memory
+    engines.py   engine overhead profiles (src/presets/engines.toml)
+    hardware.py  HardwareCostModel: physics + engine overhead, the hardware CostModel
+
+Every public name is importable from `src.costmodel`.
+"""
+from src.costmodel.engines import (
+    ENGINE_PROFILES_FILE, IDEAL_ENGINE, LEGACY_ENGINE_NAME, EngineProfile, engine_profile,
+    load_engine_profiles,
+)
+from src.costmodel.flat import CostModel, FlatCostModel
+from src.costmodel.hardware import DRAFT_KINDS, DraftSpec, HardwareCostModel, StepBreakdown
+from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
+from src.costmodel.presets import (
+    BUILTIN_PRESET_FILES, BYTES_PER_VALUE, PRESETS_DIR, AllReduceFit, CostModelInputError,
+    CostModelParams, GpuSpec, ModelSpec, Presets, check_int, check_tp, load_presets,
+)
+from src.costmodel.roofline import (
+    ATTENTION_KERNELS_PER_LAYER, KERNELS_PER_LAYER_NON_ATTENTION, LM_HEAD_KERNELS, PassBreakdown,
+    PassCoefficients, allreduce_coefficients, attention_terms_s, forward_pass_breakdown,
+    kernel_fixed_s, non_attention_forward_ms, pass_coefficients, pass_components_s,
+    pass_time_table_ms,
+)
+
+__all__ = [
+    "ATTENTION_KERNELS_PER_LAYER", "BUILTIN_PRESET_FILES", "BYTES_PER_VALUE", "DRAFT_KINDS",
+    "ENGINE_PROFILES_FILE", "IDEAL_ENGINE", "KERNELS_PER_LAYER_NON_ATTENTION", "LEGACY_ENGINE_NAME",
+    "LM_HEAD_KERNELS", "PRESETS_DIR", "AllReduceFit", "CostModel", "CostModelInputError",
+    "CostModelParams", "DraftSpec", "EngineProfile", "FlatCostModel", "GpuSpec",
+    "HardwareCostModel", "ModelSpec", "PassBreakdown", "PassCoefficients", "Presets",
+    "StepBreakdown", "allreduce_coefficients", "attention_terms_s", "check_int", "check_tp",
+    "engine_profile", "forward_pass_breakdown", "kernel_fixed_s", "load_engine_profiles",
+    "load_presets", "memory_needed_bytes", "memory_usable_bytes", "non_attention_forward_ms",
+    "pass_coefficients", "pass_components_s", "pass_time_table_ms", "raise_does_not_fit",
+]

@@ -1,0 +1,150 @@
+"""Engine overhead profiles: what a serving engine spends beyond the GPU physics.
+
+Per-step CPU work, the rejection sampler, KV bookkeeping, the draft's catch-up pass and the
+verification kernel's extra attention time, per engine and version (src/presets/engines.toml;
+design.md, "Engine profiles", gives every figure's source).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from src.config import read_toml
+from src.costmodel.presets import PRESETS_DIR, CostModelInputError, CostModelParams
+
+ENGINE_PROFILES_FILE = PRESETS_DIR / "engines.toml"
+LEGACY_ENGINE_NAME = "params"  # the profile made from CostModelParams' CPU fields
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """Overheads of one serving engine on top of the GPU physics (src/presets/engines.toml).
+
+    For S active sequences, C = sum of their contexts, t positions per sequence, gamma drafts:
+
+        target pass (greedy decode, t = 1, or verification, t = gamma + 1):
+            overhead = step_cpu_fixed_ms + step_cpu_per_seq_ms S
+                       + [t > 1] ( (rejection_sampling_per_position_ms t + kv_bookkeeping_per_seq_ms) S
+                                   + [scoring_batch_expansion] step_cpu_per_seq_ms S (t - 1)
+                                   + verification_attention_slowdown_factor attn' - attn(S, t, C) )
+            attn' = attn(S, t, C), or with scoring_batch_expansion the attention of S t
+            one-position sequences, sequence (i, j) reading ctx_i + j - 1 cached tokens:
+            attn(S t, 1, t C + S t (t - 1) / 2)
+        gamma draft-model / EAGLE / self-speculation passes:
+            overhead = gamma (draft_pass_cpu_fixed_ms + draft_pass_cpu_per_seq_ms S)
+                       + [e > 0] ( pass(S, 1 + e, C) - pass(S, 1, C) ),  e = draft_catchup_positions_per_seq
+        gamma n-gram passes:  overhead = gamma ngram_pass_cpu_ms
+
+    attn(S, t, C) is the GPU-physics attention time of the pass and pass(S, t, C) the draft's
+    whole GPU-physics pass time: the catch-up pass (the draft re-reading the tokens committed in
+    the previous step that its KV cache lacks) is GPU work, but work an ideal engine avoids, so it
+    is reported as engine overhead. Every term is 0 where S = 0. The `ideal` profile has every
+    term 0 and factor 1: the GPU-physics bound.
+    """
+
+    name: str  # profile id, e.g. "ideal" or "vllm-2024"
+    description: str  # one line: which engine and version the numbers stand for
+    step_cpu_fixed_ms: float  # CPU per target pass independent of batch (schedule, prepare, sample, launch, outputs), ms
+    step_cpu_per_seq_ms: float  # CPU per target pass per active sequence, ms
+    draft_pass_cpu_fixed_ms: float  # CPU per draft-model / EAGLE pass independent of batch (launch + sampler), ms
+    draft_pass_cpu_per_seq_ms: float  # CPU per draft pass per active sequence, ms
+    ngram_pass_cpu_ms: float  # CPU of one prompt-lookup (n-gram) proposal pass, ms
+    rejection_sampling_per_position_ms: float  # rejection sampler per verified position (gamma + 1 per sequence), ms
+    kv_bookkeeping_per_seq_ms: float  # KV slots for gamma+1 positions + rollback of rejected ones, per sequence per step, ms
+    draft_catchup_positions_per_seq: int  # extra positions in the first draft pass of a step (draft re-reads committed tokens)
+    verification_attention_slowdown_factor: float  # attention time of a verification pass / that of a decode-style kernel (>= 1)
+    scoring_batch_expansion: bool = False  # verification run as S (gamma+1) one-position sequences: per-seq step CPU and KV reads paid per position
+
+    @property
+    def is_ideal(self) -> bool:
+        """True when every overhead term is zero (the GPU-physics bound)."""
+        return (self.step_cpu_fixed_ms == self.step_cpu_per_seq_ms == self.draft_pass_cpu_fixed_ms
+                == self.draft_pass_cpu_per_seq_ms == self.ngram_pass_cpu_ms
+                == self.rejection_sampling_per_position_ms == self.kv_bookkeeping_per_seq_ms == 0.0
+                and self.draft_catchup_positions_per_seq == 0 and not self.scoring_batch_expansion
+                and self.verification_attention_slowdown_factor == 1.0)
+
+    @classmethod
+    def from_params(cls, params: CostModelParams) -> "EngineProfile":
+        """CostModelParams' per-pass CPU figures (vidur's A100 profiles), no speculation extras."""
+        return cls(
+            name=LEGACY_ENGINE_NAME,
+            description="CPU figures of CostModelParams (vidur A100, Llama-2-7B TP1); no "
+                        "speculation-specific overheads",
+            step_cpu_fixed_ms=params.step_cpu_fixed_ms,
+            step_cpu_per_seq_ms=params.step_cpu_per_seq_ms,
+            draft_pass_cpu_fixed_ms=params.draft_pass_cpu_fixed_ms,
+            draft_pass_cpu_per_seq_ms=params.draft_pass_cpu_per_seq_ms,
+            ngram_pass_cpu_ms=params.ngram_pass_cpu_ms,
+            rejection_sampling_per_position_ms=0.0,
+            kv_bookkeeping_per_seq_ms=0.0,
+            draft_catchup_positions_per_seq=0,
+            verification_attention_slowdown_factor=1.0,
+        )
+
+
+IDEAL_ENGINE = EngineProfile(
+    name="ideal", description="no CPU, launch or implementation overhead: the GPU-physics bound",
+    step_cpu_fixed_ms=0.0, step_cpu_per_seq_ms=0.0, draft_pass_cpu_fixed_ms=0.0,
+    draft_pass_cpu_per_seq_ms=0.0, ngram_pass_cpu_ms=0.0, rejection_sampling_per_position_ms=0.0,
+    kv_bookkeeping_per_seq_ms=0.0, draft_catchup_positions_per_seq=0,
+    verification_attention_slowdown_factor=1.0, scoring_batch_expansion=False)
+
+
+def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE) -> dict[str, EngineProfile]:
+    """Engine profiles of a TOML file with one [engines.<name>] table per profile.
+
+    Every EngineProfile field but `name` is required; unknown fields, wrong types, negative
+    values, a fractional catch-up count or a slowdown factor below 1 raise CostModelInputError.
+    """
+    data = read_toml(path, "engines", CostModelInputError)
+    unknown = sorted(set(data) - {"engines"})
+    if unknown:
+        raise CostModelInputError(
+            "engines", f"{path} has unknown table(s) {', '.join(unknown)}; allowed: engines")
+    wanted = {f.name: f.type for f in fields(EngineProfile) if f.name != "name"}
+    out = {}
+    for name, raw in data.get("engines", {}).items():
+        where = f"engines.{name}"
+        if not isinstance(raw, dict):
+            raise CostModelInputError(where, "must be a table")
+        extra = sorted(set(raw) - set(wanted))
+        if extra:
+            raise CostModelInputError(where, f"unknown field(s) {', '.join(extra)}; "
+                                             f"allowed: {', '.join(wanted)}")
+        missing = [k for k in wanted if k not in raw]
+        if missing:
+            raise CostModelInputError(where, f"missing field(s) {', '.join(missing)}")
+        values = {}
+        for key, kind in wanted.items():
+            value = raw[key]
+            kind = kind if isinstance(kind, str) else kind.__name__
+            if kind == "bool":
+                if not isinstance(value, bool):
+                    raise CostModelInputError(f"{where}.{key}", f"expected true or false, got {value!r}")
+            elif kind == "str":
+                if not isinstance(value, str):
+                    raise CostModelInputError(f"{where}.{key}", f"expected a string, got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                    kind == "int" and int(value) != value) or not math.isfinite(value):
+                raise CostModelInputError(f"{where}.{key}", f"expected {kind}, got {value!r}")
+            elif value < 0:
+                raise CostModelInputError(f"{where}.{key}", f"must be >= 0, got {value}")
+            values[key] = int(value) if kind == "int" else (float(value) if kind == "float"
+                                                              else value)
+        if values["verification_attention_slowdown_factor"] < 1.0:
+            raise CostModelInputError(f"{where}.verification_attention_slowdown_factor",
+                                      f"must be >= 1, got {values['verification_attention_slowdown_factor']}")
+        out[name] = EngineProfile(name=name, **values)
+    return out
+
+
+def engine_profile(name: str, path: str | Path = ENGINE_PROFILES_FILE,
+                   field_name: str = "engine") -> EngineProfile:
+    """One profile by name; CostModelInputError naming `field_name` and the known ones if absent."""
+    profiles = load_engine_profiles(path)
+    if name not in profiles:
+        raise CostModelInputError(field_name, f"unknown engine profile '{name}'; known: "
+                                              f"{', '.join(sorted(profiles))}")
+    return profiles[name]

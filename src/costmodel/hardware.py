@@ -1,0 +1,376 @@
+"""HardwareCostModel: step times in ms of a target and its draft on real hardware.
+
+GPU physics (src/costmodel/roofline.py) plus an engine's overheads (src/costmodel/engines.py),
+with the memory fit checked on every call (src/costmodel/memory.py). Implements the CostModel
+protocol the engine loop asks (src/costmodel/flat.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from src.costmodel.engines import EngineProfile, engine_profile
+from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
+from src.costmodel.presets import (
+    BYTES_PER_VALUE, AllReduceFit, CostModelInputError, CostModelParams, GpuSpec, ModelSpec,
+    check_int, check_tp, load_presets,
+)
+from src.costmodel.roofline import PassCoefficients, pass_coefficients, pass_time_table_ms
+
+DRAFT_KINDS = ("model", "eagle", "ngram", "self")
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """How draft tokens are produced.
+
+    kind "model": a stand-alone draft model (`model`) on `tp` GPUs (its own weights and KV cache;
+    it shares GPU 0 with the target). kind "eagle": an EAGLE-style head - one decoder layer of the
+    target's shape plus a 2h -> h fc, fed the target's hidden states, sharing the target's LM head,
+    run at the target's TP. kind "ngram": prompt lookup on the host (engine's ngram_pass_cpu_ms
+    per pass). kind "self": self-speculation (MagicDec, Chen et al. 2024): the target network
+    itself at the target's TP, no extra weights, attending to a compressed KV cache of at most
+    `kv_budget_tokens` tokens per sequence (StreamingLLM-style sink + window).
+
+    kv_budget_tokens (kinds model, eagle, self; None = full context): each draft pass reads at
+    most this many cached tokens per sequence, min(context, budget), and the draft keeps at most
+    this many tokens of KV per sequence.
+    """
+
+    kind: str = "model"  # "model", "eagle", "ngram" or "self"
+    model: ModelSpec | None = None  # the draft network for kinds "model" and "self"
+    tp: int = 1  # TP degree of the draft network
+    kv_budget_tokens: int | None = None  # cap on the draft's KV per sequence; None = no cap
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Times of one speculative step at a uniform batch (every sequence at the same context), ms,
+    split into GPU physics and engine overhead (`HardwareCostModel.step_breakdown`)."""
+
+    batch: int  # active sequences S
+    gamma: int  # drafts per step
+    context_len_tokens: int  # cached tokens per sequence before the step
+    decode_physics_ms: float  # T_AR physics: one greedy target pass (1 position)
+    decode_overhead_ms: float  # T_AR engine overhead
+    verify_physics_ms: float  # T_V physics: one target pass over gamma + 1 positions
+    verify_overhead_ms: float  # T_V engine overhead
+    draft_physics_ms: float  # gamma x T_D physics: all gamma draft passes of the step
+    draft_overhead_ms: float  # engine overhead of the gamma draft passes (CPU + catch-up)
+
+    @property
+    def decode_ms(self) -> float:
+        return self.decode_physics_ms + self.decode_overhead_ms
+
+    @property
+    def verify_ms(self) -> float:
+        return self.verify_physics_ms + self.verify_overhead_ms
+
+    @property
+    def draft_ms(self) -> float:
+        return self.draft_physics_ms + self.draft_overhead_ms
+
+    def speedup(self, tokens_per_step: float) -> float:
+        """MagicDec's batched form: Omega T_AR / (gamma T_D + T_V), tokens_per_step = Omega."""
+        return tokens_per_step * self.decode_ms / (self.draft_ms + self.verify_ms)
+
+
+@dataclass(frozen=True)
+class HardwareCostModel:
+    """Step times in ms from the physical model plus an engine profile (implements `CostModel`).
+
+    target_pass_time: one target pass over positions_per_seq positions of every active sequence.
+    draft_passes_time: gamma sequential one-position draft passes; pass k (0-based) sees every
+    context grown by k (capped at the draft's KV budget). Each is physics + engine overhead;
+    `target_pass_parts` / `draft_passes_parts` return the two separately (see EngineProfile for
+    the overhead formulas). Both reduce the [R, B] inputs to per-replication sums (active count S,
+    context sum C) first and then work on [R] arrays, so a call costs a few dozen numpy operations
+    on [R]. Every call also checks that weights + KV cache fit (raises CostModelInputError).
+    engine None = CostModelParams' CPU figures, `EngineProfile.from_params`).
+    Build one with `HardwareCostModel.from_presets(...)`.
+    """
+
+    gpu: GpuSpec
+    target: ModelSpec
+    tp: int = 1
+    draft: DraftSpec = DraftSpec(kind="ngram")
+    params: CostModelParams = CostModelParams()
+    allreduce: tuple[AllReduceFit, ...] = ()
+    engine: EngineProfile | None = None
+    time_unit: str = "ms"
+    _engine: EngineProfile = field(init=False, repr=False, compare=False)
+    _target_c: PassCoefficients = field(init=False, repr=False, compare=False)
+    _draft_c: PassCoefficients | None = field(init=False, repr=False, compare=False)
+    _weight_bytes_gpu0: float = field(init=False, repr=False, compare=False)
+    _kv_bytes_per_token_gpu0: float = field(init=False, repr=False, compare=False)
+    _kv_bytes_per_seq_gpu0: float = field(init=False, repr=False, compare=False)
+    # lazily built lookup tables of the attention-free pass time, ms (instance cache, not state)
+    _tables: dict = field(init=False, repr=False, compare=False, default_factory=dict)
+
+    def __post_init__(self):
+        check_tp(self.target, self.tp)
+        p = self.params
+        set_ = object.__setattr__
+        set_(self, "_engine", self.engine if self.engine is not None
+             else EngineProfile.from_params(p))
+        # physics only: the engine's CPU overhead is added by _target_parts / _draft_parts
+        set_(self, "_target_c", pass_coefficients(self.gpu, self.target, self.tp, p,
+                                                  self.allreduce))
+        weight = self.target.weight_bytes / self.tp
+        kv = self.target.kv_bytes_per_token / self.tp
+        per_seq = 0.0
+        d = self.draft
+        budget = d.kv_budget_tokens
+        if budget is not None:
+            check_int("draft_kv_budget_tokens", budget, 1)
+            if d.kind == "ngram":
+                raise CostModelInputError(
+                    "draft_kv_budget_tokens", "an n-gram draft has no KV cache; allowed: a draft "
+                    "model, eagle or self")
+        if d.kind == "model":
+            if d.model is None:
+                raise CostModelInputError("draft", "kind 'model' needs a draft model preset")
+            check_tp(d.model, d.tp, "draft_tp")
+            set_(self, "_draft_c", pass_coefficients(self.gpu, d.model, d.tp, p, self.allreduce))
+            weight += d.model.weight_bytes / d.tp
+            draft_kv = d.model.kv_bytes_per_token / d.tp
+        elif d.kind == "eagle":
+            h = self.target.hidden_size
+            set_(self, "_draft_c", pass_coefficients(
+                self.gpu, self.target, self.tp, p, self.allreduce, n_layers=1,
+                extra_gemms=[(2 * h, h)]))
+            weight += (self.target.layer_params / self.tp + 2 * h * h) * BYTES_PER_VALUE
+            draft_kv = self.target.kv_bytes_per_token / self.target.n_layers / self.tp
+        elif d.kind == "self":
+            if d.model is not None and d.model != self.target:
+                raise CostModelInputError("draft", "kind 'self' drafts with the target itself")
+            if d.tp != self.tp:
+                raise CostModelInputError(
+                    "draft_tp", f"a self-speculation draft runs at the target's tp={self.tp}, "
+                    f"got {d.tp}; allowed: {self.tp}")
+            set_(self, "_draft_c", self._target_c)
+            # no extra weights; without a budget the draft reads the target's own KV cache
+            draft_kv = self.target.kv_bytes_per_token / self.tp if budget is not None else 0.0
+        elif d.kind == "ngram":
+            set_(self, "_draft_c", None)
+            draft_kv = 0.0
+        else:
+            raise CostModelInputError(
+                "draft", f"unknown kind '{d.kind}'; allowed: {', '.join(DRAFT_KINDS)}")
+        if budget is None:
+            kv += draft_kv
+        else:  # a capped draft cache holds at most `budget` tokens per sequence
+            per_seq = draft_kv * budget
+        set_(self, "_weight_bytes_gpu0", weight)
+        set_(self, "_kv_bytes_per_token_gpu0", kv)
+        set_(self, "_kv_bytes_per_seq_gpu0", per_seq)
+        need = memory_needed_bytes(weight, kv, 0)
+        if need > memory_usable_bytes(self.gpu, p):
+            raise_does_not_fit(self.gpu, p, self._what(), float(need), weight, 0)
+
+    @classmethod
+    def from_presets(
+        cls,
+        gpu: str,
+        target: str,
+        tp: int = 1,
+        draft: str | None = "ngram",
+        draft_tp: int = 1,
+        preset_paths: Iterable[str | Path] = (),
+        params: CostModelParams | None = None,
+        engine: EngineProfile | str | None = None,
+        draft_kv_budget_tokens: int | None = None,
+    ) -> "HardwareCostModel":
+        """Build from preset ids. draft: a model id (stand-alone draft), "eagle", "ngram", "self"
+        (self-speculation: draft_tp is taken as tp) or None (= "ngram"). params: overrides the
+        loaded fitted parameters. engine: an EngineProfile, a profile name of
+        src/presets/engines.toml, or None (the CostModelParams CPU figures)."""
+        presets = load_presets(preset_paths)
+        gpu_spec = presets.gpu(gpu)
+        target_spec = presets.model(target, "target")
+        if draft is None or draft == "ngram":
+            draft_spec = DraftSpec(kind="ngram", kv_budget_tokens=draft_kv_budget_tokens)
+        elif draft == "eagle":
+            draft_spec = DraftSpec(kind="eagle", tp=tp, kv_budget_tokens=draft_kv_budget_tokens)
+        elif draft == "self":
+            draft_spec = DraftSpec(kind="self", model=target_spec, tp=tp,
+                                   kv_budget_tokens=draft_kv_budget_tokens)
+        else:
+            draft_spec = DraftSpec(kind="model", model=presets.model(draft, "draft"), tp=draft_tp,
+                                   kv_budget_tokens=draft_kv_budget_tokens)
+        if isinstance(engine, str):
+            engine = engine_profile(engine)
+        return cls(gpu=gpu_spec, target=target_spec, tp=tp, draft=draft_spec,
+                   params=presets.params if params is None else params,
+                   allreduce=presets.allreduce, engine=engine)
+
+    @property
+    def engine_profile(self) -> EngineProfile:
+        """The engine profile in use (the CostModelParams one when `engine` is None)."""
+        return self._engine
+
+    def _what(self) -> str:
+        d = self.draft
+        name = d.model.model_id if d.kind == "model" else d.kind
+        return f"{self.target.model_id} at tp={self.tp} with draft {name}"
+
+    def kv_fits(self, batch: int, tokens_per_seq: int) -> tuple[bool, float, float]:
+        """(fits, needed GB, usable GB) per GPU for `batch` sequences of `tokens_per_seq` cached
+        tokens each (weights + target and draft KV caches)."""
+        need = (self._weight_bytes_gpu0 + self._kv_bytes_per_token_gpu0 * batch * tokens_per_seq
+                + self._kv_bytes_per_seq_gpu0 * batch)
+        usable = memory_usable_bytes(self.gpu, self.params)
+        return need <= usable, need / 1e9, usable / 1e9
+
+    def _check_fits(self, kv_tokens: np.ndarray, n_seqs: np.ndarray | None = None) -> None:
+        if not kv_tokens.size:
+            return
+        if self._kv_bytes_per_seq_gpu0 and n_seqs is not None:
+            need_r = (self._kv_bytes_per_token_gpu0 * kv_tokens
+                      + self._kv_bytes_per_seq_gpu0 * n_seqs)
+            worst_r = int(np.argmax(need_r))
+            worst, need = float(kv_tokens.flat[worst_r]), self._weight_bytes_gpu0 + float(
+                need_r.flat[worst_r])
+        else:
+            worst = float(kv_tokens.max())
+            need = self._weight_bytes_gpu0 + self._kv_bytes_per_token_gpu0 * worst
+        if need > memory_usable_bytes(self.gpu, self.params):
+            raise_does_not_fit(self.gpu, self.params, self._what(), need,
+                                self._weight_bytes_gpu0, worst)
+
+    def _table_ms(self, which: str, max_seqs: int, max_positions: int) -> np.ndarray:
+        """Cached pass_time_table_ms (+ the attention kernels' fixed time; row S = 0 zeroed) of
+        the target or draft, physics only; grown when a call needs more positions."""
+        key = (which, max_seqs)
+        table = self._tables.get(key)
+        if table is None or table.shape[1] <= max_positions:
+            coeffs = self._target_c if which == "target" else self._draft_c
+            table = pass_time_table_ms(coeffs, max_seqs, max(max_positions, 17))
+            table += coeffs.attn_fixed_s * 1e3
+            table[0, :] = 0.0  # no active sequence, no pass
+            self._tables[key] = table
+        return table
+
+    @staticmethod
+    def _attention_pnorm_ms(c: PassCoefficients, n_seqs, tokens, positions_per_seq, sum_ctx):
+        """Attention kernels' roofline time without their fixed part, ms (0 where n_seqs = 0).
+
+        Same formula as attention_terms_s + _pnorm, arranged for few numpy passes:
+        m (1 + (k/m)^p)^(1/p) with x^p = exp(p log x).
+        """
+        p = c.sharpness_p
+        memory_ms = (c.attn_read_per_ctx_token_s * 1e3) * sum_ctx + (
+            (c.attn_read_per_ctx_token_s + c.attn_per_new_token_s) * 1e3) * tokens
+        compute_ms = (c.attn_compute_per_pair_s * 1e3) * (
+            positions_per_seq * sum_ctx + tokens * ((positions_per_seq + 1) * 0.5))
+        ratio = compute_ms / np.maximum(memory_ms, 1e-300) + 1e-300
+        return memory_ms * np.exp(np.log1p(np.exp(p * np.log(ratio))) * (1.0 / p))
+
+    def target_pass_parts(self, active, positions_per_seq, context_len_tokens):
+        """(physics_ms[R], overhead_ms[R]) of one target pass; positions_per_seq: int or int[R].
+
+        physics = attention-free table[S, t] + attention p-norm (GPU physics, ideal engine);
+        overhead = step CPU + for t > 1 the rejection sampler, KV bookkeeping and the extra
+        attention time of a masked verification kernel (EngineProfile).
+        """
+        n_seqs = np.count_nonzero(active, axis=1)
+        sum_ctx = (context_len_tokens * active).sum(axis=1)
+        t = np.asarray(positions_per_seq)
+        tokens = n_seqs * t
+        self._check_fits(sum_ctx + tokens, n_seqs)
+        table = self._table_ms("target", active.shape[1], int(t.max()))
+        attention = self._attention_pnorm_ms(self._target_c, n_seqs, tokens, t, sum_ctx)
+        physics = table.ravel().take(n_seqs * table.shape[1] + t) + attention
+        e = self._engine
+        verify = t > 1
+        per_seq = e.step_cpu_per_seq_ms + verify * (
+            e.rejection_sampling_per_position_ms * t + e.kv_bookkeeping_per_seq_ms)
+        if e.scoring_batch_expansion:  # every verified position is a sequence of its own
+            per_seq = per_seq + verify * (e.step_cpu_per_seq_ms * (t - 1))
+        overhead = np.where(n_seqs > 0, e.step_cpu_fixed_ms, 0.0) + n_seqs * per_seq
+        if e.scoring_batch_expansion or e.verification_attention_slowdown_factor != 1.0:
+            engine_attention = attention
+            if e.scoring_batch_expansion:  # S t one-position queries, each reading its whole KV
+                engine_attention = self._attention_pnorm_ms(
+                    self._target_c, tokens, tokens, 1, t * sum_ctx + n_seqs * (t * (t - 1) * 0.5))
+            overhead = overhead + verify * (
+                e.verification_attention_slowdown_factor * engine_attention - attention)
+        return physics, overhead
+
+    def target_pass_time(self, active, positions_per_seq, context_len_tokens):
+        """float[R] ms of one target pass, physics + engine overhead (0 where a replication has
+        no active slot). positions_per_seq: int, or int[R] (one value per replication)."""
+        physics, overhead = self.target_pass_parts(active, positions_per_seq, context_len_tokens)
+        return physics + overhead
+
+    def _draft_sum_ctx(self, active, context_len_tokens, g):
+        """Sum over active sequences of the context the mean draft pass reads: C + S (g-1)/2,
+        or with a KV budget b, sum_i min(ctx_i + (g-1)/2, b)."""
+        b = self.draft.kv_budget_tokens
+        if b is None:
+            return None
+        grown = context_len_tokens + ((np.asarray(g) - 1) * 0.5).reshape(-1, 1)
+        return (np.minimum(grown, b) * active).sum(axis=1)
+
+    def draft_passes_parts(self, active, gamma, context_len_tokens):
+        """(physics_ms[R], overhead_ms[R]) of gamma sequential one-position draft passes.
+
+        Pass k (k = 0..gamma-1) sees the context sum grown to C + S k (each context capped at the
+        draft KV budget, if any). Every term but attention is the same in each pass (times gamma).
+        Attention is linear in k in each bound, so the sum is taken in closed form as gamma x the
+        pass at the mean context C + S (gamma - 1) / 2 (exact where one bound holds; the p-norm's
+        curvature in k makes it a slight underestimate in the knee, < 0.1% for any gamma <= 32).
+        Overhead: per-pass CPU and the catch-up pass (EngineProfile).
+        """
+        n_seqs = np.count_nonzero(active, axis=1)
+        g = np.asarray(gamma)
+        e = self._engine
+        if self._draft_c is None:  # n-gram / prompt lookup: host-side string matching only
+            zero = np.zeros(n_seqs.shape)
+            return zero, np.where(n_seqs > 0, g * e.ngram_pass_cpu_ms, 0.0)
+        sum_ctx = (context_len_tokens * active).sum(axis=1)
+        self._check_fits(sum_ctx + n_seqs * (g + 1), n_seqs)
+        catchup = e.draft_catchup_positions_per_seq
+        table = self._table_ms("draft", active.shape[1], 1 + catchup)
+        capped = self._draft_sum_ctx(active, context_len_tokens, g)
+        mid_ctx = sum_ctx + n_seqs * ((g - 1) * 0.5) if capped is None else capped
+        per_pass_ms = table[:, 1].take(n_seqs) + self._attention_pnorm_ms(
+            self._draft_c, n_seqs, n_seqs, 1, mid_ctx)
+        physics = g * per_pass_ms
+        overhead = g * (np.where(n_seqs > 0, e.draft_pass_cpu_fixed_ms, 0.0)
+                        + e.draft_pass_cpu_per_seq_ms * n_seqs)
+        if catchup:
+            b = self.draft.kv_budget_tokens
+            ctx0 = sum_ctx if b is None else (np.minimum(context_len_tokens, b) * active).sum(axis=1)
+            wide = 1 + catchup
+            extra = (table[:, wide].take(n_seqs) - table[:, 1].take(n_seqs)
+                     + self._attention_pnorm_ms(self._draft_c, n_seqs, n_seqs * wide, wide, ctx0)
+                     - self._attention_pnorm_ms(self._draft_c, n_seqs, n_seqs, 1, ctx0))
+            overhead = overhead + np.where(g > 0, extra, 0.0)
+        return physics, overhead
+
+    def draft_passes_time(self, active, gamma, context_len_tokens):
+        """float[R] ms of gamma sequential one-position draft passes (gamma: int or int[R]),
+        physics + engine overhead; see draft_passes_parts."""
+        physics, overhead = self.draft_passes_parts(active, gamma, context_len_tokens)
+        return physics + overhead
+
+    def step_breakdown(self, batch: int, gamma: int, context_len_tokens: int) -> StepBreakdown:
+        """T_AR, T_V and gamma T_D of `batch` sequences all at `context_len_tokens`, each split
+        into physics and engine overhead (MagicDec's notation; Chen et al. 2024)."""
+        batch = check_int("batch", batch, 1)
+        gamma = check_int("gamma", gamma, 1)
+        context_len_tokens = check_int("context", context_len_tokens, 0)
+        active = np.ones((1, batch), bool)
+        ctx = np.full((1, batch), context_len_tokens)
+        dec = self.target_pass_parts(active, 1, ctx)
+        ver = self.target_pass_parts(active, gamma + 1, ctx)
+        dra = self.draft_passes_parts(active, gamma, ctx)
+        return StepBreakdown(
+            batch=batch, gamma=gamma, context_len_tokens=context_len_tokens,
+            decode_physics_ms=float(dec[0][0]), decode_overhead_ms=float(dec[1][0]),
+            verify_physics_ms=float(ver[0][0]), verify_overhead_ms=float(ver[1][0]),
+            draft_physics_ms=float(dra[0][0]), draft_overhead_ms=float(dra[1][0]))

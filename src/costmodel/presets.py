@@ -1,0 +1,309 @@
+"""Presets: datasheet figures of GPUs, shapes of models and the fitted parameters of the hardware
+model, read from src/presets/*.toml (and user files merged over them); input checks shared by the
+cost-model modules. design.md ("Presets", "Parameters") gives every figure's source.
+"""
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, fields, replace
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from src.config import ConfigError, read_toml
+
+PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
+BUILTIN_PRESET_FILES = (
+    PRESETS_DIR / "gpus.toml",
+    PRESETS_DIR / "models.toml",
+    PRESETS_DIR / "costmodel_params.toml",
+)
+BYTES_PER_VALUE = 2  # BF16 weights, activations and KV cache
+
+
+class CostModelInputError(ConfigError):
+    """A bad input to the hardware cost model: one line '<field>: <what is allowed>'; the field is
+    in `field_name` (a preset table key, a command-line quantity such as tp or batch)."""
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Datasheet figures of one GPU (see src/presets/gpus.toml)."""
+
+    gpu_id: str  # short id, e.g. "h100-sxm"
+    name: str  # human-readable name
+    dense_bf16_tflops: float  # dense BF16 tensor-core peak, TFLOP/s (no 2:4 sparsity)
+    memory_bandwidth_gb_per_s: float  # peak DRAM bandwidth, GB/s (1e9 B/s)
+    memory_gb: float  # DRAM capacity, GB (1e9 bytes)
+    interconnect_bidirectional_gb_per_s: float  # GPU-GPU link per GPU, both directions, GB/s
+    interconnect: str  # what the link is
+    source: str  # datasheet citation
+    # fixed time per GPU kernel on this GPU (launch gap, prologue/epilogue, tail), microseconds;
+    # fitted per GPU where vidur has measurements (scripts/fit_costmodel.py writes it to
+    # src/presets/costmodel_params.toml); None = CostModelParams.kernel_fixed_us (the shared value
+    # fitted on all GPUs' rows), used for every GPU without measurements
+    kernel_fixed_us: float | None = None
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.dense_bf16_tflops * 1e12
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return self.memory_bandwidth_gb_per_s * 1e9
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gb * 1e9
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shape of a Llama-style decoder (see src/presets/models.toml). BF16 throughout."""
+
+    model_id: str  # short id, e.g. "llama-3.1-8b"
+    hf_name: str  # Hugging Face repository
+    n_layers: int  # decoder layers
+    hidden_size: int  # model width h
+    n_heads: int  # query heads H
+    n_kv_heads: int  # key/value heads (GQA)
+    head_dim: int  # d
+    intermediate_size: int  # SwiGLU width I
+    vocab_size: int  # V
+    tied_embeddings: bool  # LM head shares the embedding matrix
+    qkv_bias: bool  # biases on Q, K, V
+    source: str  # config.json citation
+
+    @property
+    def q_width(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def layer_params(self) -> int:
+        """Parameters of one decoder layer: QKV (+bias), O, gate/up/down, two RMSNorm weights."""
+        h, q, kv, inter = self.hidden_size, self.q_width, self.kv_width, self.intermediate_size
+        qkv = h * (q + 2 * kv) + (q + 2 * kv if self.qkv_bias else 0)
+        return qkv + q * h + 3 * h * inter + 2 * h
+
+    @property
+    def total_params(self) -> int:
+        """All parameters: layers + embedding + final norm + LM head (once if tied)."""
+        embed = self.vocab_size * self.hidden_size
+        head = 0 if self.tied_embeddings else embed
+        return self.n_layers * self.layer_params + embed + head + self.hidden_size
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.total_params * BYTES_PER_VALUE
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV cache per token, all layers: 2 (K and V) x layers x KV heads x head dim x 2 bytes."""
+        return 2 * self.n_layers * self.kv_width * BYTES_PER_VALUE
+
+
+@dataclass(frozen=True)
+class CostModelParams:
+    """Every efficiency factor and fixed cost of the hardware model.
+
+    Defaults are the values scripts/fit_costmodel.py fitted to vidur's measurements (A100 and H100,
+    Llama-2-7B and Llama-3-8B, TP 1-8, 1-4096 tokens); src/presets/costmodel_params.toml holds the
+    latest fit and overrides these when loaded through `load_presets`. One shared set for all GPUs
+    and models: they are fractions of datasheet peaks and per-kernel times, not per-model fits.
+    The one GPU-level exception is the kernel fixed time: GPUs with measurements carry their own
+    fitted GpuSpec.kernel_fixed_us; kernel_fixed_us here is the shared value for all others.
+    """
+
+    # fraction of datasheet peak DRAM bandwidth that weight/activation/KV streaming reaches (fit)
+    memory_bandwidth_efficiency_fraction: float = 0.8459
+    # fraction of dense BF16 peak FLOP/s that large GEMMs and attention reach (fit)
+    compute_efficiency_fraction: float = 0.7216
+    # exponent p of the smooth roofline (t_mem^p + t_comp^p)^(1/p); larger = sharper knee (fit)
+    roofline_sharpness_p: float = 1.450
+    # fixed time per GPU kernel (launch gap, prologue/epilogue, tail) in microseconds, for GPUs
+    # without their own GpuSpec.kernel_fixed_us (fit: shared value over all GPUs' rows)
+    kernel_fixed_us: float = 3.423
+    # all-reduce latency for GPUs without measured all-reduce data, microseconds (fit on H100 DGX)
+    allreduce_latency_us: float = 29.5
+    # achieved fraction of the one-direction interconnect bandwidth in an all-reduce, for GPUs
+    # without measured all-reduce data (fit on H100 DGX, bus-bandwidth convention of nccl-tests)
+    allreduce_link_efficiency_fraction: float = 0.782
+    # CPU time per target step independent of batch: scheduling, input preparation, sampler,
+    # launch, output processing (intercept of vidur's A100 CPU profiles, Llama-2-7B TP1), ms
+    step_cpu_fixed_ms: float = 0.862
+    # CPU time per target step per active sequence (slope of the same profiles), ms
+    step_cpu_per_seq_ms: float = 0.0426
+    # CPU time per draft-model or EAGLE pass independent of batch: launch + sampler
+    # (intercept of vidur's sampler_e2e + model_execution_launch medians), ms
+    draft_pass_cpu_fixed_ms: float = 0.525
+    # CPU time per draft pass per active sequence (slope of the same), ms
+    draft_pass_cpu_per_seq_ms: float = 0.00536
+    # CPU time of one prompt-lookup / n-gram drafting pass (string matching on the host), ms;
+    # a prior (vLLM's n-gram proposer is a numpy search of tens of microseconds), not measured
+    ngram_pass_cpu_ms: float = 0.05
+    # fraction of GPU memory kept free for activations, CUDA graphs, allocator fragmentation and
+    # the runtime (vLLM's default gpu_memory_utilization = 0.9 leaves 10%)
+    memory_reserve_fraction: float = 0.10
+
+
+@dataclass(frozen=True)
+class AllReduceFit:
+    """Measured all-reduce cost on one system: time = latency + 2(n-1)/n x bytes / bus bandwidth."""
+
+    gpu_id: str  # GPU preset the measurement belongs to
+    n_gpus: int  # GPUs taking part (= TP degree)
+    latency_us: float  # fitted fixed time, microseconds
+    bus_bandwidth_gb_per_s: float  # fitted bus bandwidth (nccl-tests convention), GB/s
+
+
+@dataclass(frozen=True)
+class Presets:
+    """Everything the hardware model reads from data files."""
+
+    gpus: Mapping[str, GpuSpec]
+    models: Mapping[str, ModelSpec]
+    params: CostModelParams
+    allreduce: tuple[AllReduceFit, ...]
+
+    def gpu(self, gpu_id: str, field_name: str = "gpu") -> GpuSpec:
+        if gpu_id not in self.gpus:
+            raise CostModelInputError(
+                field_name, f"unknown GPU '{gpu_id}'; known: {', '.join(sorted(self.gpus))}")
+        return self.gpus[gpu_id]
+
+    def model(self, model_id: str, field_name: str = "model") -> ModelSpec:
+        if model_id not in self.models:
+            raise CostModelInputError(
+                field_name, f"unknown model '{model_id}'; known: {', '.join(sorted(self.models))}")
+        return self.models[model_id]
+
+
+def _where(table_name: str, entry_id: str) -> str:
+    return f"{table_name}.{entry_id}" if entry_id else table_name
+
+
+def _coerce_fields(cls, table_name: str, entry_id: str, raw: Mapping, partial: bool) -> dict:
+    """Check and convert one TOML table to the keyword arguments of `cls` (minus the id field)."""
+    where = _where(table_name, entry_id)
+    id_field = {GpuSpec: "gpu_id", ModelSpec: "model_id"}.get(cls)
+    wanted = {f.name: f for f in fields(cls) if f.name != id_field}
+    unknown = sorted(set(raw) - set(wanted))
+    if unknown:
+        raise CostModelInputError(
+            where, f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(wanted)}")
+    if not partial:
+        required = [name for name, f in wanted.items() if f.default is MISSING]
+        missing = [name for name in required if name not in raw]
+        if missing:
+            raise CostModelInputError(
+                where, f"missing field(s) {', '.join(missing)}; required: {', '.join(required)}")
+    out = {}
+    for name, value in raw.items():
+        kind = wanted[name].type
+        kind = kind if isinstance(kind, str) else kind.__name__
+        kind = kind.removesuffix(" | None")  # optional fields: a TOML value is never None
+        try:
+            if kind == "bool":
+                if not isinstance(value, bool):
+                    raise TypeError
+                out[name] = value
+            elif kind == "int":
+                if isinstance(value, bool) or int(value) != value:
+                    raise TypeError
+                out[name] = int(value)
+            elif kind == "float":
+                if isinstance(value, bool):
+                    raise TypeError
+                out[name] = float(value)
+            else:
+                out[name] = str(value)
+        except (TypeError, ValueError):
+            raise CostModelInputError(f"{where}.{name}", f"expected {kind}, got {value!r}") from None
+    return out
+
+
+def _check_positive_fields(table_name: str, entry_id: str, values: Mapping) -> None:
+    for name, value in values.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not value > 0:
+            where = f"{_where(table_name, entry_id)}.{name}"
+            if name.endswith("_fraction") or name.endswith("_ms") or name.endswith("_us"):
+                if value < 0:
+                    raise CostModelInputError(where, f"must be >= 0, got {value}")
+                continue
+            raise CostModelInputError(where, f"must be > 0, got {value}")
+
+
+def load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
+    """Built-in presets with each file of `extra_paths` merged over them, in order.
+
+    A preset file may hold any of: [gpus.<id>] (GpuSpec fields), [models.<id>] (ModelSpec fields),
+    [params] (CostModelParams fields) and [allreduce.<gpu id>] with keys = GPU count and values
+    {latency_us, bus_bandwidth_gb_per_s}. An id that already exists is updated field by field; a
+    new id must give every field.
+    """
+    gpus: dict[str, dict] = {}
+    models: dict[str, dict] = {}
+    params: dict = {}
+    allreduce: dict[tuple[str, int], AllReduceFit] = {}
+    for path in (*BUILTIN_PRESET_FILES, *map(Path, extra_paths)):
+        if path in BUILTIN_PRESET_FILES and not path.is_file():
+            continue
+        data = read_toml(path, "presets", CostModelInputError)
+        unknown = sorted(set(data) - {"gpus", "models", "params", "allreduce"})
+        if unknown:
+            raise CostModelInputError(
+                "presets", f"{path} has unknown table(s) {', '.join(unknown)}; "
+                "allowed: gpus, models, params, allreduce")
+        for table_name, cls, store in (("gpus", GpuSpec, gpus), ("models", ModelSpec, models)):
+            for entry_id, raw in data.get(table_name, {}).items():
+                if not isinstance(raw, dict):
+                    raise CostModelInputError(f"{table_name}.{entry_id}", "must be a table")
+                values = _coerce_fields(cls, table_name, entry_id, raw, partial=entry_id in store)
+                _check_positive_fields(table_name, entry_id, values)
+                store[entry_id] = {**store.get(entry_id, {}), **values}
+        if "params" in data:
+            values = _coerce_fields(CostModelParams, "params", "", data["params"], partial=True)
+            _check_positive_fields("params", "", values)
+            params.update(values)
+        for gpu_id, per_n in data.get("allreduce", {}).items():
+            for n_text, raw in per_n.items():
+                try:
+                    n_gpus = int(n_text)
+                    fit = AllReduceFit(gpu_id, n_gpus, float(raw["latency_us"]),
+                                       float(raw["bus_bandwidth_gb_per_s"]))
+                except (KeyError, TypeError, ValueError):
+                    raise CostModelInputError(
+                        f"allreduce.{gpu_id}.{n_text}",
+                        "expected a GPU count key with {latency_us, bus_bandwidth_gb_per_s}") from None
+                allreduce[(gpu_id, n_gpus)] = fit
+    return Presets(
+        gpus={k: GpuSpec(gpu_id=k, **v) for k, v in gpus.items()},
+        models={k: ModelSpec(model_id=k, **v) for k, v in models.items()},
+        params=replace(CostModelParams(), **params),
+        allreduce=tuple(allreduce.values()),
+    )
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    """An integer >= minimum, else CostModelInputError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise CostModelInputError(name, f"must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_tp(model: ModelSpec, tp: int, field_name: str = "tp") -> int:
+    """TP must divide the query heads and the KV heads (no KV-head replication is modelled)."""
+    tp = check_int(field_name, tp, 1)
+    if model.n_heads % tp or model.n_kv_heads % tp:
+        allowed = [d for d in range(1, model.n_kv_heads + 1)
+                   if model.n_kv_heads % d == 0 and model.n_heads % d == 0]
+        failing = " and ".join(f"{name}={n}" for name, n in (("n_heads", model.n_heads), ("n_kv_heads", model.n_kv_heads))
+                               if n % tp)
+        raise CostModelInputError(
+            field_name, f"{tp} does not divide {failing} of {model.model_id}; allowed: "
+            f"{', '.join(map(str, allowed))}")
+    return tp

@@ -1,0 +1,108 @@
+"""Gamma schedules from a hardware scenario's speedups: best gamma per batch size, crossover
+batch sizes, vLLM `num_speculative_tokens_per_batch_size` ranges and what they gain, context rules.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+
+def best_gamma(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Per group: the gamma with the highest speedup, or 0 (speculation off) if none beats 1.0."""
+    best = df.loc[df.groupby(by, sort=True)["speedup"].idxmax()].copy()
+    best["schedule_gamma"] = np.where(best.speedup > 1.0, best.gamma, 0)
+    return best
+
+
+def crossover_batch(batches: np.ndarray, speedups: np.ndarray) -> int | None:
+    """Smallest batch size of the grid at which speculation is slower than greedy (speedup < 1)."""
+    below = np.nonzero(np.asarray(speedups) < 1.0)[0]
+    return int(np.asarray(batches)[below[0]]) if below.size else None
+
+
+def schedule_ranges(batches: list[int], gammas: list[int], upper: int) -> dict[str, int]:
+    """vLLM `num_speculative_tokens_per_batch_size` ranges from a gamma per grid batch size.
+
+    Every integer batch b in [batches[0], upper] takes the gamma of the largest grid batch <= b;
+    equal neighbours merge. Ranges are inclusive "lo-hi" strings; gamma 0 turns speculation off.
+    """
+    ranges: list[list[int]] = []
+    for i, (b, g) in enumerate(zip(batches, gammas)):
+        hi = batches[i + 1] - 1 if i + 1 < len(batches) else upper
+        if ranges and ranges[-1][2] == g:
+            ranges[-1][1] = hi
+        else:
+            ranges.append([b, hi, g])
+    return {f"{lo}-{hi}": int(g) for lo, hi, g in ranges}
+
+
+def schedule_gain(sim: pd.DataFrame, schedule_gamma_by_batch: dict[int, int], fixed_gamma: int) -> tuple[float, float]:
+    """Throughput the schedule gains over a fixed gamma: (mean, max) over the grid's batch sizes of
+    speedup(schedule) / speedup(fixed) - 1, where gamma 0 means greedy (speedup 1)."""
+    ratios = []
+    for b, g in schedule_gamma_by_batch.items():
+        at_b = sim[sim.batch_size == b].set_index("gamma").speedup
+        sched = 1.0 if g == 0 else at_b[g]
+        fixed = 1.0 if fixed_gamma == 0 else at_b[fixed_gamma]
+        ratios.append(sched / fixed - 1.0)
+    return float(np.mean(ratios)), float(np.max(ratios))
+
+
+def context_rules(best_by_batch_context: pd.DataFrame) -> list[tuple[int, int, int, int, int]]:
+    """(batch lo, batch hi, context lo, context hi, gamma) rules from a best-gamma grid.
+
+    Input rows: batch_size, context_len_tokens, schedule_gamma (where the KV cache fits). Within a
+    batch size, neighbouring contexts with the same gamma merge into a range; then neighbouring
+    batch sizes whose ranges are identical merge. Batch and context bounds are grid values.
+    """
+    per_batch = []
+    for b, sub in best_by_batch_context.sort_values(["batch_size", "context_len_tokens"]).groupby("batch_size"):
+        segments = []
+        for c, g in zip(sub.context_len_tokens, sub.schedule_gamma):
+            if segments and segments[-1][2] == g:
+                segments[-1][1] = c
+            else:
+                segments.append([c, c, int(g)])
+        per_batch.append((int(b), [tuple(s) for s in segments]))
+    rules, i = [], 0
+    while i < len(per_batch):
+        j = i
+        while j + 1 < len(per_batch) and per_batch[j + 1][1] == per_batch[i][1]:
+            j += 1
+        rules += [(per_batch[i][0], per_batch[j][0], lo, hi, g) for lo, hi, g in per_batch[i][1]]
+        i = j + 1
+    return rules
+
+
+def best_rows(sim: pd.DataFrame) -> pd.DataFrame:
+    """Best gamma per (engine, quality mode, serving mode, batch); schedule_gamma 0 where none beats 1."""
+    return best_gamma(sim, ["engine_profile", "quality_mode", "serving_mode", "batch_size"])
+
+
+def schedules(sim: pd.DataFrame) -> list[dict]:
+    """One vLLM schedule per (engine, quality mode, serving mode), with its gains."""
+    out = []
+    best = best_rows(sim)
+    for (engine, mode, serving), sub in best.groupby(["engine_profile", "quality_mode", "serving_mode"], sort=False):
+        sub = sub.sort_values("batch_size")
+        batches, gammas = sub.batch_size.tolist(), sub.schedule_gamma.tolist()
+        grid = sim[(sim.engine_profile == engine) & (sim.quality_mode == mode) & (sim.serving_mode == serving)]
+        by_batch = dict(zip(batches, gammas))
+        mean_speedup = grid.groupby("gamma").speedup.mean()
+        best_fixed = int(mean_speedup.idxmax())
+        gain_best = schedule_gain(grid, by_batch, best_fixed)
+        gain_two = schedule_gain(grid, by_batch, 2) if 2 in set(grid.gamma) else None
+        out.append({"engine_profile": engine, "quality_mode": mode, "serving_mode": serving,
+                    "ranges": schedule_ranges(batches, gammas, batches[-1]),
+                    "max_gamma": max(gammas), "best_fixed_gamma": best_fixed, "gain_vs_best_fixed": gain_best,
+                    "gain_vs_gamma_2": gain_two})
+    return out
+
+
+def vllm_config_json(schedule: dict) -> str:
+    """The speculative_config fragment an engineer pastes into vLLM."""
+    cfg = {"num_speculative_tokens": schedule["max_gamma"],
+           "num_speculative_tokens_per_batch_size": schedule["ranges"]}
+    return json.dumps(cfg)

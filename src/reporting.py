@@ -1,0 +1,149 @@
+"""What both reports (the reference study's and a hardware scenario's) share: text tables,
+descriptions of the configured distributions, plot axes, PNG and CSV bytes, atomic writes.
+
+Every file is rendered in memory first and written with `write_atomic` (temp file in the target
+folder, then os.replace), so a failed run leaves the previous outputs untouched.
+"""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from src.config import (  # noqa: E402
+    BetaAlpha, FixedLength, LognormalLength, MixtureAlpha, NormalAlpha, PointAlpha, UniformAlpha,
+    UniformLength,
+)
+
+FLOAT_FORMAT = "%.6g"
+
+
+# --- text -------------------------------------------------------------------------------------------
+
+def describe_alpha(dist) -> str:
+    if isinstance(dist, PointAlpha):
+        return f"alpha = {dist.value:g}"
+    if isinstance(dist, NormalAlpha):
+        return f"alpha ~ Normal({dist.mean:g}, sd {dist.std:g}), clipped to (0, 1)"
+    if isinstance(dist, UniformAlpha):
+        return f"alpha ~ Uniform({dist.low:g}, {dist.high:g})"
+    if isinstance(dist, BetaAlpha):
+        return f"alpha ~ Beta({dist.a:g}, {dist.b:g})"
+    if isinstance(dist, MixtureAlpha):
+        parts = [f"{w:.0%} {describe_alpha(c).replace('alpha ~ ', '').replace('alpha = ', '')}"
+                 for w, c in zip(dist.weights, dist.components)]
+        return "mixture: " + " + ".join(parts)
+    return repr(dist)
+
+
+def describe_length(dist) -> str:
+    if isinstance(dist, FixedLength):
+        return f"{dist.tokens} tokens"
+    if isinstance(dist, UniformLength):
+        return f"uniform {dist.low}..{dist.high} tokens"
+    if isinstance(dist, LognormalLength):
+        return f"lognormal (median {dist.median:g}, sigma {dist.sigma:g}) clipped to {dist.low}..{dist.high} tokens"
+    return repr(dist)
+
+
+def table(header: list[str], rows: list[list[str]], indent: str = "  ") -> str:
+    """Plain-text table with right-aligned columns (first column left-aligned)."""
+    cells = [header] + rows
+    widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
+    def fmt(row):
+        return indent + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                                  for i, (c, w) in enumerate(zip(row, widths)))
+    return "\n".join([fmt(header), indent + "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """Markdown table (README and design.md blocks)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+
+
+def ordered(df: pd.DataFrame, column: str) -> list:
+    """The distinct values of a column in order of first appearance."""
+    return list(dict.fromkeys(df[column]))
+
+
+def reference_gamma(gammas) -> int:
+    """Gamma used where a plot shows one: 4 if swept, else the swept gamma closest to 4."""
+    return min(gammas, key=lambda g: (abs(g - 4), g))
+
+
+# --- plots ------------------------------------------------------------------------------------------
+
+def log2_batch_axis(ax, batches):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches)
+    ax.set_xticklabels([str(b) for b in batches])
+    ax.set_xlabel("batch size (concurrent sequences, log2 scale)")
+
+
+def decorate_speedup_axis(ax, batches, title: str, ylabel: str | None) -> None:
+    """Line at 1.0 (no gain), log2 batch axis, title, y label on the first column, grid."""
+    ax.axhline(1.0, color="black", lw=1, ls="--")
+    log2_batch_axis(ax, batches)
+    ax.set_title(title, fontsize=9)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+
+
+def plot_speedup_grid(df: pd.DataFrame, row_column: str, row_label, title: str):
+    """Speedup vs batch size, one panel per (row_column value, quality mode), a line per gamma with
+    its confidence band; used for the reference study (rows: serving modes) and the hardware
+    scenarios (rows: engine profiles)."""
+    modes, rows = ordered(df, "quality_mode"), ordered(df, row_column)
+    batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
+    fig, axes = plt.subplots(len(rows), len(modes), figsize=(4.2 * len(modes), 3.6 * len(rows)),
+                             sharex=True, sharey=True, squeeze=False)
+    colors = plt.cm.viridis(np.linspace(0, 0.95, len(gammas)))
+    for i, r in enumerate(rows):
+        for j, m in enumerate(modes):
+            ax = axes[i, j]
+            for g, c in zip(gammas, colors):
+                sub = df[(df.quality_mode == m) & (df[row_column] == r) & (df.gamma == g)].sort_values("batch_size")
+                ax.plot(sub.batch_size, sub.speedup, marker="o", ms=3, color=c, label=f"gamma={g}")
+                ax.fill_between(sub.batch_size, sub.speedup_ci_low, sub.speedup_ci_high, color=c, alpha=0.25)
+            decorate_speedup_axis(ax, batches, f"{m}\n{row_label(r)}", "speedup over greedy (x)" if j == 0 else None)
+    axes[0, -1].legend(fontsize=7, loc="upper right", title="95% CI bands", title_fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+# --- files ------------------------------------------------------------------------------------------
+
+def png_bytes(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def csv_bytes(df: pd.DataFrame) -> bytes:
+    return df.to_csv(index=False, float_format=FLOAT_FORMAT, lineterminator="\n").encode()
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write to a temp file beside `path`, then rename over it (readers never see a partial file)."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

@@ -1,0 +1,124 @@
+"""The sweep engine: every (quality mode, serving mode, batch size, gamma) of a StudyConfig.
+
+Each grid point simulates greedy and speculative decoding on the identical requests, adding blocks
+of independent replications until the speedup's confidence interval is as tight as
+`ci_half_width` (design.md, "Statistics"). Every block of every grid point has its own random
+stream, so subsets and reorderings of the grid give the same numbers.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+
+import pandas as pd
+
+from src.baseline import simulate_greedy
+from src.config import StudyConfig
+from src.costmodel import CostModel
+from src.metrics import grid_point_metrics
+from src.serving import concat_stats
+from src.speculative import simulate_speculative
+from src.workload import make_requests, stream
+
+GRID_KEYS = ("quality_mode", "serving_mode", "batch_size", "gamma")
+
+
+class _Sweep:
+    """Caches what grid points share: requests per (mode, batch, block), greedy runs per
+    (serving mode, batch, block). Greedy depends only on lengths, which every mode shares."""
+
+    def __init__(self, cfg: StudyConfig, cost: CostModel):
+        self.cfg, self.cost = cfg, cost
+        self._requests: dict = {}
+        self._greedy: dict = {}
+
+    def requests(self, mode: str, batch_size: int, block: int):
+        key = (mode, batch_size, block)
+        if key not in self._requests:
+            cfg = self.cfg
+            self._requests[key] = make_requests(
+                cfg.seed, mode, cfg.alpha_modes[mode], cfg.output_len, cfg.prompt_len, batch_size,
+                block, cfg.replications_per_block(batch_size), cfg.requests_per_slot * batch_size)
+        return self._requests[key]
+
+    def greedy(self, mode: str, serving: str, batch_size: int, block: int):
+        key = (serving, batch_size, block)
+        if key not in self._greedy:
+            self._greedy[key] = simulate_greedy(self.requests(mode, batch_size, block), batch_size, serving, self.cost)
+        return self._greedy[key]
+
+    def grid_points(self, mode: str, serving: str, batch_size: int, gammas: tuple[int, ...],
+                    verification: str) -> list[dict]:
+        """Rows for every gamma of one (mode, serving mode, batch size).
+
+        Block b of gamma g uses the requests of block b and the stream keyed (..., g, b); a gamma
+        stops taking blocks once its CI is tight enough, so its numbers do not depend on which
+        other gammas run beside it.
+        """
+        cfg = self.cfg
+        blocks: dict[int, list] = {g: [] for g in gammas}  # gamma -> [(greedy, speculative) per block]
+        rows: dict[int, dict] = {}
+        block = 0
+        while len(rows) < len(gammas):
+            todo = [g for g in gammas if g not in rows]
+            rngs = [stream(cfg.seed, "accept", mode, serving, batch_size, g, verification, block) for g in todo]
+            greedy = self.greedy(mode, serving, batch_size, block)
+            specs = simulate_speculative(self.requests(mode, batch_size, block), batch_size, serving,
+                                         self.cost, todo, verification, rngs)
+            for g, spec in zip(todo, specs):
+                blocks[g].append((greedy, spec))
+                row = grid_point_metrics(concat_stats([b[0] for b in blocks[g]]),
+                                         concat_stats([b[1] for b in blocks[g]]), batch_size, cfg.confidence)
+                half_width = (row["speedup_ci_high"] - row["speedup_ci_low"]) / 2
+                if half_width <= cfg.ci_half_width or row["replications"] >= cfg.max_replications:
+                    rows[g] = row
+            block += 1
+        alpha_mean = float(self.requests(mode, batch_size, 0).alpha.mean())
+        return [{"quality_mode": mode, "serving_mode": serving, "batch_size": batch_size, "gamma": g,
+                 "verification": verification, "alpha_mean": alpha_mean, **rows[g]} for g in gammas]
+
+
+def run_grid(cfg: StudyConfig, cost: CostModel, verification: str | None = None,
+             progress=None, sweep: _Sweep | None = None) -> pd.DataFrame:
+    """Sweep every (quality mode, serving mode, batch size, gamma) of cfg; one row per point.
+
+    Pass the `sweep` of an earlier call with the same workload and cost model to reuse its
+    requests and greedy runs."""
+    verification = verification or cfg.verification
+    sweep = sweep or _Sweep(cfg, cost)
+    points = [(b, m, s) for b in cfg.batch_sizes for m in cfg.quality_modes for s in cfg.serving_modes]
+    rows = []
+    for i, (b, m, s) in enumerate(points):
+        rows += sweep.grid_points(m, s, b, cfg.gammas, verification)
+        if progress:
+            progress(len(rows), len(points) * len(cfg.gammas))
+    df = pd.DataFrame(rows)
+    order = {k: list(v) for k, v in (("quality_mode", cfg.quality_modes), ("serving_mode", cfg.serving_modes))}
+    for key, values in order.items():
+        df[key] = pd.Categorical(df[key], categories=values, ordered=True)
+    df = df.sort_values(list(GRID_KEYS), kind="stable").reset_index(drop=True)
+    for key in order:
+        df[key] = df[key].astype(str)
+    return df
+
+
+def comparison_config(cfg: StudyConfig) -> StudyConfig:
+    """The lockstep-vs-ragged companion sweep: the two smallest gammas >= 2 (or the smallest)."""
+    gammas = [g for g in cfg.gammas if g >= 2][:2] or list(cfg.gammas[:1])
+    return replace(cfg, gammas=tuple(gammas))
+
+
+def progress_printer(quiet: bool):
+    """A run_grid `progress` callback printing about ten lines on stderr (None when quiet)."""
+    if quiet:
+        return None
+    start = time.perf_counter()
+
+    def progress(done, total):
+        if done == total or done % max(1, total // 10) < done - progress.last:
+            progress.last = done
+            print(f"  {done}/{total} grid points ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+
+    progress.last = 0
+    return progress
