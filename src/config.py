@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Union
@@ -21,8 +22,26 @@ MAX_GAMMA = 64  # no engine speculates deeper; acceptance^65 is ~0 for any alpha
 ALPHA_CLIP = (0.001, 0.999)  # sampled alphas are clipped here so every request has 0 < alpha < 1
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, wrapping at spaces only: ids such as homogeneous_mid or h100-sxm and
+    paths are never split across lines."""
+
+    def _split_lines(self, text, width):
+        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False,
+                             break_on_hyphens=False)
+
+    def _fill_text(self, text, width, indent):
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent,
+                             subsequent_indent=indent, break_long_words=False,
+                             break_on_hyphens=False)
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line (and exit code 2), like every other bad input."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")

@@ -2,6 +2,7 @@
 
     python run.py step-time --gpu h100-sxm --model llama-3.1-8b --tp 1 --batch 1,8,64 \
         --positions 1,5 --context 2048 [--csv] [--presets MY.toml]
+    python run.py step-time --list [--presets MY.toml]     # GPU, model and engine-profile ids
 
 One row per (batch, positions): batch sequences, each verifying `positions` positions (1 = plain
 decode, gamma + 1 = a speculative verification) with `context` tokens already in the KV cache.
@@ -54,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap = OneLineArgumentParser(
         prog="python run.py step-time",
         description="Per-component time of one target forward pass (hardware cost model, ms).")
-    ap.add_argument("--gpu", required=True, help="GPU preset id, e.g. h100-sxm")
-    ap.add_argument("--model", required=True, help="model preset id, e.g. llama-3.1-8b")
+    ap.add_argument("--list", action="store_true",
+                    help="list the GPU, model and engine-profile ids (with --presets: yours too) and exit")
+    ap.add_argument("--gpu", help="GPU preset id, e.g. h100-sxm (required; --list shows all)")
+    ap.add_argument("--model", help="model preset id, e.g. llama-3.1-8b (required; --list shows all)")
     ap.add_argument("--tp", default="1", help="tensor-parallel degree (default 1)")
     ap.add_argument("--batch", default="1", help="comma-separated batch sizes (default 1)")
     ap.add_argument("--positions", default="1",
@@ -72,7 +75,24 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def preset_listing(preset_paths: list[str]) -> str:
+    """The ids that --gpu, --model and --engine accept (and scenario files name), one per line."""
+    presets = load_presets(preset_paths)
+    lines = ["GPUs (--gpu; scenario.gpu):"]
+    lines += [f"  {k:<16} {g.name}, {g.memory_gb:g} GB, {g.memory_bandwidth_gb_per_s:g} GB/s, "
+              f"{g.dense_bf16_tflops:g} dense BF16 TFLOP/s" for k, g in sorted(presets.gpus.items())]
+    lines += ["", "models (--model; scenario.target, scenario.draft):"]
+    lines += [f"  {k:<16} {m.hf_name}, {m.total_params / 1e9:.2f} B parameters, {m.n_layers} layers"
+              for k, m in sorted(presets.models.items())]
+    lines += ["", "engine profiles (--engine; scenario.engine_profiles):"]
+    lines += [f"  {k:<16} {e.description}" for k, e in sorted(load_engine_profiles().items())]
+    return "\n".join(lines) + "\n"
+
+
 def _rows(args) -> list[dict]:
+    for flag, value in (("--gpu", args.gpu), ("--model", args.model)):
+        if value is None:
+            raise _UsageError(f"{flag}: required; 'python run.py step-time --list' shows the ids")
     (tp,) = _int_list("--tp", args.tp, 1) if "," not in args.tp else (None,)
     if tp is None:
         raise _UsageError("--tp: one integer >= 1 is allowed")
@@ -128,6 +148,9 @@ def format_table(rows: list[dict], as_csv: bool) -> str:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)  # argparse's own errors exit 2
     try:
+        if args.list:
+            sys.stdout.write(preset_listing(args.presets))
+            return 0
         rows = _rows(args)
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

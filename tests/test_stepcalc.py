@@ -110,7 +110,7 @@ def test_bad_field_in_presets_file(capsys, tmp_path):
 
 def test_argparse_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
-        stepcalc.main(["--model", "llama-3.1-8b"])  # --gpu missing
+        stepcalc.main(["--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--bogus", "1"])
     assert info.value.code == 2
 
 
@@ -125,3 +125,19 @@ def test_engine_option_reports_that_profiles_overhead(capsys):
     assert overhead("ideal") == 0.0
     bd = default_hardware_scenario().cost_model("vllm-2024").step_breakdown(64, 4, 1616)
     assert overhead("vllm-2024") == pytest.approx(bd.verify_overhead_ms, abs=1e-3)
+
+
+def test_list_shows_every_gpu_model_and_engine_id(capsys):
+    from src.costmodel import load_engine_profiles
+
+    rc, out, err = run(capsys, ["--list"])
+    assert rc == 0 and err == ""
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
+    presets = load_presets()
+    assert listed == set(presets.gpus) | set(presets.models) | set(load_engine_profiles())
+
+
+def test_missing_gpu_points_to_list(capsys):
+    rc, out, err = run(capsys, ["--model", "llama-3.1-8b"])
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("error: --gpu: required") and "--list" in err
