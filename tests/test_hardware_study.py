@@ -24,9 +24,69 @@ def test_effective_tokens_per_step_is_the_harmonic_mean():
 
 def test_schedule_ranges_are_inclusive_cover_every_batch_and_merge_equal_neighbours():
     ranges = schedules.schedule_ranges([1, 2, 4, 8, 16, 32, 64, 128], [3, 3, 3, 2, 2, 1, 0, 0], 128)
-    assert ranges == {"1-7": 3, "8-31": 2, "32-63": 1, "64-128": 0}
-    covered = [b for key in ranges for b in range(int(key.split("-")[0]), int(key.split("-")[1]) + 1)]
+    assert ranges == [[1, 7, 3], [8, 31, 2], [32, 63, 1], [64, 128, 0]]
+    covered = [b for lo, hi, _ in ranges for b in range(lo, hi + 1)]
     assert covered == list(range(1, 129))
+    # a grid that does not start at batch 1 still gives a schedule that starts at 1, as vLLM requires
+    assert schedules.schedule_ranges([4, 16], [2, 1], 64) == [[1, 15, 2], [16, 64, 1]]
+
+
+def vllm_schedule_problems(cfg: dict) -> list[str]:
+    """What vLLM's dynamic speculative decoding validation would refuse in a --speculative-config
+    (rules of validate_and_normalize_dynamic_sd_schedule in vllm/v1/spec_decode/dynamic/utils.py
+    and SpeculativeConfig's num_speculative_tokens > 0, restated here)."""
+    k_max, entries = cfg.get("num_speculative_tokens"), cfg.get("num_speculative_tokens_per_batch_size")
+    problems = []
+    if not isinstance(k_max, int) or k_max <= 0:
+        problems.append("num_speculative_tokens must be an integer > 0")
+    if not isinstance(entries, list) or not entries:
+        return problems + ["the schedule must be a non-empty list"]
+    prev_hi = 0
+    for entry in entries:
+        if not isinstance(entry, list) or len(entry) != 3 or not all(isinstance(v, int) for v in entry):
+            problems.append(f"{entry!r} is not a 3-item list of integers")
+            continue
+        lo, hi, k = entry
+        if lo <= 0 or hi <= 0 or lo > hi or k < 0:
+            problems.append(f"{entry!r}: need 1 <= low <= high and K >= 0")
+        if lo <= prev_hi:
+            problems.append(f"{entry!r} overlaps or is out of order")
+        prev_hi = hi
+    if entries[0][0] != 1:
+        problems.append("the first range must start at 1")
+    return problems
+
+
+def vllm_k_at(cfg: dict, batch: int) -> int:
+    """The K vLLM runs at a batch size: the range holding it, else the previous range's K (gaps and
+    the tail beyond the last range inherit), capped at num_speculative_tokens."""
+    k = None
+    for lo, hi, entry_k in cfg["num_speculative_tokens_per_batch_size"]:
+        if lo <= batch:
+            k = entry_k
+    return min(cfg["num_speculative_tokens"], k)
+
+
+def test_vllm_config_has_the_shape_vllm_validates_and_runs_the_best_gamma_per_batch():
+    batches, gammas = [1, 2, 4, 8, 16, 32, 64, 128], [3, 3, 3, 2, 2, 1, 0, 0]
+    s = {"max_gamma": max(gammas), "ranges": schedules.schedule_ranges(batches, gammas, 128)}
+    cfg = json.loads(schedules.vllm_config_json(s))
+    assert cfg == {"num_speculative_tokens": 3,
+                   "num_speculative_tokens_per_batch_size": [[1, 7, 3], [8, 31, 2], [32, 63, 1], [64, 128, 0]]}
+    assert vllm_schedule_problems(cfg) == []
+    assert [vllm_k_at(cfg, b) for b in batches] == gammas
+    assert vllm_k_at(cfg, 1000) == 0  # beyond the grid vLLM keeps the last K
+    # the checker is not vacuous: the dict-of-strings form vLLM refuses is caught
+    assert vllm_schedule_problems({"num_speculative_tokens": 3,
+                                   "num_speculative_tokens_per_batch_size": {"1-16": 3, "17-128": 0}})
+    assert vllm_schedule_problems({"num_speculative_tokens": 2,
+                                   "num_speculative_tokens_per_batch_size": [[2, 8, 2]]})
+
+
+def test_no_config_when_speculation_never_pays():
+    s = {"max_gamma": 0, "ranges": schedules.schedule_ranges([1, 8], [0, 0], 8)}
+    assert schedules.vllm_speculative_config(s) is None
+    assert "leave --speculative-config unset" in schedules.vllm_config_json(s)
 
 
 def test_crossover_batch_is_the_first_batch_below_one():
@@ -84,7 +144,8 @@ def test_scenario_run_writes_its_files_and_answers(hardware_run):
     configs = [json.loads(line.strip()) for line in text.splitlines() if line.strip().startswith('{"num_speculative')]
     assert len(configs) == 4
     for cfg in configs:
-        assert cfg["num_speculative_tokens"] == max(cfg["num_speculative_tokens_per_batch_size"].values())
+        assert vllm_schedule_problems(cfg) == []
+        assert cfg["num_speculative_tokens"] == max(k for _, _, k in cfg["num_speculative_tokens_per_batch_size"])
     # the engine's overhead only ever costs speedup
     piv = df.pivot_table(index=["quality_mode", "batch_size", "gamma"], columns="engine_profile", values="speedup")
     assert (piv["vllm-2024"] < piv["ideal"] + 0.02).all()
@@ -111,12 +172,6 @@ def test_batch_that_does_not_fit_is_refused_by_name(tmp_path, capsys):
     assert run.main(["--scenario", SCENARIO, "--batch-sizes", "1,512", "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "study.batch_sizes" in err and "up to" in err
-
-
-def test_vllm_config_json_round_trips():
-    s = {"max_gamma": 3, "ranges": {"1-16": 3, "17-128": 0}}
-    assert json.loads(schedules.vllm_config_json(s)) == {
-        "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": {"1-16": 3, "17-128": 0}}
 
 
 def test_committed_hardware_results_are_what_the_code_regenerates():

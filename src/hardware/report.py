@@ -126,9 +126,11 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     out.append(_table(["gamma"] + [f"{e}/{m}" for e in engine_names for m in modes], rows))
     out.append("")
 
-    out.append("H3. Optimal gamma by batch size as a vLLM speculative_config (inclusive batch ranges; 0 = off),")
-    out.append("    with the throughput it gains over the best single fixed gamma and over gamma 2 (mean / max over")
-    out.append("    the simulated batch sizes):")
+    out.append("H3. Optimal gamma by batch size as vLLM --speculative-config keys (dynamic speculative decoding):")
+    out.append("    each [first batch, last batch, gamma] entry is an inclusive batch range, gamma 0 = speculation")
+    out.append("    off, and vLLM keeps the last gamma beyond the last range; add your draft's \"model\" and")
+    out.append("    \"method\" keys. Below each: the throughput the schedule gains over the best single fixed gamma")
+    out.append("    and over gamma 2 (mean / max over the simulated batch sizes):")
     for s in schedules.schedules(sim):
         if s["serving_mode"] != serving:
             continue

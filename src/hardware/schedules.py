@@ -22,20 +22,25 @@ def crossover_batch(batches: np.ndarray, speedups: np.ndarray) -> int | None:
     return int(np.asarray(batches)[below[0]]) if below.size else None
 
 
-def schedule_ranges(batches: list[int], gammas: list[int], upper: int) -> dict[str, int]:
-    """vLLM `num_speculative_tokens_per_batch_size` ranges from a gamma per grid batch size.
+def schedule_ranges(batches: list[int], gammas: list[int], upper: int) -> list[list[int]]:
+    """vLLM `num_speculative_tokens_per_batch_size` entries from a gamma per grid batch size.
 
-    Every integer batch b in [batches[0], upper] takes the gamma of the largest grid batch <= b;
-    equal neighbours merge. Ranges are inclusive "lo-hi" strings; gamma 0 turns speculation off.
+    Entries are `[low, high, K]` with inclusive batch ranges, the form vLLM's dynamic speculative
+    decoding validates (vllm/v1/spec_decode/dynamic/utils.py: a non-empty list of 3-item entries,
+    low >= 1, low <= high, K >= 0, sorted and non-overlapping, the first starting at 1). Every
+    integer batch b in [1, upper] takes the gamma of the largest grid batch <= b (batches below the
+    smallest grid batch take its gamma); equal neighbours merge; K = 0 turns speculation off.
+    vLLM keeps the last entry's K for batches beyond `upper`.
     """
     ranges: list[list[int]] = []
     for i, (b, g) in enumerate(zip(batches, gammas)):
-        hi = batches[i + 1] - 1 if i + 1 < len(batches) else upper
+        lo = 1 if i == 0 else int(b)
+        hi = int(batches[i + 1]) - 1 if i + 1 < len(batches) else int(upper)
         if ranges and ranges[-1][2] == g:
             ranges[-1][1] = hi
         else:
-            ranges.append([b, hi, g])
-    return {f"{lo}-{hi}": int(g) for lo, hi, g in ranges}
+            ranges.append([lo, hi, int(g)])
+    return ranges
 
 
 def schedule_gain(sim: pd.DataFrame, schedule_gamma_by_batch: dict[int, int], fixed_gamma: int) -> tuple[float, float]:
@@ -101,8 +106,22 @@ def schedules(sim: pd.DataFrame) -> list[dict]:
     return out
 
 
+def vllm_speculative_config(schedule: dict) -> dict | None:
+    """The schedule as the two keys of vLLM's `--speculative-config` JSON that set the speculation
+    depth (the draft itself is named by the config's "model"/"method" keys, which the user adds).
+
+    `num_speculative_tokens` is the largest K (vLLM requires it > 0 and caps every entry at it);
+    None when no gamma beats greedy at any batch size: then speculation should stay off.
+    """
+    if schedule["max_gamma"] <= 0:
+        return None
+    return {"num_speculative_tokens": int(schedule["max_gamma"]),
+            "num_speculative_tokens_per_batch_size": schedule["ranges"]}
+
+
 def vllm_config_json(schedule: dict) -> str:
-    """The speculative_config fragment an engineer pastes into vLLM."""
-    cfg = {"num_speculative_tokens": schedule["max_gamma"],
-           "num_speculative_tokens_per_batch_size": schedule["ranges"]}
+    """vllm_speculative_config as one line of JSON, or a sentence when speculation never pays."""
+    cfg = vllm_speculative_config(schedule)
+    if cfg is None:
+        return "speculation slower than greedy at every batch size: leave --speculative-config unset"
     return json.dumps(cfg)
