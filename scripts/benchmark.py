@@ -22,10 +22,31 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from src import sweep  # noqa: E402
 from src.config import StudyConfig  # noqa: E402
 from src.costmodel import FlatCostModel  # noqa: E402
 from src.hardware.scenario import default_hardware_scenario  # noqa: E402
+from src.sweep import run_grid  # noqa: E402
+
+
+class CountingCost:
+    """A cost model that counts what the engine asks of it. Every decoding step, greedy or
+    speculative, makes exactly one target pass over its active slots (positions 1 for greedy,
+    gamma + 1 for speculative), so the active slots of those calls are the request-steps."""
+
+    def __init__(self, cost):
+        self.cost, self.time_unit = cost, cost.time_unit
+        self.request_steps = {"speculative": 0, "greedy": 0}
+        self.step_shapes = []  # [R, B] of every speculative step: one Exp(1) per slot is drawn
+
+    def target_pass_time(self, active, positions_per_seq, context_len_tokens):
+        greedy = bool(np.all(np.asarray(positions_per_seq) == 1))
+        self.request_steps["greedy" if greedy else "speculative"] += int(active.sum())
+        if not greedy:
+            self.step_shapes.append(active.shape)
+        return self.cost.target_pass_time(active, positions_per_seq, context_len_tokens)
+
+    def draft_passes_time(self, active, gamma, context_len_tokens):
+        return self.cost.draft_passes_time(active, gamma, context_len_tokens)
 
 
 def main() -> int:
@@ -37,40 +58,23 @@ def main() -> int:
     cfg = StudyConfig()
     if args.quick:
         cfg = replace(cfg, batch_sizes=(1, 8, 64))
-    counts = {"speculative": 0.0, "greedy": 0.0}
-    draws_shapes = []
-    spec, greedy = sweep.simulate_speculative, sweep.simulate_greedy
-
-    def counting_spec(requests, batch_size, *a, **k):
-        out = spec(requests, batch_size, *a, **k)
-        counts["speculative"] += sum(s.active_slot_steps.sum() for s in out)
-        draws_shapes.append((batch_size, requests.shape[0], len(out), int(max(s.steps.max() for s in out))))
-        return out
-
-    def counting_greedy(*a, **k):
-        out = greedy(*a, **k)
-        counts["greedy"] += out.active_slot_steps.sum()
-        return out
-
-    sweep.simulate_speculative, sweep.simulate_greedy = counting_spec, counting_greedy
     start = time.perf_counter()
     if args.cost == "flat":
-        cost = FlatCostModel(cfg.draft_cost)
+        cost = CountingCost(FlatCostModel(cfg.draft_cost))
     else:
-        cost = default_hardware_scenario().cost_model("ideal")
-    df = sweep.run_grid(cfg, cost)
+        cost = CountingCost(default_hardware_scenario().cost_model("ideal"))
+    df = run_grid(cfg, cost)
     elapsed = time.perf_counter() - start
+    counts = cost.request_steps
     request_steps = counts["speculative"] + counts["greedy"]
 
     # numpy's raw rate: the same number of Exp(1) variates, drawn in the engine's block shapes
     rng = np.random.default_rng(0)
+    buffers = {shape: np.empty(shape[::-1]) for shape in set(cost.step_shapes)}  # [B, R] as drawn
     n_drawn, t0 = 0, time.perf_counter()
-    for batch_size, rows, n_gammas, steps in draws_shapes:
-        buf = np.empty((batch_size, rows))
-        for _ in range(steps):
-            for _ in range(n_gammas):
-                rng.standard_exponential(out=buf)
-        n_drawn += batch_size * rows * n_gammas * steps
+    for shape in cost.step_shapes:
+        rng.standard_exponential(out=buffers[shape])
+        n_drawn += buffers[shape].size
     raw_block = n_drawn / (time.perf_counter() - t0)
     bulk = np.empty(1_000_000)
     t0 = time.perf_counter()

@@ -11,7 +11,7 @@ import math
 import textwrap
 import tomllib
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping, Union
+from typing import Any, Callable, Mapping, Union
 
 QUALITY_MODES = ("homogeneous_good", "homogeneous_mid", "heterogeneous", "bimodal")
 SERVING_MODES = ("static_batch", "continuous_refill")
@@ -54,6 +54,27 @@ class ConfigError(ValueError):
         super().__init__(f"{field_name}: {allowed}")
         self.field_name = field_name
         self.allowed = allowed
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one StudyConfig field is checked and converted (`parse`), and what --help says of it."""
+
+    parse: Callable[[str, Any, Mapping[str, AlphaDistribution]], Any]  # (field, raw, alpha modes)
+    allowed: str  # the values allowed, for --help
+
+
+def setting(default, help: str, rule: Rule | None, option: bool = False, factory=None):
+    """A StudyConfig field carrying its meaning, its check and whether the command line offers it
+    as --field-name (src/cli.py builds the options from these)."""
+    metadata = {"help": help, "rule": rule, "option": option}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+_COUNT = Rule(lambda n, v, m: _integer(n, v, 1, 1_000_000), "an integer in 1..1000000")
+_OPEN_UNIT = Rule(lambda n, v, m: _open_unit(n, v), "strictly between 0 and 1")
 
 
 # --- distributions of the per-request draft acceptance probability alpha --------------------------
@@ -145,23 +166,47 @@ LengthDistribution = Union[FixedLength, UniformLength, LognormalLength]
 
 @dataclass(frozen=True)
 class StudyConfig:
-    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)  # concurrent sequences (slots)
-    gammas: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16)  # draft tokens proposed per step
-    quality_modes: tuple[str, ...] = QUALITY_MODES  # which alpha modes to run
-    alpha_modes: Mapping[str, AlphaDistribution] = field(
-        default_factory=lambda: dict(DEFAULT_ALPHA_MODES))  # every known mode, built-in and user
-    serving_modes: tuple[str, ...] = SERVING_MODES
-    verification: str = "ragged"  # how a batch commits accepted prefixes: ragged | lockstep
-    seed: int = 20261129  # root of every random stream
-    draft_cost: float = 0.2  # c: one draft pass in target passes (flat cost model)
-    output_len: LengthDistribution = UniformLength(64, 256)  # tokens each request generates
-    prompt_len: LengthDistribution = UniformLength(1024, 2048)  # context before decoding starts
-    requests_per_slot: int = 4  # requests per replication = requests_per_slot x batch size
-    slot_rows_per_block: int = 1024  # replications per block = max(min_block, this // batch)
-    min_replications_per_block: int = 8  # fewest replications simulated together
-    ci_half_width: float = 0.015  # add replication blocks until the speedup CI is this tight
-    max_replications: int = 8192  # stop adding blocks here, and say so
-    confidence: float = 0.95  # confidence level of every interval
+    batch_sizes: tuple[int, ...] = setting(
+        (1, 2, 4, 8, 16, 32, 64), "batch sizes (concurrent sequences, slots)",
+        Rule(lambda n, v, m: _int_list(n, v, 1, MAX_BATCH_SIZE), f"1..{MAX_BATCH_SIZE}"), option=True)
+    gammas: tuple[int, ...] = setting(
+        (1, 2, 4, 6, 8, 12, 16), "draft tokens proposed per step",
+        Rule(lambda n, v, m: _int_list(n, v, 1, MAX_GAMMA), f"1..{MAX_GAMMA}"), option=True)
+    quality_modes: tuple[str, ...] = setting(
+        QUALITY_MODES, "draft-quality modes to run",
+        Rule(lambda n, v, m: _name_list(n, v, tuple(m)), "names of alpha_modes; more can be "
+             "defined in --config"), option=True)
+    alpha_modes: Mapping[str, AlphaDistribution] = setting(
+        None, "every known draft-quality mode, built-in and user: name -> acceptance distribution",
+        None, factory=lambda: dict(DEFAULT_ALPHA_MODES))  # parsed by build_config itself
+    serving_modes: tuple[str, ...] = setting(
+        SERVING_MODES, "serving modes",
+        Rule(lambda n, v, m: _name_list(n, v, SERVING_MODES), ", ".join(SERVING_MODES)), option=True)
+    verification: str = setting(
+        "ragged", "how a batch commits accepted drafts: ragged = each sequence keeps its own "
+        "accepted prefix, lockstep = the batch advances by its smallest accepted count",
+        Rule(lambda n, v, m: _choice(n, v, VERIFICATION_POLICIES), " or ".join(VERIFICATION_POLICIES)),
+        option=True)
+    seed: int = setting(20261129, "root random seed of every random stream",
+                        Rule(lambda n, v, m: _integer(n, v, 0, None), "an integer >= 0"), option=True)
+    draft_cost: float = setting(
+        0.2, "cost of one draft pass in target passes (flat cost model)",
+        Rule(lambda n, v, m: _bounded(n, v, 0.0, 10.0), "0..10"), option=True)
+    output_len: LengthDistribution = setting(
+        UniformLength(64, 256), "tokens each request generates",
+        Rule(lambda n, v, m: parse_length_distribution(n, v), "a length table"))
+    prompt_len: LengthDistribution = setting(
+        UniformLength(1024, 2048), "context before decoding starts, tokens",
+        Rule(lambda n, v, m: parse_length_distribution(n, v), "a length table"))
+    requests_per_slot: int = setting(
+        4, "requests per replication = requests_per_slot x batch size", _COUNT)
+    slot_rows_per_block: int = setting(
+        1024, "replications per block = max(min_replications_per_block, this // batch)", _COUNT)
+    min_replications_per_block: int = setting(8, "fewest replications simulated together", _COUNT)
+    ci_half_width: float = setting(
+        0.015, "add replication blocks until the speedup CI half-width is this tight", _OPEN_UNIT)
+    max_replications: int = setting(8192, "stop adding blocks here, and say so", _COUNT)
+    confidence: float = setting(0.95, "confidence level of every interval", _OPEN_UNIT)
 
     def replications_per_block(self, batch_size: int) -> int:
         return max(self.min_replications_per_block, self.slot_rows_per_block // batch_size)
@@ -207,6 +252,34 @@ def _name_list(name: str, value: Any, known: tuple[str, ...]) -> tuple[str, ...]
         if item not in known:
             raise ConfigError(name, f"unknown {item!r}; allowed: {', '.join(known)}")
     return tuple(dict.fromkeys(items))
+
+
+def _choice(name: str, value: Any, known: tuple[str, ...]) -> str:
+    if value not in known:
+        raise ConfigError(name, f"unknown {value!r}; allowed: {', '.join(known)}")
+    return value
+
+
+def _integer(name: str, value: Any, low: int, high: int | None) -> int:
+    n = _number(name, value, integer=True)
+    if n < low or (high is not None and n > high):
+        allowed = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
+        raise ConfigError(name, f"must be {allowed}, got {value}")
+    return n
+
+
+def _bounded(name: str, value: Any, low: float, high: float) -> float:
+    x = _number(name, value)
+    if not low <= x <= high:
+        raise ConfigError(name, f"must be in {low:g}..{high:g}, got {value}")
+    return x
+
+
+def _open_unit(name: str, value: Any) -> float:
+    x = _number(name, value)
+    if not 0.0 < x < 1.0:
+        raise ConfigError(name, f"must be strictly between 0 and 1, got {value}")
+    return x
 
 
 def check_alpha(name: str, value: Any) -> float:
@@ -366,6 +439,10 @@ def load_toml(path: str) -> dict:
     return read_toml(path, "--config")
 
 
+RULES: dict[str, Rule] = {f.name: f.metadata["rule"] for f in fields(StudyConfig)
+                          if f.metadata["rule"] is not None}
+
+
 def build_config(overrides: Mapping[str, Any], base: StudyConfig | None = None) -> StudyConfig:
     """Apply raw overrides (from TOML or the command line) to `base`, validating each field.
 
@@ -388,43 +465,8 @@ def build_config(overrides: Mapping[str, Any], base: StudyConfig | None = None) 
         if "quality_modes" not in overrides:  # a user who defines modes wants to run them
             new["quality_modes"] = tuple(dict.fromkeys((*cfg.quality_modes, *table)))
     for key, value in overrides.items():
-        if key == "alpha_modes":
-            continue
-        if key == "batch_sizes":
-            new[key] = _int_list(key, value, 1, MAX_BATCH_SIZE)
-        elif key == "gammas":
-            new[key] = _int_list(key, value, 1, MAX_GAMMA)
-        elif key == "quality_modes":
-            new[key] = _name_list(key, value, tuple(alpha_modes))
-        elif key == "serving_modes":
-            new[key] = _name_list(key, value, SERVING_MODES)
-        elif key == "verification":
-            if value not in VERIFICATION_POLICIES:
-                raise ConfigError(key, f"unknown {value!r}; allowed: {', '.join(VERIFICATION_POLICIES)}")
-            new[key] = value
-        elif key == "seed":
-            seed = _number(key, value, integer=True)
-            if seed < 0:
-                raise ConfigError(key, f"must be a non-negative integer, got {value}")
-            new[key] = seed
-        elif key == "draft_cost":
-            c = _number(key, value)
-            if not 0.0 <= c <= 10.0:
-                raise ConfigError(key, f"draft cost (draft pass / target pass) must be in 0..10, got {value}")
-            new[key] = c
-        elif key in ("output_len", "prompt_len"):
-            new[key] = parse_length_distribution(key, value)
-        elif key in ("requests_per_slot", "slot_rows_per_block", "min_replications_per_block",
-                     "max_replications"):
-            n = _number(key, value, integer=True)
-            if not 1 <= n <= 1_000_000:
-                raise ConfigError(key, f"must be an integer in 1..1000000, got {value}")
-            new[key] = n
-        elif key in ("ci_half_width", "confidence"):
-            x = _number(key, value)
-            if not 0.0 < x < 1.0:
-                raise ConfigError(key, f"must be strictly between 0 and 1, got {value}")
-            new[key] = x
+        if key != "alpha_modes":
+            new[key] = RULES[key].parse(key, value, alpha_modes)
     for mode_name, dist in alpha_modes.items():
         other = getattr(dist, "compare_with", "")
         if other and other not in alpha_modes:

@@ -24,7 +24,7 @@ from src.workload import make_requests, stream
 GRID_KEYS = ("quality_mode", "serving_mode", "batch_size", "gamma")
 
 
-class _Sweep:
+class Sweep:
     """Caches what grid points share: requests per (mode, batch, block), greedy runs per
     (serving mode, batch, block). Greedy depends only on lengths, which every mode shares."""
 
@@ -80,13 +80,13 @@ class _Sweep:
 
 
 def run_grid(cfg: StudyConfig, cost: CostModel, verification: str | None = None,
-             progress=None, sweep: _Sweep | None = None) -> pd.DataFrame:
+             progress=None, sweep: Sweep | None = None) -> pd.DataFrame:
     """Sweep every (quality mode, serving mode, batch size, gamma) of cfg; one row per point.
 
     Pass the `sweep` of an earlier call with the same workload and cost model to reuse its
     requests and greedy runs."""
     verification = verification or cfg.verification
-    sweep = sweep or _Sweep(cfg, cost)
+    sweep = sweep or Sweep(cfg, cost)
     points = [(b, m, s) for b in cfg.batch_sizes for m in cfg.quality_modes for s in cfg.serving_modes]
     rows = []
     for i, (b, m, s) in enumerate(points):

@@ -1,9 +1,10 @@
-"""run.py and src/config.py at the edge: every bad input is one line on stderr, exit 2, no file."""
+"""run.py, src/cli.py and src/config.py at the edge: every bad input is one line on stderr, exit 2, no file."""
 import os
 
 import pytest
 
 import run
+from src import cli
 from src.config import ConfigError, StudyConfig, build_config
 
 SMALL = ["--batch-sizes", "1,4", "--gammas", "2", "--quality-modes", "homogeneous_mid", "--serving-modes",
@@ -88,10 +89,10 @@ def test_out_that_is_a_file_is_refused(tmp_path, capsys):
 def test_options_override_the_config_file_and_alpha_makes_a_point_mode(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text("gammas = [3, 5]\nseed = 9\n[alpha_modes.mine]\nkind = 'beta'\na = 4\nb = 1\n")
-    args = run.make_parser().parse_args(["--config", str(path), "--gammas", "1,2"])
-    cfg = run.config_from_args(args)
+    args = cli.make_parser().parse_args(["--config", str(path), "--gammas", "1,2"])
+    cfg = cli.config_from_args(args)
     assert cfg.gammas == (1, 2) and cfg.seed == 9 and "mine" in cfg.quality_modes
-    cfg = run.config_from_args(run.make_parser().parse_args(["--alpha", "0.7"]))
+    cfg = cli.config_from_args(cli.make_parser().parse_args(["--alpha", "0.7"]))
     assert cfg.quality_modes == ("alpha_0.7",)
 
 
@@ -113,7 +114,7 @@ def test_help_lists_every_option(capsys):
 
 def test_example_config_is_valid():
     root = os.path.dirname(os.path.dirname(__file__))
-    cfg = run.config_from_args(run.make_parser().parse_args(["--config", os.path.join(root, "configs", "example.toml")]))
+    cfg = cli.config_from_args(cli.make_parser().parse_args(["--config", os.path.join(root, "configs", "example.toml")]))
     assert "measured_chat" in cfg.quality_modes and "code_and_chat" in cfg.quality_modes
 
 

@@ -1,0 +1,161 @@
+"""The command line of `python run.py`: options, subcommands, and what a run is asked to do.
+
+The study's options are built from the StudyConfig fields marked `option=True` (src/config.py):
+each field's help and allowed values become its --help line, so a new option is one edit there.
+Subcommands (`python run.py NAME ...`) dispatch through SUBCOMMANDS to their module's main(argv).
+Every bad input raises ConfigError naming the option, before anything is simulated.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Callable
+
+from src.config import (
+    ConfigError, OneLineArgumentParser, StudyConfig, alpha_mode_label, build_config, check_alpha,
+    load_toml,
+)
+from src.hardware.scenario import (
+    Scenario, check_memory, default_hardware_scenario, load_scenario,
+)
+
+# name -> (module whose main(argv) runs it, one line for --help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "step-time": ("src.stepcalc", "forward-pass times of real GPUs and models"),
+}
+
+# StudyConfig field -> its command-line option
+OPTION_FIELDS: dict[str, str] = {f.name: "--" + f.name.replace("_", "-")
+                                 for f in fields(StudyConfig) if f.metadata.get("option")}
+
+
+def subcommand(argv: list[str]) -> Callable[[list[str]], int] | None:
+    """The main(argv) of the subcommand argv[0] names, or None for the study itself."""
+    if argv and argv[0] in SUBCOMMANDS:
+        return importlib.import_module(SUBCOMMANDS[argv[0]][0]).main
+    return None
+
+
+def _default_text(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    defaults = StudyConfig()
+    subcommands = "; ".join(f"'python run.py {name} --help': {text}"
+                            for name, (_, text) in SUBCOMMANDS.items())
+    p = OneLineArgumentParser(
+        prog="python run.py",
+        description="Simulate speculative vs greedy decoding over a grid of batch sizes, gammas, draft-quality "
+                    "modes and serving modes; write results/results.csv, results/summary.txt and plots/.",
+        epilog=f"Subcommands: {subcommands}. Lists are comma-separated, e.g. --gammas 2,4,8. Options "
+               "override --config, which overrides defaults.")
+    for f in fields(StudyConfig):
+        if f.name in OPTION_FIELDS:
+            default = _default_text(getattr(defaults, f.name))
+            p.add_argument(OPTION_FIELDS[f.name], dest=f.name,
+                           help=f"{f.metadata['help']}; {f.metadata['rule'].allowed} (default {default})")
+    p.add_argument("--alpha", help="run a single point-mass quality mode with this acceptance probability, 0 < A < 1")
+    p.add_argument("--config", help="TOML file setting any configuration field (see configs/example.toml)")
+    p.add_argument("--scenario", help="'reference' runs only the flat-cost reference study; a scenario TOML file "
+                                      "(configs/scenarios/) runs only that hardware deployment, into runs/NAME "
+                                      "unless --out is given. Default: the reference study and the default "
+                                      "hardware scenario (H100, Llama-3.1-8B + Llama-3.2-1B).")
+    p.add_argument("--out", help="output folder; writes OUT/results and OUT/plots (default: . , or runs/NAME "
+                                 "for a scenario file)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> StudyConfig:
+    """Defaults, then --config, then options; raises ConfigError naming the file key or option."""
+    cfg = StudyConfig()
+    if args.config:
+        raw = load_toml(args.config)
+        try:
+            cfg = build_config(raw, cfg)
+        except ConfigError as e:
+            raise ConfigError(f"--config {args.config}", str(e)) from None
+    overrides = {f: getattr(args, f) for f in OPTION_FIELDS if getattr(args, f) is not None}
+    try:
+        if args.alpha is not None:
+            if args.quality_modes is not None:
+                raise ConfigError("--alpha", "use either --alpha or --quality-modes, not both")
+            a = check_alpha("--alpha", args.alpha)
+            overrides["alpha_modes"] = {alpha_mode_label(a): {"kind": "point", "value": a}}
+            overrides["quality_modes"] = [alpha_mode_label(a)]
+        return build_config(overrides, cfg)
+    except ConfigError as e:
+        if e.field_name in OPTION_FIELDS:
+            raise ConfigError(OPTION_FIELDS[e.field_name], e.allowed) from None
+        raise
+
+
+def check_out_dir(out: str) -> None:
+    """Refuse an output folder that is a file or cannot be written, before any simulation runs."""
+    for path in (out, os.path.join(out, "results"), os.path.join(out, "plots")):
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise ConfigError("--out", f"{path} exists and is not a folder")
+    probe = out
+    while not os.path.exists(probe):  # the nearest existing ancestor must be a writable folder
+        probe = os.path.dirname(os.path.abspath(probe))
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError("--out", f"cannot create or write {out} ({probe} is not a writable folder)")
+
+
+def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig) -> Scenario | None:
+    """The hardware scenario to run (None for --scenario reference), with the command line's grid
+    options applied over the scenario's own [study] table."""
+    if args.scenario == "reference":
+        return None
+    try:
+        scenario = default_hardware_scenario() if args.scenario is None else load_scenario(args.scenario)
+    except ConfigError as e:
+        if e.field_name == "--scenario":  # the file itself could not be read
+            raise
+        raise ConfigError(f"--scenario {args.scenario}", str(e)) from None
+    # fields set on the command line or in --config apply to the scenario's grid too; draft_cost
+    # belongs to the flat cost model and does not
+    explicit = set(load_toml(args.config)) if args.config else set()
+    explicit |= {f for f in OPTION_FIELDS if getattr(args, f) is not None}
+    if args.alpha is not None:
+        explicit |= {"alpha_modes", "quality_modes"}
+    if explicit & {"alpha_modes", "quality_modes"}:
+        explicit |= {"alpha_modes", "quality_modes"}
+    overrides = {f: getattr(cfg, f) for f in sorted(explicit - {"draft_cost"})}
+    if overrides:
+        scenario = replace(scenario, study=replace(scenario.study, **overrides))
+        try:
+            check_memory(scenario)
+        except ConfigError as e:
+            if args.scenario is not None:
+                raise
+            raise ConfigError("--batch-sizes", f"{e.allowed}. The default run also simulates the "
+                                               f"hardware scenario {scenario.name}; use --scenario reference to run "
+                                               "the flat-cost study alone") from None
+    return scenario
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What one `python run.py` is asked to do, validated."""
+
+    cfg: StudyConfig  # the reference study's grid (and the options a scenario takes over)
+    scenario: Scenario | None  # the hardware scenario to run, or None
+    reference: bool  # run the flat-cost reference study
+    out: str  # output folder: OUT/results, OUT/plots
+    quiet: bool  # no progress on stderr
+
+
+def parse(argv: list[str]) -> RunPlan:
+    """The command line as a RunPlan; ConfigError naming the option on bad input (argparse's own
+    usage errors exit 2 with one line)."""
+    args = make_parser().parse_args(argv)
+    cfg = config_from_args(args)
+    scenario = scenario_from_args(args, cfg)
+    only_scenario = args.scenario not in (None, "reference")
+    out = args.out or (os.path.join("runs", scenario.name) if only_scenario else ".")
+    check_out_dir(out)
+    return RunPlan(cfg=cfg, scenario=scenario, reference=not only_scenario, out=out, quiet=args.quiet)
