@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--presets", action="append", default=[], metavar="FILE.toml",
                     help="extra preset file merged over the built-ins (repeatable)")
     ap.add_argument("--engine", default=None,
-                    help="engine profile of src/presets/engines.toml (ideal, vllm-2024) whose overhead goes in "
+                    help="engine profile of src/presets/engines.toml (ideal, vllm-2024, vllm-v1, sglang, sglang-spec-v2) whose overhead goes in "
                          "overhead_ms, verification extras included for positions > 1; default: the "
                          "CostModelParams CPU figures (decode-step CPU only)")
     ap.add_argument("--csv", action="store_true", help="print CSV instead of an aligned table")

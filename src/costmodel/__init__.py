@@ -9,16 +9,21 @@ draft passes. Files, one idea each:
     roofline.py  GPU physics of one forward pass (smooth roofline per kernel)
     memory.py    whether weights and KV cache fit in GPU memory
     engines.py   engine overhead profiles (src/presets/engines.toml)
+    allreduce.py tensor-parallel all-reduce: NCCL and vLLM's / SGLang's custom kernels
     hardware.py  HardwareCostModel: physics + engine overhead, the hardware CostModel
 
 Every public name is importable from `src.costmodel`.
 """
+from src.costmodel.allreduce import (
+    ALLREDUCE_IMPLEMENTATIONS, CUSTOM_ALLREDUCE_MAX_BYTES, AllReduceCost, CustomAllReduceParams,
+    allreduce_coefficients, allreduce_cost, custom_allreduce_supported, load_custom_allreduce,
+)
 from src.costmodel.engines import (
-    ENGINE_PROFILES_FILE, IDEAL_ENGINE, LEGACY_ENGINE_NAME, EngineProfile, engine_profile,
-    load_engine_profiles,
+    DRAFT_KINDS, ENGINE_PROFILES_FILE, IDEAL_ENGINE, LEGACY_ENGINE_NAME, EngineProfile,
+    engine_profile, load_engine_profiles,
 )
 from src.costmodel.flat import CostModel, FlatCostModel
-from src.costmodel.hardware import DRAFT_KINDS, DraftSpec, HardwareCostModel, StepBreakdown
+from src.costmodel.hardware import DraftSpec, HardwareCostModel, StepBreakdown
 from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
 from src.costmodel.presets import (
     BUILTIN_PRESET_FILES, BYTES_PER_VALUE, PRESETS_DIR, AllReduceFit, CostModelInputError,
@@ -26,12 +31,15 @@ from src.costmodel.presets import (
 )
 from src.costmodel.roofline import (
     ATTENTION_KERNELS_PER_LAYER, KERNELS_PER_LAYER_NON_ATTENTION, LM_HEAD_KERNELS, PassBreakdown,
-    PassCoefficients, allreduce_coefficients, attention_terms_s, forward_pass_breakdown,
+    PassCoefficients, attention_terms_s, forward_pass_breakdown,
     kernel_fixed_s, non_attention_forward_ms, pass_coefficients, pass_components_s,
     pass_time_table_ms,
 )
 
 __all__ = [
+    "ALLREDUCE_IMPLEMENTATIONS", "CUSTOM_ALLREDUCE_MAX_BYTES", "AllReduceCost",
+    "CustomAllReduceParams", "allreduce_cost", "custom_allreduce_supported",
+    "load_custom_allreduce",
     "ATTENTION_KERNELS_PER_LAYER", "BUILTIN_PRESET_FILES", "BYTES_PER_VALUE", "DRAFT_KINDS",
     "ENGINE_PROFILES_FILE", "IDEAL_ENGINE", "KERNELS_PER_LAYER_NON_ATTENTION", "LEGACY_ENGINE_NAME",
     "LM_HEAD_KERNELS", "PRESETS_DIR", "AllReduceFit", "CostModel", "CostModelInputError",

@@ -1,20 +1,24 @@
 """Engine overhead profiles: what a serving engine spends beyond the GPU physics.
 
 Per-step CPU work, the rejection sampler, KV bookkeeping, the draft's catch-up pass and the
-verification kernel's extra attention time, per engine and version (src/presets/engines.toml;
-design.md, "Engine profiles", gives every figure's source).
+verification kernel's extra attention time, per engine and version, and the mechanisms of today's
+engines: CPU work overlapped with the GPU (asynchronous scheduling), the first draft pass over all
+verified positions, the n-gram proposer called once per step, and the all-reduce implementation
+(src/presets/engines.toml; design.md, "Engine profiles", gives every figure's source).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from src.config import read_toml
+from src.costmodel.allreduce import ALLREDUCE_IMPLEMENTATIONS
 from src.costmodel.presets import PRESETS_DIR, CostModelInputError, CostModelParams
 
 ENGINE_PROFILES_FILE = PRESETS_DIR / "engines.toml"
 LEGACY_ENGINE_NAME = "params"  # the profile made from CostModelParams' CPU fields
+DRAFT_KINDS = ("model", "eagle", "ngram", "self")  # how drafts are made (hardware.DraftSpec)
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,23 @@ class EngineProfile:
     the previous step that its KV cache lacks) is GPU work, but work an ideal engine avoids, so it
     is reported as engine overhead. Every term is 0 where S = 0. The `ideal` profile has every
     term 0 and factor 1: the GPU-physics bound.
+
+    Mechanisms of today's engines (optional in the TOML; the defaults reproduce the above):
+        draft_first_pass_covers_verified: the first draft pass of a step runs over all gamma + 1
+            verified positions of each sequence (vLLM V1 and SGLang feed the drafter every
+            verified position), so e = gamma instead of draft_catchup_positions_per_seq.
+        ngram_one_call_per_step: the n-gram proposer finds all gamma drafts in one call, so the
+            n-gram overhead is ngram_pass_cpu_ms once per step instead of gamma times.
+        cpu_overlap_decode / cpu_overlap_draft_kinds: asynchronous scheduling - the CPU work of a
+            step runs while the GPU executes the previous one - for greedy decode steps / for
+            speculative steps with the listed draft kinds. The step's CPU terms (step CPU,
+            rejection sampling, KV bookkeeping, batch-expansion CPU, draft-pass and n-gram CPU)
+            then cost only what the step's GPU work does not hide:
+                exposed = max(0, CPU of the step - GPU time of the step)
+            GPU time = physics + GPU overheads (verification-attention excess, catch-up). It is
+            booked on the target pass; the draft passes keep only their GPU overhead.
+        allreduce: "nccl" (the fitted NCCL model) or "custom" (vLLM's and SGLang's custom
+            all-reduce; src/costmodel/allreduce.py). It changes the physics of a pass at TP > 1.
     """
 
     name: str  # profile id, e.g. "ideal" or "vllm-2024"
@@ -55,6 +76,16 @@ class EngineProfile:
     draft_catchup_positions_per_seq: int  # extra positions in the first draft pass of a step (draft re-reads committed tokens)
     verification_attention_slowdown_factor: float  # attention time of a verification pass / that of a decode-style kernel (>= 1)
     scoring_batch_expansion: bool = False  # verification run as S (gamma+1) one-position sequences: per-seq step CPU and KV reads paid per position
+    # first draft pass of a step over the gamma + 1 verified positions (e = gamma)
+    draft_first_pass_covers_verified: bool = False
+    # n-gram proposer called once per step (all gamma drafts), not once per draft
+    ngram_one_call_per_step: bool = False
+    # greedy decode steps: CPU work overlapped with the GPU (asynchronous scheduling)
+    cpu_overlap_decode: bool = False
+    # draft kinds ("model", "eagle", "ngram", "self") whose speculative steps overlap CPU and GPU
+    cpu_overlap_draft_kinds: tuple[str, ...] = ()
+    # tensor-parallel all-reduce: "nccl" or "custom" (src/costmodel/allreduce.py)
+    allreduce: str = "nccl"
 
     @property
     def is_ideal(self) -> bool:
@@ -63,6 +94,7 @@ class EngineProfile:
                 == self.draft_pass_cpu_per_seq_ms == self.ngram_pass_cpu_ms
                 == self.rejection_sampling_per_position_ms == self.kv_bookkeeping_per_seq_ms == 0.0
                 and self.draft_catchup_positions_per_seq == 0 and not self.scoring_batch_expansion
+                and not self.draft_first_pass_covers_verified
                 and self.verification_attention_slowdown_factor == 1.0)
 
     @classmethod
@@ -95,8 +127,10 @@ IDEAL_ENGINE = EngineProfile(
 def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE) -> dict[str, EngineProfile]:
     """Engine profiles of a TOML file with one [engines.<name>] table per profile.
 
-    Every EngineProfile field but `name` is required; unknown fields, wrong types, negative
-    values, a fractional catch-up count or a slowdown factor below 1 raise CostModelInputError.
+    Every EngineProfile field without a default (but `name`) is required; the mechanisms of
+    today's engines may be left out (their defaults are off). Unknown fields, wrong types, negative
+    values, a fractional catch-up count, a slowdown factor below 1, an unknown all-reduce or draft
+    kind raise CostModelInputError.
     """
     data = read_toml(path, "engines", CostModelInputError)
     unknown = sorted(set(data) - {"engines"})
@@ -104,6 +138,7 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE) -> dict[str, E
         raise CostModelInputError(
             "engines", f"{path} has unknown table(s) {', '.join(unknown)}; allowed: engines")
     wanted = {f.name: f.type for f in fields(EngineProfile) if f.name != "name"}
+    defaults = {f.name for f in fields(EngineProfile) if f.default is not MISSING}
     out = {}
     for name, raw in data.get("engines", {}).items():
         where = f"engines.{name}"
@@ -113,13 +148,18 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE) -> dict[str, E
         if extra:
             raise CostModelInputError(where, f"unknown field(s) {', '.join(extra)}; "
                                              f"allowed: {', '.join(wanted)}")
-        missing = [k for k in wanted if k not in raw]
+        missing = [k for k in wanted if k not in raw and k not in defaults]
         if missing:
             raise CostModelInputError(where, f"missing field(s) {', '.join(missing)}")
         values = {}
         for key, kind in wanted.items():
+            if key not in raw:
+                continue
             value = raw[key]
             kind = kind if isinstance(kind, str) else kind.__name__
+            if kind.startswith("tuple"):
+                values[key] = _draft_kinds(f"{where}.{key}", value)
+                continue
             if kind == "bool":
                 if not isinstance(value, bool):
                     raise CostModelInputError(f"{where}.{key}", f"expected true or false, got {value!r}")
@@ -133,11 +173,24 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE) -> dict[str, E
                 raise CostModelInputError(f"{where}.{key}", f"must be >= 0, got {value}")
             values[key] = int(value) if kind == "int" else (float(value) if kind == "float"
                                                               else value)
+        if values.get("allreduce", "nccl") not in ALLREDUCE_IMPLEMENTATIONS:
+            raise CostModelInputError(f"{where}.allreduce", f"unknown '{values['allreduce']}'; "
+                                      f"allowed: {', '.join(ALLREDUCE_IMPLEMENTATIONS)}")
         if values["verification_attention_slowdown_factor"] < 1.0:
             raise CostModelInputError(f"{where}.verification_attention_slowdown_factor",
                                       f"must be >= 1, got {values['verification_attention_slowdown_factor']}")
         out[name] = EngineProfile(name=name, **values)
     return out
+
+
+def _draft_kinds(where: str, value) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CostModelInputError(where, f"expected a list of strings, got {value!r}")
+    bad = sorted(set(value) - set(DRAFT_KINDS))
+    if bad:
+        raise CostModelInputError(where, f"unknown draft kind(s) {', '.join(bad)}; "
+                                         f"allowed: {', '.join(DRAFT_KINDS)}")
+    return tuple(value)
 
 
 def engine_profile(name: str, path: str | Path = ENGINE_PROFILES_FILE,

@@ -12,15 +12,13 @@ from typing import Iterable
 
 import numpy as np
 
-from src.costmodel.engines import EngineProfile, engine_profile
+from src.costmodel.engines import DRAFT_KINDS, EngineProfile, engine_profile
 from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
 from src.costmodel.presets import (
     BYTES_PER_VALUE, AllReduceFit, CostModelInputError, CostModelParams, GpuSpec, ModelSpec,
     check_int, check_tp, load_presets,
 )
 from src.costmodel.roofline import PassCoefficients, pass_coefficients, pass_time_table_ms
-
-DRAFT_KINDS = ("model", "eagle", "ngram", "self")
 
 
 @dataclass(frozen=True)
@@ -116,9 +114,11 @@ class HardwareCostModel:
         set_ = object.__setattr__
         set_(self, "_engine", self.engine if self.engine is not None
              else EngineProfile.from_params(p))
-        # physics only: the engine's CPU overhead is added by _target_parts / _draft_parts
+        # physics only: the engine's CPU overhead is added by _target_parts / _draft_parts; the
+        # engine picks the all-reduce implementation, which is physics at TP > 1
+        ar = {"allreduce_implementation": self._engine.allreduce}
         set_(self, "_target_c", pass_coefficients(self.gpu, self.target, self.tp, p,
-                                                  self.allreduce))
+                                                  self.allreduce, **ar))
         weight = self.target.weight_bytes / self.tp
         kv = self.target.kv_bytes_per_token / self.tp
         per_seq = 0.0
@@ -134,14 +134,15 @@ class HardwareCostModel:
             if d.model is None:
                 raise CostModelInputError("draft", "kind 'model' needs a draft model preset")
             check_tp(d.model, d.tp, "draft_tp")
-            set_(self, "_draft_c", pass_coefficients(self.gpu, d.model, d.tp, p, self.allreduce))
+            set_(self, "_draft_c", pass_coefficients(self.gpu, d.model, d.tp, p, self.allreduce,
+                                                     **ar))
             weight += d.model.weight_bytes / d.tp
             draft_kv = d.model.kv_bytes_per_token / d.tp
         elif d.kind == "eagle":
             h = self.target.hidden_size
             set_(self, "_draft_c", pass_coefficients(
                 self.gpu, self.target, self.tp, p, self.allreduce, n_layers=1,
-                extra_gemms=[(2 * h, h)]))
+                extra_gemms=[(2 * h, h)], **ar))
             weight += (self.target.layer_params / self.tp + 2 * h * h) * BYTES_PER_VALUE
             draft_kv = self.target.kv_bytes_per_token / self.target.n_layers / self.tp
         elif d.kind == "self":
@@ -269,13 +270,8 @@ class HardwareCostModel:
         ratio = compute_ms / np.maximum(memory_ms, 1e-300) + 1e-300
         return memory_ms * np.exp(np.log1p(np.exp(p * np.log(ratio))) * (1.0 / p))
 
-    def target_pass_parts(self, active, positions_per_seq, context_len_tokens):
-        """(physics_ms[R], overhead_ms[R]) of one target pass; positions_per_seq: int or int[R].
-
-        physics = attention-free table[S, t] + attention p-norm (GPU physics, ideal engine);
-        overhead = step CPU + for t > 1 the rejection sampler, KV bookkeeping and the extra
-        attention time of a masked verification kernel (EngineProfile).
-        """
+    def _target_parts(self, active, positions_per_seq, context_len_tokens):
+        """(physics_ms, cpu_ms, gpu_overhead_ms) [R] of one target pass; see target_pass_parts."""
         n_seqs = np.count_nonzero(active, axis=1)
         sum_ctx = (context_len_tokens * active).sum(axis=1)
         t = np.asarray(positions_per_seq)
@@ -290,15 +286,40 @@ class HardwareCostModel:
             e.rejection_sampling_per_position_ms * t + e.kv_bookkeeping_per_seq_ms)
         if e.scoring_batch_expansion:  # every verified position is a sequence of its own
             per_seq = per_seq + verify * (e.step_cpu_per_seq_ms * (t - 1))
-        overhead = np.where(n_seqs > 0, e.step_cpu_fixed_ms, 0.0) + n_seqs * per_seq
+        cpu = np.where(n_seqs > 0, e.step_cpu_fixed_ms, 0.0) + n_seqs * per_seq
+        gpu = np.zeros(n_seqs.shape)
         if e.scoring_batch_expansion or e.verification_attention_slowdown_factor != 1.0:
             engine_attention = attention
             if e.scoring_batch_expansion:  # S t one-position queries, each reading its whole KV
                 engine_attention = self._attention_pnorm_ms(
                     self._target_c, tokens, tokens, 1, t * sum_ctx + n_seqs * (t * (t - 1) * 0.5))
-            overhead = overhead + verify * (
-                e.verification_attention_slowdown_factor * engine_attention - attention)
-        return physics, overhead
+            gpu = verify * (e.verification_attention_slowdown_factor * engine_attention - attention)
+        return physics, cpu, gpu
+
+    def target_pass_parts(self, active, positions_per_seq, context_len_tokens):
+        """(physics_ms[R], overhead_ms[R]) of one target pass; positions_per_seq: int or int[R].
+
+        physics = attention-free table[S, t] + attention p-norm (GPU physics, ideal engine);
+        overhead = step CPU + for t > 1 the rejection sampler, KV bookkeeping and the extra
+        attention time of a masked verification kernel (EngineProfile). Where the engine overlaps
+        CPU with GPU (asynchronous scheduling), the CPU of the whole step - this pass's and, for a
+        verification, the gamma = t - 1 draft passes' - costs only max(0, CPU - GPU of the step).
+        """
+        physics, cpu, gpu = self._target_parts(active, positions_per_seq, context_len_tokens)
+        e = self._engine
+        overlap_spec = self.draft.kind in e.cpu_overlap_draft_kinds
+        if not (e.cpu_overlap_decode or overlap_spec):
+            return physics, cpu + gpu
+        t = np.asarray(positions_per_seq)
+        verify = t > 1
+        step_cpu, step_gpu = cpu, physics + gpu
+        if overlap_spec and np.any(verify):
+            d_phys, d_cpu, d_gpu = self._draft_parts(active, np.where(verify, t - 1, 0),
+                                                     context_len_tokens)
+            step_cpu = step_cpu + d_cpu
+            step_gpu = step_gpu + d_phys + d_gpu
+        overlap = np.where(verify, overlap_spec, e.cpu_overlap_decode)
+        return physics, gpu + np.where(overlap, np.maximum(step_cpu - step_gpu, 0.0), cpu)
 
     def target_pass_time(self, active, positions_per_seq, context_len_tokens):
         """float[R] ms of one target pass, physics + engine overhead (0 where a replication has
@@ -315,6 +336,42 @@ class HardwareCostModel:
         grown = context_len_tokens + ((np.asarray(g) - 1) * 0.5).reshape(-1, 1)
         return (np.minimum(grown, b) * active).sum(axis=1)
 
+    def _draft_parts(self, active, gamma, context_len_tokens):
+        """(physics_ms, cpu_ms, gpu_overhead_ms) [R] of gamma draft passes; see
+        draft_passes_parts."""
+        n_seqs = np.count_nonzero(active, axis=1)
+        g = np.asarray(gamma)
+        e = self._engine
+        if self._draft_c is None:  # n-gram / prompt lookup: host-side string matching only
+            zero = np.zeros(n_seqs.shape)
+            calls = (g > 0) if e.ngram_one_call_per_step else g
+            return zero, np.where(n_seqs > 0, calls * e.ngram_pass_cpu_ms, 0.0), zero
+        sum_ctx = (context_len_tokens * active).sum(axis=1)
+        self._check_fits(sum_ctx + n_seqs * (g + 1), n_seqs)
+        # extra positions of the first draft pass: all verified ones but one, or a fixed catch-up
+        catchup = g if e.draft_first_pass_covers_verified else np.asarray(
+            e.draft_catchup_positions_per_seq)
+        max_catchup = int(np.max(catchup)) if np.size(catchup) else 0
+        table = self._table_ms("draft", active.shape[1], 1 + max_catchup)
+        capped = self._draft_sum_ctx(active, context_len_tokens, g)
+        mid_ctx = sum_ctx + n_seqs * ((g - 1) * 0.5) if capped is None else capped
+        per_pass_ms = table[:, 1].take(n_seqs) + self._attention_pnorm_ms(
+            self._draft_c, n_seqs, n_seqs, 1, mid_ctx)
+        physics = g * per_pass_ms
+        cpu = g * (np.where(n_seqs > 0, e.draft_pass_cpu_fixed_ms, 0.0)
+                   + e.draft_pass_cpu_per_seq_ms * n_seqs)
+        gpu = np.zeros(n_seqs.shape)
+        if max_catchup:
+            b = self.draft.kv_budget_tokens
+            ctx0 = sum_ctx if b is None else (
+                np.minimum(context_len_tokens, b) * active).sum(axis=1)
+            wide = 1 + catchup
+            extra = (table.ravel().take(n_seqs * table.shape[1] + wide) - table[:, 1].take(n_seqs)
+                     + self._attention_pnorm_ms(self._draft_c, n_seqs, n_seqs * wide, wide, ctx0)
+                     - self._attention_pnorm_ms(self._draft_c, n_seqs, n_seqs, 1, ctx0))
+            gpu = np.where(g > 0, extra, 0.0)
+        return physics, cpu, gpu
+
     def draft_passes_parts(self, active, gamma, context_len_tokens):
         """(physics_ms[R], overhead_ms[R]) of gamma sequential one-position draft passes.
 
@@ -323,34 +380,14 @@ class HardwareCostModel:
         Attention is linear in k in each bound, so the sum is taken in closed form as gamma x the
         pass at the mean context C + S (gamma - 1) / 2 (exact where one bound holds; the p-norm's
         curvature in k makes it a slight underestimate in the knee, < 0.1% for any gamma <= 32).
-        Overhead: per-pass CPU and the catch-up pass (EngineProfile).
+        Overhead: per-pass CPU and the catch-up pass (EngineProfile). Where the engine overlaps
+        CPU with GPU for this draft kind, the CPU is booked on the target pass (target_pass_parts)
+        and only the catch-up (GPU work) stays here.
         """
-        n_seqs = np.count_nonzero(active, axis=1)
-        g = np.asarray(gamma)
-        e = self._engine
-        if self._draft_c is None:  # n-gram / prompt lookup: host-side string matching only
-            zero = np.zeros(n_seqs.shape)
-            return zero, np.where(n_seqs > 0, g * e.ngram_pass_cpu_ms, 0.0)
-        sum_ctx = (context_len_tokens * active).sum(axis=1)
-        self._check_fits(sum_ctx + n_seqs * (g + 1), n_seqs)
-        catchup = e.draft_catchup_positions_per_seq
-        table = self._table_ms("draft", active.shape[1], 1 + catchup)
-        capped = self._draft_sum_ctx(active, context_len_tokens, g)
-        mid_ctx = sum_ctx + n_seqs * ((g - 1) * 0.5) if capped is None else capped
-        per_pass_ms = table[:, 1].take(n_seqs) + self._attention_pnorm_ms(
-            self._draft_c, n_seqs, n_seqs, 1, mid_ctx)
-        physics = g * per_pass_ms
-        overhead = g * (np.where(n_seqs > 0, e.draft_pass_cpu_fixed_ms, 0.0)
-                        + e.draft_pass_cpu_per_seq_ms * n_seqs)
-        if catchup:
-            b = self.draft.kv_budget_tokens
-            ctx0 = sum_ctx if b is None else (np.minimum(context_len_tokens, b) * active).sum(axis=1)
-            wide = 1 + catchup
-            extra = (table[:, wide].take(n_seqs) - table[:, 1].take(n_seqs)
-                     + self._attention_pnorm_ms(self._draft_c, n_seqs, n_seqs * wide, wide, ctx0)
-                     - self._attention_pnorm_ms(self._draft_c, n_seqs, n_seqs, 1, ctx0))
-            overhead = overhead + np.where(g > 0, extra, 0.0)
-        return physics, overhead
+        physics, cpu, gpu = self._draft_parts(active, gamma, context_len_tokens)
+        if self.draft.kind in self._engine.cpu_overlap_draft_kinds:
+            return physics, gpu
+        return physics, cpu + gpu
 
     def draft_passes_time(self, active, gamma, context_len_tokens):
         """float[R] ms of gamma sequential one-position draft passes (gamma: int or int[R]),

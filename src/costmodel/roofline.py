@@ -16,7 +16,8 @@ over S sequences x t positions (T = S t tokens), per GPU, times in seconds:
                           4 (H/TP) d sum_s sum_{i=1..t} (ctx_s + i) / flops_eff)
                     + ATTENTION_KERNELS_PER_LAYER kernel_fixed(gpu) ]
     lm_head = pnorm over the (vocab/TP x hidden) GEMM + final RMSNorm + its kernels
-    communication = 2 L all-reduces of T x hidden x 2 bytes (0 at TP 1)
+    communication = 2 L all-reduces of T x hidden x 2 bytes (0 at TP 1), NCCL or the custom
+                    kernels the engine uses (src/costmodel/allreduce.py)
     overhead = CPU time per pass (the engine profile's, added by HardwareCostModel)
 
 kernel_fixed(gpu) is GpuSpec.kernel_fixed_us where fitted (A100, H100), else the shared
@@ -29,6 +30,9 @@ from typing import Sequence
 
 import numpy as np
 
+from src.costmodel.allreduce import (
+    AllReduceCost, CustomAllReduceParams, allreduce_coefficients, allreduce_cost,
+)
 from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
 from src.costmodel.presets import (
     BYTES_PER_VALUE, AllReduceFit, CostModelParams, GpuSpec, ModelSpec, check_int, check_tp,
@@ -67,17 +71,11 @@ class PassCoefficients:
     overhead_fixed_s: float  # CPU time per pass
     overhead_per_seq_s: float  # CPU time per pass per sequence
     sharpness_p: float  # roofline p
-
-
-def allreduce_coefficients(gpu: GpuSpec, n_gpus: int, params: CostModelParams,
-                           allreduce: Sequence[AllReduceFit] = ()) -> tuple[float, float]:
-    """(latency_s, bus_bandwidth_bytes_per_s) for an all-reduce over n_gpus GPUs of this type."""
-    for fit in allreduce:
-        if fit.gpu_id == gpu.gpu_id and fit.n_gpus == n_gpus:
-            return fit.latency_us * 1e-6, fit.bus_bandwidth_gb_per_s * 1e9
-    return (params.allreduce_latency_us * 1e-6,
-            params.allreduce_link_efficiency_fraction * gpu.interconnect_bidirectional_gb_per_s
-            * 1e9 / 2)
+    # custom all-reduce (None = the NCCL terms above): all the pass's all-reduces take
+    # comm_n_allreduce x comm_custom.time_s(tokens x comm_bytes_per_token)
+    comm_custom: AllReduceCost | None = None
+    comm_n_allreduce: int = 0  # all-reduces per pass
+    comm_bytes_per_token: float = 0.0  # all-reduce message bytes per token (hidden x 2)
 
 
 def kernel_fixed_s(gpu: GpuSpec, params: CostModelParams) -> float:
@@ -98,11 +96,15 @@ def pass_coefficients(
     extra_gemms: Sequence[tuple[int, int]] = (),
     overhead_fixed_ms: float = 0.0,
     overhead_per_seq_ms: float = 0.0,
+    allreduce_implementation: str = "nccl",
+    custom_allreduce: CustomAllReduceParams | None = None,
 ) -> PassCoefficients:
     """Precompute the batch-independent coefficients of one pass (see the module docstring).
 
     n_layers overrides the model's layer count (an EAGLE head runs 1 layer of the target's shape);
     extra_gemms are (K, N) projections run once per pass, unsplit by TP (EAGLE's 2h -> h fc).
+    allreduce_implementation "custom" times the all-reduces with vLLM's custom kernels where the
+    system supports them (src/costmodel/allreduce.py); "nccl" keeps the linear NCCL terms.
     """
     L = model.n_layers if n_layers is None else n_layers
     bw = gpu.memory_bandwidth_bytes_per_s * params.memory_bandwidth_efficiency_fraction
@@ -124,6 +126,10 @@ def pass_coefficients(
     elementwise_values = 4 * h + 6 * h + 2 * (q + kv) / tp + 3 * inter / tp
     n_allreduce = 2 * L if tp > 1 else 0
     ar_latency_s, ar_bus_bytes_per_s = allreduce_coefficients(gpu, tp, params, allreduce)
+    comm_custom = None
+    if tp > 1 and allreduce_implementation != "nccl":
+        ar = allreduce_cost(gpu, tp, params, allreduce, allreduce_implementation, custom_allreduce)
+        comm_custom = ar if ar.custom else None
     return PassCoefficients(
         gemm_weight_s=count * K * N * B / bw,
         gemm_mem_per_token_s=count * (K + N) * B / bw,
@@ -143,6 +149,9 @@ def pass_coefficients(
         overhead_fixed_s=overhead_fixed_ms * 1e-3,
         overhead_per_seq_s=overhead_per_seq_ms * 1e-3,
         sharpness_p=params.roofline_sharpness_p,
+        comm_custom=comm_custom,
+        comm_n_allreduce=n_allreduce,
+        comm_bytes_per_token=h * B,
     )
 
 
@@ -187,7 +196,9 @@ def pass_components_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
         "layers_non_attention": gemm[0] + c.layer_elementwise_per_token_s * T + c.layer_fixed_s,
         "attention": _pnorm(attn_mem, attn_comp, p) + c.attn_fixed_s,
         "lm_head": gemm[1] + c.head_elementwise_per_token_s * T + c.head_fixed_s,
-        "communication": c.comm_fixed_s + c.comm_per_token_s * T,
+        "communication": (
+            c.comm_fixed_s + c.comm_per_token_s * T if c.comm_custom is None
+            else c.comm_n_allreduce * c.comm_custom.time_s(T * c.comm_bytes_per_token)),
         "overhead": c.overhead_fixed_s + c.overhead_per_seq_s * S,
         "compute": (c.gemm_selector @ comp_g.reshape(len(c.gemm_weight_s), -1)).sum(axis=0)
         .reshape(T.shape) + attn_comp,
