@@ -20,8 +20,8 @@ from src.hardware import plots as hardware_plots
 from src.hardware import report as hardware_report
 from src.hardware import schedules
 from src.reporting import (
-    csv_bytes, decorate_speedup_axis, describe_alpha, describe_length, log2_batch_axis, md_table,
-    ordered, plot_speedup_grid, png_bytes, reference_gamma, table, write_atomic,
+    FONT_PT, MARKERS, csv_bytes, decorate_speedup_axis, describe_alpha, describe_length, legend_outside,
+    log2_batch_axis, md_table, ordered, plot_speedup_grid, png_bytes, reference_gamma, table, write_atomic,
 )
 
 
@@ -230,51 +230,61 @@ def plot_speedup_vs_batch(df: pd.DataFrame):
 def plot_utilization_vs_batch(df: pd.DataFrame, gamma: int):
     modes, servings = ordered(df, "quality_mode"), ordered(df, "serving_mode")
     batches = sorted(df.batch_size.unique())
-    fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 3.6), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(modes), figsize=(3.9 * len(modes) + 2.6, 4.8), sharey=True, squeeze=False,
+                             layout="constrained")
     styles = {"static_batch": "-", "continuous_refill": "--"}
+    shown = []
     for j, m in enumerate(modes):
         ax = axes[0, j]
         for s in servings:
             sub = df[(df.quality_mode == m) & (df.serving_mode == s) & (df.gamma == gamma)].sort_values("batch_size")
             ls = styles.get(s, ":")
-            ax.plot(sub.batch_size, 100 * sub.slot_utilization, ls, marker="o", ms=3, color="C0",
-                    label=f"speculative (gamma={gamma}), {s}")
-            ax.plot(sub.batch_size, 100 * sub.greedy_slot_utilization, ls, marker="s", ms=3, color="C1",
+            ax.plot(sub.batch_size, 100 * sub.slot_utilization, ls, marker="o", ms=4, color="C0",
+                    label=f"speculative (gamma {gamma}), {s}")
+            ax.plot(sub.batch_size, 100 * sub.greedy_slot_utilization, ls, marker="s", ms=4, color="C1",
                     label=f"greedy, {s}")
-        ax.set_title(m, fontsize=9)
+            shown += [100 * sub.slot_utilization, 100 * sub.greedy_slot_utilization]
+        ax.set_title(m, fontsize=FONT_PT + 1)
         log2_batch_axis(ax, batches)
-        ax.set_ylim(0, 105)
         ax.grid(alpha=0.3)
+    low = float(pd.concat(shown).min())
+    axes[0, 0].set_ylim(max(0.0, 5 * np.floor(low / 5) - 5), 101)  # fitted to the data, 100% in view
     axes[0, 0].set_ylabel("slot utilization (% of slot-steps active)")
-    axes[0, 0].legend(fontsize=7, loc="lower left")
-    fig.suptitle("Slot utilization vs batch size: a static batch idles finished slots until its last request ends; "
-                 "continuous refill\nrefills them while requests are queued (both idle slots in the final drain)")
-    fig.tight_layout()
+    legend_outside(fig, axes)
+    fig.suptitle("Slot utilization vs batch size: a static batch idles finished slots until its last request ends;\n"
+                 "continuous refill refills them while requests are queued (both idle slots in the final drain)")
     return fig
 
 
 def plot_divergence_penalty(df: pd.DataFrame):
     modes, servings = ordered(df, "quality_mode"), ordered(df, "serving_mode")
     batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
-    fig, axes = plt.subplots(1, len(servings), figsize=(5.5 * len(servings), 4), sharey=True, squeeze=False)
+    shown_batches = sorted({batches[0], batches[-1]})
+    fig, axes = plt.subplots(1, len(servings), figsize=(5.2 * len(servings) + 2.4, 4.4), sharey=True, squeeze=False,
+                             layout="constrained")
     for j, s in enumerate(servings):
         ax = axes[0, j]
         for k, m in enumerate(modes):
-            for b, ls in ((batches[0], ":"), (batches[-1], "-")):
+            for b, ls in zip(shown_batches, (":", "-") if len(shown_batches) == 2 else ("-",)):
                 sub = df[(df.quality_mode == m) & (df.serving_mode == s) & (df.batch_size == b)].sort_values("gamma")
-                ax.plot(sub.gamma, 100 * sub.divergence_penalty, ls, marker="o", ms=3, color=f"C{k}",
-                        label=f"{m}, B={b}")
+                ax.plot(sub.gamma, 100 * sub.divergence_penalty, ls, marker=MARKERS[k % len(MARKERS)], ms=4,
+                        color=f"C{k}", label=f"{m}, B={b}")
                 ax.fill_between(sub.gamma, 100 * sub.divergence_penalty_ci_low, 100 * sub.divergence_penalty_ci_high,
                                 color=f"C{k}", alpha=0.25)
-        ax.set_title(s, fontsize=10)
+        ax.set_title(s, fontsize=FONT_PT + 1)
         ax.set_xlabel("gamma (draft tokens proposed per step)")
         ax.set_xticks(gammas)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("divergence penalty (% of wall time on rejected drafts)")
-    axes[0, 0].legend(fontsize=7)
+    legend_outside(fig, axes, "quality mode, batch size")
     fig.suptitle("Time spent drafting tokens that are then rejected, vs gamma (95% CI bands)")
-    fig.tight_layout()
     return fig
+
+
+def _text_color(rgba) -> str:
+    """Black or white, whichever contrasts more with a cell of colour rgba (relative luminance)."""
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3])
+    return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.18 else "white"
 
 
 def plot_gamma_batch_heatmap(df: pd.DataFrame):
@@ -282,7 +292,9 @@ def plot_gamma_batch_heatmap(df: pd.DataFrame):
     batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
     lo, hi = min(df.speedup.min(), 0.99), max(df.speedup.max(), 1.01)
     norm = TwoSlopeNorm(vcenter=1.0, vmin=lo, vmax=hi)
-    fig, axes = plt.subplots(len(servings), len(modes), figsize=(4.2 * len(modes), 4.0 * len(servings)),
+    cmap = plt.get_cmap("RdBu")
+    fig, axes = plt.subplots(len(servings), len(modes),
+                             figsize=(0.62 * len(batches) * len(modes) + 2.5, 0.5 * len(gammas) * len(servings) + 1.6),
                              squeeze=False, layout="constrained")
     for i, s in enumerate(servings):
         for j, m in enumerate(modes):
@@ -290,20 +302,23 @@ def plot_gamma_batch_heatmap(df: pd.DataFrame):
             grid = (df[(df.quality_mode == m) & (df.serving_mode == s)]
                     .pivot_table(index="gamma", columns="batch_size", values="speedup")
                     .reindex(index=gammas, columns=batches))
-            im = ax.imshow(grid.to_numpy(), cmap="RdBu", norm=norm, origin="lower", aspect="auto")
+            im = ax.imshow(grid.to_numpy(), cmap=cmap, norm=norm, origin="lower", aspect="auto")
+            best = grid.to_numpy().argmax(axis=0)
             for y, g in enumerate(gammas):
                 for x, b in enumerate(batches):
-                    ax.text(x, y, f"{grid.loc[g, b]:.2f}", ha="center", va="center", fontsize=6.5)
-            best = grid.to_numpy().argmax(axis=0)
-            for x, y in enumerate(best):  # best gamma per batch size
-                ax.add_patch(plt.Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, lw=1.8, ec="black"))
+                    value = grid.loc[g, b]
+                    ax.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=FONT_PT,
+                            color=_text_color(cmap(norm(value))), fontweight="bold" if best[x] == y else None)
+            for x, y in enumerate(best):  # best gamma per batch size: a black box with a white rim
+                for ec, lw in (("white", 3.6), ("black", 1.8)):
+                    ax.add_patch(plt.Rectangle((x - 0.44, y - 0.42), 0.88, 0.84, fill=False, lw=lw, ec=ec))
             ax.set_xticks(range(len(batches)), [str(b) for b in batches])
             ax.set_yticks(range(len(gammas)), [str(g) for g in gammas])
-            ax.set_xlabel("batch size (concurrent sequences)")
-            ax.set_ylabel("gamma (draft tokens per step)")
-            ax.set_title(f"{m}\n{s}", fontsize=9)
-    fig.colorbar(im, ax=axes, shrink=0.8, label="speedup over greedy (x); white = 1.0")
-    fig.suptitle("Speedup over gamma x batch size (boxed: best gamma per batch size)")
+            ax.set_xlabel("batch size (concurrent sequences)" if i == len(servings) - 1 else "")
+            ax.set_ylabel("gamma (draft tokens per step)" if j == 0 else "")
+            ax.set_title(f"{m}\n{s}", fontsize=FONT_PT + 1)
+    fig.colorbar(im, ax=axes, shrink=0.8, label="speedup over greedy (x); white = 1.0, red = slower than greedy")
+    fig.suptitle("Speedup over gamma x batch size (boxed, bold: best gamma per batch size)")
     return fig
 
 

@@ -81,10 +81,27 @@ def reference_gamma(gammas) -> int:
 
 # --- plots ------------------------------------------------------------------------------------------
 
+FONT_PT = 9  # legends, annotations and panel titles: never smaller
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def gamma_styles(gammas) -> dict:
+    """A colour and marker per gamma that can be told apart: the qualitative tab10 palette (ten
+    distinct hues) with a different marker for each, so neighbouring gammas never look alike; past
+    ten gammas, evenly spaced viridis colours with the markers repeating."""
+    gammas = sorted(gammas)
+    if len(gammas) <= 10:
+        colors = [plt.cm.tab10(i) for i in range(len(gammas))]
+    else:
+        colors = list(plt.cm.viridis(np.linspace(0, 0.95, len(gammas))))
+    return {g: (c, MARKERS[i % len(MARKERS)]) for i, (g, c) in enumerate(zip(gammas, colors))}
+
+
 def log2_batch_axis(ax, batches):
     ax.set_xscale("log", base=2)
     ax.set_xticks(batches)
     ax.set_xticklabels([str(b) for b in batches])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.set_xlabel("batch size (concurrent sequences, log2 scale)")
 
 
@@ -92,10 +109,17 @@ def decorate_speedup_axis(ax, batches, title: str, ylabel: str | None) -> None:
     """Line at 1.0 (no gain), log2 batch axis, title, y label on the first column, grid."""
     ax.axhline(1.0, color="black", lw=1, ls="--")
     log2_batch_axis(ax, batches)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=FONT_PT + 1)
     if ylabel:
         ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
+
+
+def legend_outside(fig, axes, title: str | None = None, **kwargs):
+    """One legend for the figure, right of the panels, so it never covers data (constrained layout)."""
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    return fig.legend(handles, labels, loc="outside right center", fontsize=FONT_PT, title=title,
+                      title_fontsize=FONT_PT, **kwargs)
 
 
 def plot_speedup_grid(df: pd.DataFrame, row_column: str, row_label, title: str):
@@ -104,20 +128,22 @@ def plot_speedup_grid(df: pd.DataFrame, row_column: str, row_label, title: str):
     scenarios (rows: engine profiles)."""
     modes, rows = ordered(df, "quality_mode"), ordered(df, row_column)
     batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
-    fig, axes = plt.subplots(len(rows), len(modes), figsize=(4.2 * len(modes), 3.6 * len(rows)),
-                             sharex=True, sharey=True, squeeze=False)
-    colors = plt.cm.viridis(np.linspace(0, 0.95, len(gammas)))
+    fig, axes = plt.subplots(len(rows), len(modes), figsize=(3.9 * len(modes) + 1.4, 3.6 * len(rows)),
+                             sharex=True, sharey=True, squeeze=False, layout="constrained")
+    styles = gamma_styles(gammas)
     for i, r in enumerate(rows):
         for j, m in enumerate(modes):
             ax = axes[i, j]
-            for g, c in zip(gammas, colors):
+            for g in gammas:
+                c, marker = styles[g]
                 sub = df[(df.quality_mode == m) & (df[row_column] == r) & (df.gamma == g)].sort_values("batch_size")
-                ax.plot(sub.batch_size, sub.speedup, marker="o", ms=3, color=c, label=f"gamma={g}")
+                ax.plot(sub.batch_size, sub.speedup, marker=marker, ms=4, color=c, label=f"gamma {g}")
                 ax.fill_between(sub.batch_size, sub.speedup_ci_low, sub.speedup_ci_high, color=c, alpha=0.25)
             decorate_speedup_axis(ax, batches, f"{m}\n{row_label(r)}", "speedup over greedy (x)" if j == 0 else None)
-    axes[0, -1].legend(fontsize=7, loc="upper right", title="95% CI bands", title_fontsize=7)
+            if i < len(rows) - 1:
+                ax.set_xlabel("")
+    legend_outside(fig, axes, "draft tokens\nper step\n(95% CI bands)")
     fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 

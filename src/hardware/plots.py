@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.lines import Line2D
 
 from src.hardware.schedules import best_gamma, best_rows
 from src.reporting import (
-    decorate_speedup_axis, log2_batch_axis, ordered, plot_speedup_grid, png_bytes,
+    FONT_PT, MARKERS, decorate_speedup_axis, legend_outside, ordered, plot_speedup_grid, png_bytes,
 )
 
 
@@ -20,28 +21,43 @@ def plot_speedup_vs_batch(hw: dict):
 
 
 def plot_optimal_gamma(hw: dict):
+    """The best gamma per (quality mode, batch size) as a labelled grid per engine profile: the
+    simulated pick in each cell, and in brackets the steady-state closed form's where it differs."""
     sim, steady = hw["results"], hw["steady"]
     serving = hw["scenario"].study.serving_modes[-1]
     best = best_rows(sim[sim.serving_mode == serving])
     modes, engine_names = ordered(sim, "quality_mode"), ordered(sim, "engine_profile")
-    fig, axes = plt.subplots(1, len(engine_names), figsize=(5.5 * len(engine_names), 3.8), sharey=True, squeeze=False)
+    batches = sorted(set(best.batch_size))
+    top = int(max(best.schedule_gamma.max(), 1))
+    cmap = plt.get_cmap("YlGnBu", top + 1)
+    fig, axes = plt.subplots(1, len(engine_names), figsize=(0.75 * len(batches) * len(engine_names) + 4.5,
+                                                            0.55 * len(modes) + 1.9),
+                             squeeze=False, layout="constrained")
     for i, e in enumerate(engine_names):
         ax = axes[0, i]
+        grid = np.zeros((len(modes), len(batches)), dtype=int)
+        labels = [["" for _ in batches] for _ in modes]
         for k, m in enumerate(modes):
-            sub = best[(best.engine_profile == e) & (best.quality_mode == m)].sort_values("batch_size")
-            ax.plot(sub.batch_size, sub.schedule_gamma + 0.06 * (k - len(modes) / 2), "o-", ms=4, color=f"C{k}",
-                    label=f"{m} (simulated)")
-            st = steady[(steady.engine_profile == e) & (steady.quality_mode == m) & steady.mean_context
-                        & (steady.batch_size <= best.batch_size.max())]
-            bst = best_gamma(st, ["batch_size"]).sort_values("batch_size")
-            ax.plot(bst.batch_size, bst.schedule_gamma, ":", color=f"C{k}", alpha=0.7)
-        log2_batch_axis(ax, sorted(set(best.batch_size)))
-        ax.set_ylabel("optimal gamma (0 = speculation off)")
-        ax.set_title(f"engine: {e} (dotted: steady-state closed form)", fontsize=9)
-        ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"{hw['scenario'].name}: optimal gamma vs batch size")
-    fig.tight_layout()
+            sub = best[(best.engine_profile == e) & (best.quality_mode == m)].set_index("batch_size")
+            st = steady[(steady.engine_profile == e) & (steady.quality_mode == m) & steady.mean_context]
+            closed = best_gamma(st, ["batch_size"]).set_index("batch_size").schedule_gamma
+            for x, b in enumerate(batches):
+                g = int(sub.loc[b, "schedule_gamma"])
+                grid[k, x] = g
+                labels[k][x] = str(g) if b not in closed.index or int(closed[b]) == g else f"{g} ({int(closed[b])})"
+        im = ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=top + 0.5, aspect="auto")
+        for k in range(len(modes)):
+            for x in range(len(batches)):
+                ax.text(x, k, labels[k][x], ha="center", va="center", fontsize=FONT_PT + 1,
+                        color="white" if grid[k, x] > top / 2 else "black")
+        ax.set_xticks(range(len(batches)), [str(b) for b in batches])
+        ax.set_yticks(range(len(modes)), modes if i == 0 else [""] * len(modes))
+        ax.set_xlabel("batch size (concurrent sequences)")
+        ax.set_title(f"engine: {e}", fontsize=FONT_PT + 1)
+    fig.colorbar(im, ax=axes, ticks=range(top + 1), shrink=0.9,
+                 label="optimal gamma (draft tokens per step; 0 = speculation off)")
+    fig.suptitle(f"{hw['scenario'].name}: optimal gamma by batch size ({serving}, simulated; in brackets: "
+                 "the steady-state closed form's pick where it differs)", fontsize=FONT_PT + 2)
     return fig
 
 
@@ -51,50 +67,72 @@ def plot_speedup_by_context(hw: dict):
     modes, engine_names = ordered(steady, "quality_mode"), ordered(steady, "engine_profile")
     contexts = sorted(steady.context_len_tokens.unique())
     colors = plt.cm.plasma(np.linspace(0, 0.85, len(contexts)))
-    fig, axes = plt.subplots(len(engine_names), len(modes), figsize=(4.2 * len(modes), 3.6 * len(engine_names)),
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(len(engine_names), len(modes),
+                             figsize=(3.9 * len(modes) + 1.4, 3.6 * len(engine_names)),
+                             sharey=True, squeeze=False, layout="constrained")
     for i, e in enumerate(engine_names):
         for j, m in enumerate(modes):
             ax = axes[i, j]
             sub = steady[(steady.engine_profile == e) & (steady.quality_mode == m)]
             bst = best_gamma(sub, ["batch_size", "context_len_tokens"])
-            for c, color in zip(contexts, colors):
+            for k, (c, color) in enumerate(zip(contexts, colors)):
                 line = bst[bst.context_len_tokens == c].sort_values("batch_size")
-                ax.plot(line.batch_size, line.speedup, "o-", ms=3, color=color, label=f"{c} tokens")
+                ax.plot(line.batch_size, line.speedup, marker=MARKERS[k % len(MARKERS)], ms=4, color=color,
+                        label=f"{c} tokens")
             decorate_speedup_axis(ax, sorted(sub.batch_size.unique()), f"{m}\nengine: {e}",
                                   "best-gamma speedup (x), steady state" if j == 0 else None)
-    axes[0, -1].legend(fontsize=7, title="context", title_fontsize=7)
-    fig.suptitle(f"{hw['scenario'].name}: speedup vs batch size per context length (lines end where the KV cache stops fitting)")
-    fig.tight_layout()
+    legend_outside(fig, axes, "context\n(cached tokens\nper sequence)")
+    fig.suptitle(f"{hw['scenario'].name}: speedup vs batch size per context length "
+                 "(lines end where the KV cache stops fitting)")
     return fig
 
 
 def plot_step_breakdown(hw: dict):
-    bd = hw["breakdown"]
+    """Stacked bars of one speculative step's time per batch size, each engine on its own scale,
+    the greedy step beside it, and the tokens a speculative step commits per sequence (simulated
+    at the same gamma): speculation pays where spec step / greedy step is below that number."""
+    bd, sim = hw["breakdown"], hw["results"]
     engine_names = ordered(bd, "engine_profile")
-    fig, axes = plt.subplots(1, len(engine_names), figsize=(5.5 * len(engine_names), 3.8), sharey=True, squeeze=False)
+    serving = hw["scenario"].study.serving_modes[-1]
+    fig, axes = plt.subplots(1, len(engine_names), figsize=(6.2 * len(engine_names) + 2.6, 4.6), squeeze=False,
+                             layout="constrained")
     parts = [("draft_physics_ms", "draft (GPU)"), ("draft_overhead_ms", "draft (engine overhead)"),
              ("verify_physics_ms", "verify (GPU)"), ("verify_overhead_ms", "verify (engine overhead)")]
-    colors = ["#6baed6", "#c6dbef", "#fd8d3c", "#fdd0a2"]
+    colors = ["#3182bd", "#9ecae1", "#e6550d", "#fdae6b"]
     for i, e in enumerate(engine_names):
         ax = axes[0, i]
         sub = bd[bd.engine_profile == e].sort_values("batch_size")
+        gamma = int(sub.gamma.iloc[0])
         x = np.arange(len(sub))
         bottom = np.zeros(len(sub))
         for (col, label), color in zip(parts, colors):
-            ax.bar(x, sub[col], bottom=bottom, color=color, label=label)
+            ax.bar(x, sub[col], bottom=bottom, color=color, label=label, width=0.7)
             bottom += sub[col].to_numpy()
-        greedy = sub.decode_physics_ms + sub.decode_overhead_ms
-        ax.plot(x, greedy, "k_", ms=18, mew=2, label="greedy step")
+        greedy = (sub.decode_physics_ms + sub.decode_overhead_ms).to_numpy()
+        ax.plot(x, greedy, "k_", ms=22, mew=2.5, label="greedy step")
+        for xi, total, g in zip(x, bottom, greedy):
+            ax.annotate(f"{total / g:.1f}x", (xi, total), xytext=(0, 2), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=FONT_PT)
+        ax.set_ylim(0, bottom.max() * 1.12)
         ax.set_xticks(x, [str(b) for b in sub.batch_size])
         ax.set_xlabel("batch size (concurrent sequences)")
         ax.set_ylabel("time per step (ms)")
-        ax.set_title(f"engine: {e}, gamma {int(sub.gamma.iloc[0])}, context {int(sub.context_len_tokens.iloc[0])}",
-                     fontsize=9)
+        ax.set_title(f"engine: {e}, gamma {gamma}, context {int(sub.context_len_tokens.iloc[0])} tokens",
+                     fontsize=FONT_PT + 1)
         ax.grid(alpha=0.3, axis="y")
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"{hw['scenario'].name}: what a speculative step costs")
-    fig.tight_layout()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    gamma = int(bd.gamma.iloc[0])
+    tokens = sim[(sim.gamma == gamma) & (sim.serving_mode == serving)]
+    if not tokens.empty:  # acceptance does not depend on the engine: one line per quality mode
+        per_mode = tokens.groupby("quality_mode", sort=False).tokens_per_step.mean()
+        blank = Line2D([], [], linestyle="none")
+        handles += [blank, blank] + [blank] * len(per_mode)
+        labels += ["", f"tokens a gamma-{gamma} step\ncommits per sequence\n(greedy: 1; mean over\nbatch sizes):"]
+        labels += [f"{m}: {t:.2f}" for m, t in per_mode.items()]
+    fig.legend(handles, labels, loc="outside right center", fontsize=FONT_PT, title="above each bar:\n"
+               "spec step / greedy step", title_fontsize=FONT_PT, handlelength=1.5)
+    fig.suptitle(f"{hw['scenario'].name}: what a speculative step costs (each panel on its own scale); "
+                 "speculation pays where spec / greedy < tokens per step")
     return fig
 
 
