@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    for line in plan.measured_acceptance:  # what was derived from measurements, for the user to check
+        print(line)
     start = time.perf_counter()
     say = (lambda msg: None) if plan.quiet else (lambda msg: print(msg, file=sys.stderr))
     cfg, scenario = plan.cfg, plan.scenario

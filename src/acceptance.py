@@ -38,7 +38,6 @@ reference study has always used (that path is kept as it is, so its numbers do n
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import brentq
 
 
 def accepted_drafts_from_exponentials(exp_draws: np.ndarray, alpha: np.ndarray, gamma,
@@ -139,10 +138,15 @@ def expected_tokens_per_step_profile(alpha, gamma: int, profile: np.ndarray | No
 def iid_alpha_from_tokens_per_step(tokens_per_step: float, gamma: int) -> float:
     """The alpha with (1 - alpha^(gamma+1)) / (1 - alpha) = tokens_per_step: the i.i.d. inversion.
 
-    The left side rises from 1 (alpha -> 0) to gamma + 1 (alpha -> 1), so a root exists for
-    1 < tokens_per_step < gamma + 1; ValueError otherwise.
+    The left side, 1 + alpha + ... + alpha^gamma, rises from 1 (alpha -> 0) to gamma + 1
+    (alpha -> 1), so a root exists for 1 < tokens_per_step < gamma + 1 (ValueError otherwise);
+    found by bisection to machine precision.
     """
     if not 1.0 < tokens_per_step < gamma + 1.0:
         raise ValueError(f"tokens per step must lie strictly between 1 and gamma + 1 = {gamma + 1}")
-    return float(brentq(lambda a: float(expected_tokens_per_step(a, gamma)) - tokens_per_step,
-                        1e-12, 1.0 - 1e-12, xtol=1e-15, rtol=1e-15))
+    powers = np.arange(gamma + 1)
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if float(np.sum(mid ** powers)) < tokens_per_step else (lo, mid)
+    return (lo + hi) / 2

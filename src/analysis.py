@@ -14,11 +14,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 
-from src.acceptance import expected_speedup_flat
-from src.config import StudyConfig
+from src.acceptance import expected_speedup_flat, expected_speedup_flat_per_position
+from src.config import PerPositionAlpha, StudyConfig
 from src.hardware import plots as hardware_plots
 from src.hardware import report as hardware_report
 from src.hardware import schedules
+from src.mode_comparison import comparison_lines
 from src.reporting import (
     FONT_PT, MARKERS, csv_bytes, decorate_speedup_axis, describe_alpha, describe_length, legend_outside,
     log2_batch_axis, md_table, ordered, plot_speedup_grid, png_bytes, reference_gamma, table, write_atomic,
@@ -92,6 +93,8 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
     out.append(f"  gammas            {', '.join(map(str, gammas))}")
     for m in modes:
         out.append(f"  {m:<17} {describe_alpha(cfg.alpha_modes[m])}")
+        if getattr(cfg.alpha_modes[m], "source", ""):
+            out.append(f"  {'':<17}   source: {cfg.alpha_modes[m].source}")
     out.append(f"  output lengths    {describe_length(cfg.output_len)}")
     out.append(f"  workload          {cfg.requests_per_slot} x batch size requests per replication, all queued at time 0")
     out.append(f"  statistics        {cfg.confidence:.0%} confidence intervals over independent replications "
@@ -138,12 +141,22 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
     out.append("")
     out.append("   Speedup by gamma at batch size 1 and at the largest batch (all serving modes); the rows marked")
     out.append("   'closed form' are Leviathan et al.'s formula at the mode's mean alpha (batch 1, long outputs):")
+    if any(isinstance(cfg.alpha_modes[m], PerPositionAlpha) and len(cfg.alpha_modes[m].rates) > 1
+           for m in modes):
+        out.append("   (per-position modes: E[K+1] / (gamma c + 1) with E[K+1] = 1 + sum_i prod_{j<=i} a_j "
+                   "at the mode's rates)")
     rows = []
     for m in modes:
         for s in servings:
             for b in (b_lo, b_hi):
                 sub = df[(df.quality_mode == m) & (df.serving_mode == s) & (df.batch_size == b)].set_index("gamma")
                 rows.append([f"{m}, {s}, B={b}"] + [f"{sub.loc[g, 'speedup']:.2f}" for g in gammas])
+        dist = cfg.alpha_modes[m]
+        if isinstance(dist, PerPositionAlpha) and len(dist.rates) > 1:  # at the median request's rates
+            rows.append([f"{m}: closed form, per-position rates"]
+                        + [f"{expected_speedup_flat_per_position(dist.rates, g, cfg.draft_cost):.2f}"
+                           for g in gammas])
+            continue
         alpha = df[df.quality_mode == m].alpha_mean.iloc[0]
         rows.append([f"{m}: closed form, alpha={alpha:.3f}"]
                     + [f"{expected_speedup_flat(alpha, g, cfg.draft_cost):.2f}" for g in gammas])
@@ -217,6 +230,14 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
                f"(ragged {bh.tokens_per_step_ragged.min():.2f}..{bh.tokens_per_step_ragged.max():.2f}). "
                "The weakest request limits the batch only under lockstep.")
     out.append("")
+
+    # 6. per-position vs i.i.d. acceptance (modes that name an i.i.d. counterpart)
+    compared = comparison_lines(df, cfg.alpha_modes, modes)
+    if compared:
+        out.append("6. Per-position vs i.i.d. acceptance: how far would the i.i.d. assumption misjudge "
+                   "the best gamma and speedup?")
+        out.append("")
+        out += compared
     return "\n".join(out) + "\n"
 
 

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Callable
 
+from src.acceptance_data import options as acceptance_options
 from src.config import (
     ConfigError, OneLineArgumentParser, StudyConfig, alpha_mode_label, build_config, check_alpha,
     load_toml,
@@ -66,11 +67,14 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder; writes OUT/results and OUT/plots (default: . , or runs/NAME "
                                  "for a scenario file)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    acceptance_options.add_arguments(p)
     return p
 
 
-def config_from_args(args: argparse.Namespace) -> StudyConfig:
-    """Defaults, then --config, then options; raises ConfigError naming the file key or option."""
+def config_from_args(args: argparse.Namespace, measured: dict | None = None) -> StudyConfig:
+    """Defaults, then --config, then options; raises ConfigError naming the file key or option.
+    `measured`: quality modes from the measured-acceptance options (src/acceptance_data/options.py),
+    run instead of the default modes unless --quality-modes names the modes to run."""
     cfg = StudyConfig()
     if args.config:
         raw = load_toml(args.config)
@@ -79,13 +83,17 @@ def config_from_args(args: argparse.Namespace) -> StudyConfig:
         except ConfigError as e:
             raise ConfigError(f"--config {args.config}", str(e)) from None
     overrides = {f: getattr(args, f) for f in OPTION_FIELDS if getattr(args, f) is not None}
+    if measured:
+        cfg = replace(cfg, alpha_modes={**cfg.alpha_modes, **measured})
+        if args.quality_modes is None:
+            overrides["quality_modes"] = list(measured)
     try:
         if args.alpha is not None:
             if args.quality_modes is not None:
                 raise ConfigError("--alpha", "use either --alpha or --quality-modes, not both")
             a = check_alpha("--alpha", args.alpha)
             overrides["alpha_modes"] = {alpha_mode_label(a): {"kind": "point", "value": a}}
-            overrides["quality_modes"] = [alpha_mode_label(a)]
+            overrides["quality_modes"] = [*(measured or {}), alpha_mode_label(a)]
         return build_config(overrides, cfg)
     except ConfigError as e:
         if e.field_name in OPTION_FIELDS:
@@ -105,7 +113,8 @@ def check_out_dir(out: str) -> None:
         raise ConfigError("--out", f"cannot create or write {out} ({probe} is not a writable folder)")
 
 
-def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig) -> Scenario | None:
+def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
+                       measured: dict | None = None) -> Scenario | None:
     """The hardware scenario to run (None for --scenario reference), with the command line's grid
     options applied over the scenario's own [study] table."""
     if args.scenario == "reference":
@@ -120,7 +129,7 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig) -> Scenario |
     # belongs to the flat cost model and does not
     explicit = set(load_toml(args.config)) if args.config else set()
     explicit |= {f for f in OPTION_FIELDS if getattr(args, f) is not None}
-    if args.alpha is not None:
+    if args.alpha is not None or measured:
         explicit |= {"alpha_modes", "quality_modes"}
     if explicit & {"alpha_modes", "quality_modes"}:
         explicit |= {"alpha_modes", "quality_modes"}
@@ -147,15 +156,18 @@ class RunPlan:
     reference: bool  # run the flat-cost reference study
     out: str  # output folder: OUT/results, OUT/plots
     quiet: bool  # no progress on stderr
+    measured_acceptance: tuple[str, ...] = ()  # what the measured-acceptance options derived
 
 
 def parse(argv: list[str]) -> RunPlan:
     """The command line as a RunPlan; ConfigError naming the option on bad input (argparse's own
     usage errors exit 2 with one line)."""
     args = make_parser().parse_args(argv)
-    cfg = config_from_args(args)
-    scenario = scenario_from_args(args, cfg)
+    measured = acceptance_options.measured_acceptance(args)
+    cfg = config_from_args(args, measured.modes)
+    scenario = scenario_from_args(args, cfg, measured.modes)
     only_scenario = args.scenario not in (None, "reference")
     out = args.out or (os.path.join("runs", scenario.name) if only_scenario else ".")
     check_out_dir(out)
-    return RunPlan(cfg=cfg, scenario=scenario, reference=not only_scenario, out=out, quiet=args.quiet)
+    return RunPlan(cfg=cfg, scenario=scenario, reference=not only_scenario, out=out, quiet=args.quiet,
+                   measured_acceptance=measured.lines)

@@ -18,8 +18,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from src.config import (  # noqa: E402
-    BetaAlpha, FixedLength, LognormalLength, MixtureAlpha, NormalAlpha, PointAlpha, UniformAlpha,
-    UniformLength,
+    BetaAlpha, FixedLength, LognormalLength, MixtureAlpha, NormalAlpha, PerPositionAlpha, PointAlpha,
+    UniformAlpha, UniformLength,
 )
 
 FLOAT_FORMAT = "%.6g"
@@ -40,6 +40,17 @@ def describe_alpha(dist) -> str:
         parts = [f"{w:.0%} {describe_alpha(c).replace('alpha ~ ', '').replace('alpha = ', '')}"
                  for w, c in zip(dist.weights, dist.components)]
         return "mixture: " + " + ".join(parts)
+    if isinstance(dist, PerPositionAlpha):
+        if dist.scales:
+            spread = f"per-request scales from {len(dist.scales)} recorded requests"
+        elif dist.spread:
+            spread = f"per-request scale s ~ lognormal(0, {dist.spread:g}) on the hazard"
+        else:
+            spread = "every request alike"
+        if len(dist.rates) == 1:
+            return f"alpha = {dist.rates[0]:.4g} (i.i.d.), {spread}"
+        rates = ", ".join(f"{a:.3g}" for a in dist.rates)
+        return f"per-position rates a_i = {rates} (later positions reuse the last), {spread}"
     return repr(dist)
 
 

@@ -57,7 +57,7 @@ def test_request_scales_follow_the_requests_that_made_them(tmp_path):
     assert list(order) == sorted(order, key=order.get)
     assert np.corrcoef(np.log(fit.scales), np.log(true))[0, 1] > 0.9
     modes = to_modes(fit)
-    assert modes["trace"].compare_with == "trace_iid" and len(modes["trace"].scales) == 150
+    assert modes["trace_per_position"].compare_with == "trace_iid" and len(modes["trace_per_position"].scales) == 150
     # the i.i.d. fit is each request's maximum-likelihood alpha, kept as a scale on the pooled one
     assert modes["trace_iid"].rates == (fit.iid_alpha,)
     assert 0.5 < fit.iid_alpha < 0.9

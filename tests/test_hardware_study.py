@@ -22,6 +22,14 @@ def test_effective_tokens_per_step_is_the_harmonic_mean():
     assert steady_state.effective_tokens_per_step(np.full(5, 0.7), 4) == pytest.approx(expected_tokens_per_step(0.7, 4))
 
 
+def test_effective_tokens_per_step_of_a_per_position_mode_is_its_closed_form():
+    from src.acceptance import expected_tokens_per_step_per_position, hazard_profile, mean_hazard
+    rates = (0.79, 0.74, 0.72, 0.73, 0.67)  # EAGLE's Vicuna-7B n-alpha row, as in the EAGLE scenario
+    alpha = np.full(3, np.exp(-mean_hazard(rates)))  # scale 1: the mode's own rates
+    omega = steady_state.effective_tokens_per_step(alpha, 6, hazard_profile(rates, 64))
+    assert omega == pytest.approx(expected_tokens_per_step_per_position(rates, 6))
+
+
 def test_schedule_ranges_are_inclusive_cover_every_batch_and_merge_equal_neighbours():
     ranges = schedules.schedule_ranges([1, 2, 4, 8, 16, 32, 64, 128], [3, 3, 3, 2, 2, 1, 0, 0], 128)
     assert ranges == [[1, 7, 3], [8, 31, 2], [32, 63, 1], [64, 128, 0]]

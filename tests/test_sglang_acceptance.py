@@ -16,8 +16,8 @@ def test_length_is_inverted_with_the_bonus_token_included():
 
 
 @pytest.mark.parametrize("tau,k,needle", [
-    ("1.0", "4", "--acceptance-length: mean acceptance length (bonus token included) must lie strictly "
-                 "between 1 and K + 1 = 5, got 1.0"),
+    ("1.0", "4", ("--acceptance-length: mean acceptance length (bonus token included) must lie "
+                  "strictly between 1 and K + 1 = 5, got 1.0")),
     ("5", "4", "strictly between 1 and K + 1 = 5"),
     ("abc", "4", "--acceptance-length: expected a number"),
     ("2.5", None, "--gamma-measured: required with --acceptance-length"),

@@ -11,7 +11,11 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from src.acceptance_data.vllm_metrics import (
-    derive_acceptance, describe, load_vllm_acceptance, parse_counters, to_modes,
+    derive_acceptance,
+    describe,
+    load_vllm_acceptance,
+    parse_counters,
+    to_modes,
 )
 from src.config import ConfigError
 
@@ -137,7 +141,7 @@ def test_to_modes_gives_the_rates_and_their_iid_inversion():
                               "x")
     acc = derive_acceptance(counters)
     modes = to_modes(acc)
-    assert modes["vllm"].rates == acc.rates and modes["vllm"].compare_with == "vllm_iid"
+    assert modes["vllm_per_position"].rates == acc.rates and modes["vllm_per_position"].compare_with == "vllm_iid"
     (alpha,) = modes["vllm_iid"].rates
     assert expected_tokens_per_step(alpha, 3) == pytest.approx(acc.mean_acceptance_length)
 
@@ -146,9 +150,9 @@ GOOD = vllm_metrics_text({(MODEL, "0"): np.array([0, 1, 2, 3, 3, 2, 1, 3])}, 3)
 
 
 @pytest.mark.parametrize("text,needle", [
-    ("# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-     "# TYPE vllm:num_requests_running gauge\n"
-     f'vllm:num_requests_running{{engine="0",model_name="{MODEL}"}} 3.0\n',
+    (("# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+      "# TYPE vllm:num_requests_running gauge\n"
+      f'vllm:num_requests_running{{engine="0",model_name="{MODEL}"}} 3.0\n'),
      "no speculative-decoding counters (vllm:spec_decode_num_drafts_total"),
     ("", "no speculative-decoding counters"),
     (GOOD.replace('position="1"} 5.0', 'position="1"} 8.0'),

@@ -188,10 +188,10 @@ def describe(fit: TraceFit) -> list[str]:
     ]
 
 
-def to_modes(fit: TraceFit, name: str = "trace") -> dict[str, PerPositionAlpha]:
-    """{name: per-position replay, name + '_iid': the i.i.d. fit of the same trace}."""
+def to_modes(fit: TraceFit, name: str = "trace_per_position",
+             iid_name: str = "trace_iid") -> dict[str, PerPositionAlpha]:
+    """{name: per-position replay, iid_name: the i.i.d. fit of the same trace}."""
     base = f"trace {fit.source} ({fit.requests} requests, {fit.steps} steps)"
-    iid_name = f"{name}_iid"
     return {
         name: PerPositionAlpha(rates=fit.rates, scales=fit.scales, compare_with=iid_name,
                                source=f"{base}: pooled per-position rates, per-request scales"),

@@ -262,13 +262,13 @@ def describe(acc: VllmAcceptance) -> list[str]:
     return lines
 
 
-def to_modes(acc: VllmAcceptance, name: str = "vllm") -> dict[str, PerPositionAlpha]:
-    """{name: these per-position rates, every request alike; name + '_iid': the i.i.d. rate with the
+def to_modes(acc: VllmAcceptance, name: str = "vllm_per_position",
+             iid_name: str = "vllm_iid") -> dict[str, PerPositionAlpha]:
+    """{name: these per-position rates, every request alike; iid_name: the i.i.d. rate with the
     same mean acceptance length at k positions, i.e. what the mean alone would have said}."""
     rates = ", ".join(f"{a:.3f}" for a in acc.rates)
     base = f"vLLM metrics {acc.counters.source}: {acc.drafts:.0f} drafts, mean acceptance length " \
            f"{acc.mean_acceptance_length:.3f} at k = {acc.positions}"
-    iid_name = f"{name}_iid"
     modes = {name: PerPositionAlpha(rates=acc.rates, spread=0.0, source=f"{base}; rates {rates}",
                                     compare_with=iid_name)}
     alpha = iid_alpha_from_tokens_per_step(acc.mean_acceptance_length, acc.positions)

@@ -11,6 +11,7 @@ import pandas as pd
 from src.costmodel import PRESETS_DIR, load_engine_profiles, load_presets
 from src.hardware import schedules
 from src.hardware.schedules import best_rows
+from src.mode_comparison import comparison_lines
 from src.reporting import describe_alpha, describe_length, ordered, table
 
 PARAMS_FILE = PRESETS_DIR / "costmodel_params.toml"
@@ -66,6 +67,8 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     out.append(f"               are generated (mean context during decoding {hw['mean_context']:.0f} tokens)")
     for m in modes:
         out.append(f"  acceptance   {m}: {describe_alpha(cfg.alpha_modes[m])}")
+        if getattr(cfg.alpha_modes[m], "source", ""):
+            out.append(f"               ({m}: {cfg.alpha_modes[m].source})")
     if sc.acceptance_source:
         out.append(f"               source: {sc.acceptance_source}")
     out.append(f"  cost model   {fit_error_summary()}")
@@ -211,4 +214,12 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
             out.append(f"   engine {e}:")
             out.append(_table(["quality mode"] + labels, rows, "     "))
     out.append("")
+
+    compared = {e: comparison_lines(sim[sim.engine_profile == e], cfg.alpha_modes, modes, "     ")
+                for e in engine_names}
+    if any(compared.values()):
+        out.append("H7. Per-position vs i.i.d. acceptance: how the optimal gamma and speedup differ (simulated):")
+        for e, lines in compared.items():
+            out.append(f"   engine {e}:")
+            out += lines
     return "\n".join(out) + "\n"

@@ -19,13 +19,15 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from src.acceptance import expected_tokens_per_step
+from src.acceptance import expected_tokens_per_step_profile
 from src.costmodel import CostModelInputError, EngineProfile
 
 
-def effective_tokens_per_step(alphas: np.ndarray, gamma: int) -> float:
-    """Omega_eff = 1 / mean(1 / E[K + 1](alpha)): tokens per step of a slot serving these requests."""
-    return float(1.0 / np.mean(1.0 / expected_tokens_per_step(alphas, gamma)))
+def effective_tokens_per_step(alphas: np.ndarray, gamma: int,
+                              hazard_profile: np.ndarray | None = None) -> float:
+    """Omega_eff = 1 / mean(1 / E[K + 1](alpha)): tokens per step of a slot serving these requests
+    (per-position modes: E[K + 1] from the mode's hazard profile, src/acceptance.py)."""
+    return float(1.0 / np.mean(1.0 / expected_tokens_per_step_profile(alphas, gamma, hazard_profile)))
 
 
 def step_times_ms(cost, batch_sizes, gammas, context_len_tokens: int) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from src.hardware.plots import render_plots
 from src.hardware.scenario import Scenario
 from src.reporting import reference_gamma
 from src.sweep import progress_printer, run_grid
-from src.workload import sample_alpha, sample_lengths, stream
+from src.workload import acceptance_profile, sample_alpha, sample_lengths, stream
 
 CONTEXTS_TOKENS = (512, 1024, 2048, 4096, 8192, 16384, 32768)  # steady-state context sweep
 STEADY_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # steady-state batch sweep (where it fits)
@@ -53,7 +53,8 @@ def run_scenario(scenario: Scenario, progress=None, say=lambda msg: None, worker
     ctx_mean, b_hi = int(round(mean_context)), max(cfg.batch_sizes)
     gamma_ref = reference_gamma(cfg.gammas)
     omega = {m: {g: steady_state.effective_tokens_per_step(
-        sample_alpha(stream(cfg.seed, "omega", m), cfg.alpha_modes[m], (20_000,)), g) for g in cfg.gammas}
+        sample_alpha(stream(cfg.seed, "omega", m), cfg.alpha_modes[m], (20_000,)), g,
+        acceptance_profile(cfg.alpha_modes[m])) for g in cfg.gammas}
         for m in cfg.quality_modes}
     profiles = load_engine_profiles()
     physics_only = scenario.cost_model(profiles["ideal"])

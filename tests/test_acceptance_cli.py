@@ -1,0 +1,106 @@
+"""run.py with measured acceptance: --acceptance-from-vllm, --acceptance-length, --acceptance-trace,
+and the EAGLE scenario's per-position mode. Small grids; the numbers are checked elsewhere."""
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import run
+from tests.test_acceptance_traces import simulate_trace
+from tests.test_vllm_metrics import MODEL, accepted_lengths, vllm_metrics_text
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_study.toml")
+SMALL = ["--batch-sizes", "1,8", "--gammas", "1,2,4,6", "--serving-modes", "continuous_refill",
+         "--quiet", "--scenario", "reference", "--config", FAST]
+
+
+@pytest.fixture(scope="module")
+def metrics_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("metrics")
+    rng = np.random.default_rng(5)
+    early = accepted_lengths(rng, (0.8, 0.7, 0.6, 0.5), 20_000)
+    window = accepted_lengths(rng, (0.8, 0.7, 0.6, 0.5), 40_000)
+    (d / "before.txt").write_text(vllm_metrics_text({(MODEL, "0"): early}, 4))
+    (d / "after.txt").write_text(vllm_metrics_text({(MODEL, "0"): np.concatenate([early, window])}, 4))
+    return d
+
+
+def test_vllm_metrics_run_the_study_with_the_derived_modes(tmp_path, capsys, metrics_files):
+    before, after = metrics_files / "before.txt", metrics_files / "after.txt"
+    code = run.main(["--acceptance-from-vllm", f"{before},{after}", "--out", str(tmp_path)] + SMALL)
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "drafts 40000" in printed and "per-position conditional rates a_i: a1=0.80" in printed
+    assert "quality modes run: vllm_per_position, vllm_iid" in printed
+    df = pd.read_csv(tmp_path / "results" / "results.csv")
+    assert set(df.quality_mode) == {"vllm_per_position", "vllm_iid"}
+    summary = (tmp_path / "results" / "summary.txt").read_text()
+    assert "6. Per-position vs i.i.d. acceptance" in summary
+    assert "vllm_per_position (per-position) vs vllm_iid (i.i.d.)" in summary
+    assert "source: vLLM metrics" in summary
+
+
+def test_acceptance_length_runs_its_iid_rate(tmp_path, capsys):
+    code = run.main(["--acceptance-length", "2.6", "--gamma-measured", "3", "--out", str(tmp_path)] + SMALL)
+    assert code == 0
+    assert "i.i.d. per-token rate alpha = 0.7171" in capsys.readouterr().out  # 1 + a + a^2 + a^3 = 2.6
+    df = pd.read_csv(tmp_path / "results" / "results.csv")
+    assert set(df.quality_mode) == {"tau2.6_k3"}
+
+
+def test_trace_runs_with_its_iid_fit(tmp_path, capsys):
+    rng = np.random.default_rng(6)
+    trace = tmp_path / "trace.csv"
+    trace.write_text(simulate_trace(rng, (0.9, 0.75, 0.6, 0.5), np.exp(0.4 * rng.standard_normal(60)), 40,
+                                    lambda g, n: np.full(n, 4)))
+    out = tmp_path / "out"
+    assert run.main(["--acceptance-trace", str(trace), "--out", str(out)] + SMALL) == 0
+    assert "60 requests, 2400 steps" in capsys.readouterr().out
+    summary = (out / "results" / "summary.txt").read_text()
+    assert "trace_per_position (per-position) vs trace_iid (i.i.d.)" in summary
+
+
+def test_eagle_scenario_says_how_per_position_changes_gamma_and_speedup(tmp_path):
+    path = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle.toml")
+    code = run.main(["--scenario", path, "--batch-sizes", "1,16", "--gammas", "2,4,6", "--quiet",
+                     "--config", FAST, "--out", str(tmp_path)])
+    assert code == 0
+    summary = (tmp_path / "results" / "summary.txt").read_text()
+    assert "H7. Per-position vs i.i.d. acceptance" in summary
+    assert "eagle_mtbench_per_position (per-position) vs eagle_mtbench (i.i.d.)" in summary
+    assert "0.79, 0.74, 0.72, 0.73, 0.67" in summary
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--acceptance-from-vllm", "{after},{before}"], "decreased from"),
+    (["--acceptance-from-vllm", "{nospec}"], "no speculative-decoding counters"),
+    (["--acceptance-from-vllm", "{rising}"], "expected counts that never rise with position"),
+    (["--acceptance-from-vllm", "{after}", "--model-name", "other"], "--model-name: no speculative-decoding"),
+    (["--model-name", "x"], "--model-name: only applies with --acceptance-from-vllm"),
+    (["--acceptance-length", "4.5", "--gamma-measured", "3"], "--acceptance-length: mean acceptance length"),
+    (["--acceptance-length", "2.5"], "--gamma-measured: required"),
+    (["--acceptance-trace", "{empty}"], "--acceptance-trace: "),
+    (["--acceptance-trace", "{badtrace}"], "expected an integer >= 0"),
+], ids=["decreasing", "no-counters", "rising", "model-name", "model-name-alone", "tau-range", "no-k",
+        "empty-trace", "bad-trace"])
+def test_bad_measured_acceptance_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, metrics_files,
+                                                                       argv, needle):
+    files = {"before": metrics_files / "before.txt", "after": metrics_files / "after.txt"}
+    files["nospec"] = tmp_path / "nospec.txt"
+    files["nospec"].write_text('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 1\n')
+    files["rising"] = tmp_path / "rising.txt"
+    files["rising"].write_text(files["after"].read_text().replace(
+        'position="3"}', 'position="9"}').replace('position="2"}', 'position="3"}').replace(
+        'position="9"}', 'position="2"}'))  # swap the two deepest positions
+    files["empty"] = tmp_path / "empty.csv"
+    files["empty"].write_text("")
+    files["badtrace"] = tmp_path / "bad.csv"
+    files["badtrace"].write_text("request_id,step,proposed,accepted\na,0,3,-1\n")
+    out = tmp_path / "out"
+    code = run.main([a.format(**files) for a in argv] + ["--out", str(out)] + SMALL)
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err.count("\n") == 1 and captured.err.startswith("error: ") and needle in captured.err
+    assert captured.out == "" and not out.exists()
