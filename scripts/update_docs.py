@@ -25,8 +25,9 @@ def blocks(root: str = ROOT) -> dict:
     return {("README.md", "headline"): readme_headline(df, comparison),
             ("design.md", "seed-comparison"): seed_comparison(df),
             ("README.md", "hardware-headline"): readme_hardware_headline(hw),
-            ("design.md", "published-checks"): published_checks.markdown(published_checks.magicdec(),
-                                                                        published_checks.vllm_blog())}
+            ("design.md", "published-checks"): published_checks.markdown(
+                published_checks.magicdec(), published_checks.vllm_blog(),
+                published_checks.vllm_v1_eagle3())}
 
 
 def main() -> int:

@@ -1,4 +1,5 @@
-"""The hardware model against published measurements: MagicDec Table 1 and the vLLM blog (2024).
+"""The hardware model against published measurements: MagicDec Table 1, the vLLM blog (2024) and
+vLLM V1's EAGLE-3 timings (2025).
 
     python -m src.hardware.published_checks      # print the predicted-vs-measured tables (markdown)
 
@@ -11,6 +12,11 @@ Sources (scenario files configs/scenarios/check-*.toml give the setups and assum
 * vLLM blog, "How Speculative Decoding Boosts vLLM Performance by up to 2.8x" (2024-10-17):
   Llama-3-70B on 4x H100; draft model Qwama-0.5B on ShareGPT 1.5x faster at QPS 1, 1.4x slower
   at high QPS; n-gram on CNN/DailyMail 2.8x faster at QPS 1, 1.8x slower at high QPS.
+* vLLM issue #20780 (github.com/vllm-project/vllm/issues/20780, 2025-07): vLLM V1 on one H100,
+  Llama-3.1-8B-Instruct, batch 1, MT-Bench: time per output token 7.07 ms without speculation and
+  with EAGLE-3 at K = 2..7 drafts, with the measured acceptance length (tokens per step). Measured
+  before asynchronous scheduling covered EAGLE steps (vLLM PR #24799, 2025-10), so it checks the
+  vllm-v1 profile with its CPU not overlapped; nothing was fitted to it.
 
 tests/test_published_checks.py asserts the tolerances; design.md's table is generated from here
 (scripts/update_docs.py), so the two cannot drift apart.
@@ -18,7 +24,9 @@ tests/test_published_checks.py asserts the tolerances; design.md's table is gene
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
+from src.costmodel import HardwareCostModel, engine_profile
 from src.hardware.scenario import SCENARIOS_DIR, load_scenario
 from src.sweep import run_grid
 
@@ -29,6 +37,31 @@ VLLM_BLOG = {  # scenario file -> (low-load speedup, high-load speedup)
 }
 LOW_LOAD = (1, 2, 4)
 HIGH_LOAD = (64, 128, 256)
+VLLM_V1_VANILLA_TPOT_MS = 7.07
+VLLM_V1_EAGLE3 = {  # K drafts -> (time per output token ms, acceptance length tokens per step)
+    2: (4.32, 2.36), 3: (4.09, 2.79), 4: (4.05, 3.08), 5: (4.13, 3.32), 6: (4.20, 3.46),
+    7: (4.29, 3.54),
+}
+VLLM_V1_CONTEXT_TOKENS = 400  # assumption: MT-Bench prompts plus part of a 256-token answer
+
+
+def vllm_v1_eagle3() -> dict:
+    """Predicted time per output token, ms: "vanilla" and K -> EAGLE-3 with K drafts (the measured
+    acceptance length as tokens per step), under vllm-v1 without CPU overlap (as measured) and,
+    for contrast, with it ("async")."""
+    base = engine_profile("vllm-v1")
+    sync = replace(base, cpu_overlap_decode=False, cpu_overlap_draft_kinds=())
+    out = {}
+    for label, engine in (("sync", sync), ("async", base)):
+        cost = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="eagle",
+                                              engine=engine)
+        ctx = VLLM_V1_CONTEXT_TOKENS
+        tpot = {"vanilla": cost.step_breakdown(1, 2, ctx).decode_ms}
+        for k, (_, tokens_per_step) in VLLM_V1_EAGLE3.items():
+            s = cost.step_breakdown(1, k, ctx)
+            tpot[k] = (s.draft_ms + s.verify_ms) / tokens_per_step
+        out[label] = tpot
+    return out
 
 
 def magicdec() -> dict:
@@ -60,7 +93,7 @@ def vllm_blog() -> dict:
     return out
 
 
-def markdown(magicdec_result: dict, vllm_result: dict) -> str:
+def markdown(magicdec_result: dict, vllm_result: dict, v1_result: dict | None = None) -> str:
     p = magicdec_predicted(magicdec_result)
     labels = {"gamma_T_D_ms": "gamma x T_D, ms", "T_V_ms": "T_V, ms", "T_AR_ms": "T_AR, ms",
               "omega": "Omega (simulated tokens per step)", "speedup": "speedup Omega T_AR / (gamma T_D + T_V), Omega = 3.37"}
@@ -81,9 +114,23 @@ def markdown(magicdec_result: dict, vllm_result: dict) -> str:
         check = name.removeprefix("check-vllm-blog-70b-").removesuffix(".toml")
         lines.append(f"| {check} | {engine} | {low:.2f} | {' / '.join(f'{sp[b]:.2f}' for b in LOW_LOAD)} | "
                      f"{high:.3f} | {' / '.join(f'{sp[b]:.2f}' for b in HIGH_LOAD)} |")
+    if v1_result is not None:
+        sync, fast = v1_result["sync"], v1_result["async"]
+        title = ("vLLM V1, H100, Llama-3.1-8B, batch 1, EAGLE-3 (vLLM issue #20780), time per "
+                 "output token in ms: measured vs `vllm-v1` with the CPU not overlapped (as "
+                 "measured) and with asynchronous scheduling (today's default):")
+        lines += ["", title, "",
+                  "| drafts K | measured | predicted | error | predicted, async |",
+                  "|---|---|---|---|---|",
+                  f"| none | {VLLM_V1_VANILLA_TPOT_MS:.2f} | {sync['vanilla']:.2f} | "
+                  f"{100 * (sync['vanilla'] / VLLM_V1_VANILLA_TPOT_MS - 1):+.1f}% | "
+                  f"{fast['vanilla']:.2f} |"]
+        for k, (tpot, _) in VLLM_V1_EAGLE3.items():
+            lines.append(f"| {k} | {tpot:.2f} | {sync[k]:.2f} | {100 * (sync[k] / tpot - 1):+.1f}% "
+                         f"| {fast[k]:.2f} |")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print(markdown(magicdec(), vllm_blog()))
+    print(markdown(magicdec(), vllm_blog(), vllm_v1_eagle3()))
     sys.exit(0)
