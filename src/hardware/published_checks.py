@@ -122,9 +122,9 @@ def markdown(magicdec_result: dict, vllm_result: dict, v1_result: dict | None = 
         lines += ["", title, "",
                   "| drafts K | measured | predicted | error | predicted, async |",
                   "|---|---|---|---|---|",
-                  f"| none | {VLLM_V1_VANILLA_TPOT_MS:.2f} | {sync['vanilla']:.2f} | "
-                  f"{100 * (sync['vanilla'] / VLLM_V1_VANILLA_TPOT_MS - 1):+.1f}% | "
-                  f"{fast['vanilla']:.2f} |"]
+                  (f"| none | {VLLM_V1_VANILLA_TPOT_MS:.2f} | {sync['vanilla']:.2f} | "
+                   f"{100 * (sync['vanilla'] / VLLM_V1_VANILLA_TPOT_MS - 1):+.1f}% | "
+                   f"{fast['vanilla']:.2f} |")]
         for k, (tpot, _) in VLLM_V1_EAGLE3.items():
             lines.append(f"| {k} | {tpot:.2f} | {sync[k]:.2f} | {100 * (sync[k] / tpot - 1):+.1f}% "
                          f"| {fast[k]:.2f} |")
