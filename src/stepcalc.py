@@ -19,10 +19,14 @@ import sys
 
 import numpy as np
 
-from src.costmodel import (
-    CostModelInputError, HardwareCostModel, forward_pass_breakdown, load_engine_profiles, load_presets,
-)
 from src.config import OneLineArgumentParser
+from src.costmodel import (
+    CostModelInputError,
+    HardwareCostModel,
+    forward_pass_breakdown,
+    load_engine_profiles,
+    load_presets,
+)
 
 COLUMNS = ("batch", "positions", "tokens", "total_ms", "layers_non_attention_ms", "attention_ms",
            "lm_head_ms", "communication_ms", "overhead_ms", "bound")
@@ -85,7 +89,8 @@ def preset_listing(preset_paths: list[str]) -> str:
     lines += [f"  {k:<16} {m.hf_name}, {m.total_params / 1e9:.2f} B parameters, {m.n_layers} layers"
               for k, m in sorted(presets.models.items())]
     lines += ["", "engine profiles (--engine; scenario.engine_profiles):"]
-    lines += [f"  {k:<16} {e.description}" for k, e in sorted(load_engine_profiles().items())]
+    lines += [f"  {k:<16} {e.description}"
+              for k, e in sorted(load_engine_profiles(extra_paths=preset_paths).items())]
     return "\n".join(lines) + "\n"
 
 
@@ -104,23 +109,27 @@ def _rows(args) -> list[dict]:
     presets = load_presets(args.presets)
     gpu = presets.gpu(args.gpu)
     model = presets.model(args.model)
-    engine = None
+    engine = profile = None
     if args.engine is not None:
-        profiles = load_engine_profiles()
+        profiles = load_engine_profiles(extra_paths=args.presets)
         if args.engine not in profiles:
             raise _UsageError(f"--engine: unknown '{args.engine}'; allowed: {', '.join(sorted(profiles))}")
+        profile = profiles[args.engine]
         engine = HardwareCostModel.from_presets(args.gpu, args.model, tp=tp, preset_paths=args.presets,
-                                                engine=profiles[args.engine])
+                                                engine=profile)
     rows = []
     for b in batches:
         for t in positions:
+            # the engine's implementation (kernel counts, attention kernel) shapes the physics
             r = forward_pass_breakdown(gpu, model, tp, b, t, context[0], presets.params,
-                                       presets.allreduce)
-            overhead = r.overhead_ms
-            if engine is not None:  # the profile's overhead of this target pass
-                overhead = float(engine.target_pass_parts(np.ones((1, b), bool), t, np.full((1, b), context[0]))[1][0])
+                                       presets.allreduce, engine=profile,
+                                       attention_fits=presets.attention)
+            overhead = r.overhead_ms + r.launch_ms
+            if engine is not None:  # the profile's overhead of this target pass (with launches)
+                overhead = float(engine.target_pass_parts(
+                    np.ones((1, b), bool), t, np.full((1, b), context[0]))[1][0])
             rows.append({"batch": b, "positions": t, "tokens": r.tokens,
-                         "total_ms": r.total_ms - r.overhead_ms + overhead,
+                         "total_ms": r.total_ms - r.overhead_ms - r.launch_ms + overhead,
                          "layers_non_attention_ms": r.layers_non_attention_ms,
                          "attention_ms": r.attention_ms, "lm_head_ms": r.lm_head_ms,
                          "communication_ms": r.communication_ms, "overhead_ms": overhead,

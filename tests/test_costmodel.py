@@ -454,3 +454,145 @@ def test_cost_model_is_cheap_relative_to_flat(model_draft):
     fl = timeit.timeit(lambda: flat.target_pass_time(active, 5, ctx), number=n) / n
     assert hw < 1e-3  # well under a millisecond per call (about 25 us measured)
     assert math.isfinite(hw / fl)
+
+
+# ---------------------------------------------------------------- engine implementations
+def _engine(**over):
+    from src.costmodel import IDEAL_ENGINE
+    from dataclasses import replace
+    return replace(IDEAL_ENGINE, **over)
+
+
+def _pass_ms(presets, engine, batch=1, positions=1, context=512, gpu="h100-sxm",
+             model="llama-3.1-8b", attention_fits=(), prefill=False):
+    return forward_pass_breakdown(
+        presets.gpu(gpu), presets.model(model), 1, batch, positions, context, presets.params,
+        include_step_overhead=False, engine=engine, attention_fits=attention_fits,
+        prefill=prefill)
+
+
+def test_kernel_counts_of_the_engine_set_the_fixed_time(presets):
+    # a plain implementation launching 25 kernels per layer pays L x 15 more fixed times than
+    # sarathi's 10 (the default), on the GPU's own fitted kernel_fixed_us
+    kfix_ms = kernel_fixed_s(presets.gpu("h100-sxm"), presets.params) * 1e3
+    base = _pass_ms(presets, _engine())
+    plain = _pass_ms(presets, _engine(kernels_per_layer=25, kernels_per_pass=4))
+    assert plain.layers_non_attention_ms - base.layers_non_attention_ms == pytest.approx(
+        32 * 15 * kfix_ms)
+    assert plain.lm_head_ms - base.lm_head_ms == pytest.approx(2 * kfix_ms)
+    # extra kernels of a verification pass count only when a sequence scores > 1 position
+    verify = _engine(verification_extra_kernels_per_layer=1.5)
+    assert _pass_ms(presets, verify).total_ms == pytest.approx(base.total_ms)
+    assert (_pass_ms(presets, verify, positions=2).total_ms
+            - _pass_ms(presets, _engine(), positions=2).total_ms) == pytest.approx(
+        32 * 1.5 * kfix_ms)
+
+
+def test_eager_launches_overlap_the_gpu_and_bind_at_small_batch(presets):
+    eager = _engine(cuda_graphs=False, cpu_launch_us_per_kernel=25.0, launch_overlap_p=50.0)
+    graphs = _pass_ms(presets, _engine())
+    r = _pass_ms(presets, eager)
+    n_kernels = 32 * (10 + 2) + 2
+    # CPU-bound: the pass takes as long as issuing its kernels (p = 50: nearly a max)
+    assert r.total_ms == pytest.approx(n_kernels * 25e-3, rel=0.02)
+    assert r.launch_ms == pytest.approx(r.total_ms - graphs.total_ms)
+    # GPU-bound at a large batch: the launches hide behind the GPU work
+    big = _pass_ms(presets, eager, batch=128, positions=8, context=2048)
+    big_graphs = _pass_ms(presets, _engine(), batch=128, positions=8, context=2048)
+    assert big.total_ms == pytest.approx(big_graphs.total_ms, rel=0.01)
+
+
+def test_engine_launch_cost_reaches_the_engine_path(presets):
+    eager = _engine(cuda_graphs=False, cpu_launch_us_per_kernel=25.0, launch_overlap_p=50.0)
+    m = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="llama-3.2-1b",
+                                       engine=eager)
+    physics, overhead = m.target_pass_parts(np.ones((1, 1), bool), 1, np.full((1, 1), 512))
+    assert physics[0] + overhead[0] == pytest.approx(_pass_ms(presets, eager).total_ms)
+    d_physics, d_overhead = m.draft_passes_parts(np.ones((1, 1), bool), 3, np.full((1, 1), 512))
+    assert d_overhead[0] == pytest.approx(3 * (16 * 12 + 2) * 25e-3 - d_physics[0], rel=0.03)
+
+
+def test_fitted_attention_kernel_replaces_the_roofline_where_the_engine_names_it(presets):
+    from dataclasses import replace as dc_replace
+    from src.costmodel.presets import AttentionKernelFit
+    gpu = dc_replace(presets.gpu("h200"), sm_count=132, attention_softmax_flops_per_pair=256.0)
+    fits = (AttentionKernelFit("h200", "cudnn", 0.9, 0.85),
+            AttentionKernelFit("h200", "flash", 0.5, 0.9))
+    model = presets.model("llama-3.1-8b")
+
+    def attn(kernel, batch, context):
+        return forward_pass_breakdown(gpu, model, 1, batch, 1, context, presets.params,
+                                      include_step_overhead=False,
+                                      engine=_engine(attention_kernel=kernel),
+                                      attention_fits=fits).attention_ms
+
+    # batch 1 at a long context: cuDNN has one CTA per KV head, flash splits the KV
+    assert attn("flash", 1, 8192) < attn("cudnn", 1, 8192) / 3
+    # best = the faster per pass
+    for batch, context in ((1, 8192), (64, 2048)):
+        best = attn("best", batch, context)
+        assert best == pytest.approx(min(attn("flash", batch, context),
+                                         attn("cudnn", batch, context)))
+    # a GPU without a fit for the kernel keeps its roofline attention
+    assert attn("flash", 1, 8192) != attn("roofline", 1, 8192)
+    no_fit = forward_pass_breakdown(gpu, model, 1, 1, 1, 8192, presets.params,
+                                    include_step_overhead=False,
+                                    engine=_engine(attention_kernel="flash"))
+    assert no_fit.attention_ms == pytest.approx(attn("roofline", 1, 8192))
+
+
+def test_engine_fields_are_optional_and_preset_files_override_them(tmp_path):
+    from src.costmodel import load_engine_profiles
+    profiles = load_engine_profiles()
+    assert profiles["ideal"].kernels_per_layer == KERNELS_PER_LAYER_NON_ATTENTION
+    assert profiles["ideal"].cuda_graphs and profiles["ideal"].attention_kernel == "roofline"
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[engines.ideal]\nkernels_per_layer = 7\nattention_kernel = "best"\n')
+    merged = load_engine_profiles(extra_paths=[mine])
+    assert merged["ideal"].kernels_per_layer == 7 and merged["ideal"].attention_kernel == "best"
+    assert merged["ideal"].step_cpu_fixed_ms == 0.0  # the rest is kept
+    mine.write_text('[engines.ideal]\nattention_kernel = "xformers"\n')
+    with pytest.raises(CostModelInputError, match="attention_kernel.*allowed: roofline"):
+        load_engine_profiles(extra_paths=[mine])
+    mine.write_text('[engines.ideal]\nlaunch_overlap_p = 0.5\n')
+    with pytest.raises(CostModelInputError, match="launch_overlap_p: must be >= 1"):
+        load_engine_profiles(extra_paths=[mine])
+    mine.write_text('[engines.new-one]\nkernels_per_layer = 7\n')
+    with pytest.raises(CostModelInputError, match="engines.new-one: missing field"):
+        load_engine_profiles(extra_paths=[mine])
+
+
+def test_attention_fits_load_from_preset_files(tmp_path):
+    mine = tmp_path / "fit.toml"
+    mine.write_text('[gpus.h200]\nsm_count = 132\n\n[attention.h200.flash]\n'
+                    'compute_efficiency_fraction = 0.5\n'
+                    'memory_bandwidth_efficiency_fraction = 0.9\n')
+    presets = load_presets([mine])
+    assert presets.gpu("h200").sm_count == 132
+    (fit,) = [f for f in presets.attention if f.gpu_id == "h200" and f.kernel == "flash"]
+    assert fit.compute_efficiency_fraction == 0.5
+    mine.write_text('[attention.h200.xformers]\ncompute_efficiency_fraction = 0.5\n'
+                    'memory_bandwidth_efficiency_fraction = 0.9\n')
+    with pytest.raises(CostModelInputError, match="attention.h200.xformers"):
+        load_presets([mine])
+    mine.write_text('[attention.h200.flash]\ncompute_efficiency_fraction = 0.5\n')
+    with pytest.raises(CostModelInputError, match="missing field"):
+        load_presets([mine])
+
+
+def test_prefill_runs_the_lm_head_on_the_last_position_only(presets):
+    engine = _engine()
+    forward = _pass_ms(presets, engine, batch=2, positions=1024, context=0)
+    prefill = _pass_ms(presets, engine, batch=2, positions=1024, context=0, prefill=True)
+    assert prefill.layers_non_attention_ms == pytest.approx(forward.layers_non_attention_ms)
+    assert prefill.attention_ms == pytest.approx(forward.attention_ms)  # roofline: same pairs
+    decode_head = _pass_ms(presets, engine, batch=2, positions=1, context=1024).lm_head_ms
+    assert prefill.lm_head_ms == pytest.approx(decode_head, rel=1e-3)
+    m = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="llama-3.2-1b",
+                                       engine=engine)
+    physics, overhead = m.prefill_parts(2, 1024)
+    assert float(physics) == pytest.approx(prefill.total_ms) and float(overhead) == 0.0
+    assert m.prefill_time(np.array([0, 1]), 64)[0] == 0.0
+    assert m.prefill_time(1, 64, network="draft") < m.prefill_time(1, 64)
+    with pytest.raises(CostModelInputError, match="network"):
+        m.prefill_time(1, 64, network="both")

@@ -11,14 +11,24 @@ from __future__ import annotations
 import math
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
+from typing import Iterable
 
 from src.config import read_toml
 from src.costmodel.allreduce import ALLREDUCE_IMPLEMENTATIONS
-from src.costmodel.presets import PRESETS_DIR, CostModelInputError, CostModelParams
+from src.costmodel.presets import (
+    BUILTIN_PRESET_FILES,
+    PRESETS_DIR,
+    CostModelInputError,
+    CostModelParams,
+)
 
 ENGINE_PROFILES_FILE = PRESETS_DIR / "engines.toml"
 LEGACY_ENGINE_NAME = "params"  # the profile made from CostModelParams' CPU fields
 DRAFT_KINDS = ("model", "eagle", "ngram", "self")  # how drafts are made (hardware.DraftSpec)
+# attention_kernel values: the GPU's roofline, a kernel fitted on that GPU (src/costmodel/
+# attention.py; `python run.py calibrate`), or the faster of the fitted ones per pass. A GPU
+# without a fit for the named kernel falls back to its roofline attention.
+ATTENTION_KERNEL_CHOICES = ("roofline", "flash", "cudnn", "best")
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,12 @@ class EngineProfile:
             booked on the target pass; the draft passes keep only their GPU overhead.
         allreduce: "nccl" (the fitted NCCL model) or "custom" (vLLM's and SGLang's custom
             all-reduce; src/costmodel/allreduce.py). It changes the physics of a pass at TP > 1.
+
+    The implementation fields (kernels_per_layer ... launch_overlap_p) describe how the passes run
+    on the GPU: kernel counts times the GPU's fixed cost per kernel, the attention kernel, and
+    CUDA graphs or eager launches. Without CUDA graphs a pass of N kernels and GPU time g costs
+    pnorm(g + N launch_gap, N cpu_launch, launch_overlap_p) (the CPU issues kernels while the GPU
+    runs earlier ones); the excess over g is reported as overhead ("launch").
     """
 
     name: str  # profile id, e.g. "ideal" or "vllm-2024"
@@ -86,6 +102,27 @@ class EngineProfile:
     cpu_overlap_draft_kinds: tuple[str, ...] = ()
     # tensor-parallel all-reduce: "nccl" or "custom" (src/costmodel/allreduce.py)
     allreduce: str = "nccl"
+    # How the engine's forward pass runs on the GPU (the implementation; roofline.py turns these
+    # into GPU time, so they change the physics, not the overhead). Defaults: sarathi-serve's
+    # kernels as vidur profiles them, CUDA graphs, the GPU's roofline attention.
+    # non-attention kernels per decoder layer (a fused engine launches fewer)
+    kernels_per_layer: int = 10
+    # KV-cache write + attention kernel, per decoder layer
+    attention_kernels_per_layer: int = 2
+    # extra kernels per layer in a pass that scores more than one position per sequence
+    verification_extra_kernels_per_layer: float = 0.0
+    # kernels outside the decoder layers (final norm, LM head; embedding, argmax)
+    kernels_per_pass: int = 2
+    # roofline, flash, cudnn or best (the faster fitted kernel per pass)
+    attention_kernel: str = "roofline"
+    # passes replayed from CUDA graphs: no CPU launch cost per kernel
+    cuda_graphs: bool = True
+    # without CUDA graphs: CPU time to issue one kernel, us
+    cpu_launch_us_per_kernel: float = 0.0
+    # without CUDA graphs: GPU idle time per kernel launched singly, us
+    launch_gap_us_per_kernel: float = 0.0
+    # without CUDA graphs: sharpness p of pnorm(GPU time, CPU launch time)
+    launch_overlap_p: float = 4.0
 
     @property
     def is_ideal(self) -> bool:
@@ -95,7 +132,7 @@ class EngineProfile:
                 == self.rejection_sampling_per_position_ms == self.kv_bookkeeping_per_seq_ms == 0.0
                 and self.draft_catchup_positions_per_seq == 0 and not self.scoring_batch_expansion
                 and not self.draft_first_pass_covers_verified
-                and self.verification_attention_slowdown_factor == 1.0)
+                and self.verification_attention_slowdown_factor == 1.0 and self.cuda_graphs)
 
     @classmethod
     def from_params(cls, params: CostModelParams) -> "EngineProfile":
@@ -124,23 +161,38 @@ IDEAL_ENGINE = EngineProfile(
     verification_attention_slowdown_factor=1.0, scoring_batch_expansion=False)
 
 
-def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE) -> dict[str, EngineProfile]:
-    """Engine profiles of a TOML file with one [engines.<name>] table per profile.
+def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
+                         extra_paths: Iterable[str | Path] = ()) -> dict[str, EngineProfile]:
+    """Engine profiles of a TOML file with one [engines.<name>] table per profile, with the
+    [engines.<name>] tables of the built-in preset files (fitted values, e.g. a calibrated eager
+    launch cost) and of `extra_paths` (preset files, as --presets takes) merged over them: a
+    profile that exists is updated field by field, a new one must give every required field.
 
     Every EngineProfile field without a default (but `name`) is required; the mechanisms of
-    today's engines may be left out (their defaults are off). Unknown fields, wrong types, negative
-    values, a fractional catch-up count, a slowdown factor below 1, an unknown all-reduce or draft
-    kind raise CostModelInputError.
+    today's engines and the implementation fields may be left out (defaults: off, and sarathi's
+    kernels with CUDA graphs). Unknown fields, wrong types, negative values, a fractional catch-up
+    count, a slowdown factor or launch-overlap p below 1, an unknown all-reduce, draft kind or
+    attention kernel raise CostModelInputError.
     """
     data = read_toml(path, "engines", CostModelInputError)
     unknown = sorted(set(data) - {"engines"})
     if unknown:
         raise CostModelInputError(
             "engines", f"{path} has unknown table(s) {', '.join(unknown)}; allowed: engines")
+    tables = dict(data.get("engines", {}))
+    for extra_path in (*BUILTIN_PRESET_FILES, *map(Path, extra_paths)):
+        if extra_path in BUILTIN_PRESET_FILES and not extra_path.is_file():
+            continue
+        for name, raw in read_toml(extra_path, "presets", CostModelInputError).get(
+                "engines", {}).items():
+            if not isinstance(raw, dict):
+                raise CostModelInputError(f"engines.{name}", "must be a table")
+            base = tables.get(name, {})
+            tables[name] = {**base, **raw} if isinstance(base, dict) else raw
     wanted = {f.name: f.type for f in fields(EngineProfile) if f.name != "name"}
     defaults = {f.name for f in fields(EngineProfile) if f.default is not MISSING}
     out = {}
-    for name, raw in data.get("engines", {}).items():
+    for name, raw in tables.items():
         where = f"engines.{name}"
         if not isinstance(raw, dict):
             raise CostModelInputError(where, "must be a table")
@@ -179,6 +231,13 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE) -> dict[str, E
         if values["verification_attention_slowdown_factor"] < 1.0:
             raise CostModelInputError(f"{where}.verification_attention_slowdown_factor",
                                       f"must be >= 1, got {values['verification_attention_slowdown_factor']}")
+        if values.get("launch_overlap_p", 4.0) < 1.0:
+            raise CostModelInputError(f"{where}.launch_overlap_p",
+                                      f"must be >= 1, got {values['launch_overlap_p']}")
+        kernel = values.get("attention_kernel", "roofline")
+        if kernel not in ATTENTION_KERNEL_CHOICES:
+            raise CostModelInputError(f"{where}.attention_kernel", f"unknown '{kernel}'; allowed: "
+                                      f"{', '.join(ATTENTION_KERNEL_CHOICES)}")
         out[name] = EngineProfile(name=name, **values)
     return out
 
@@ -194,9 +253,10 @@ def _draft_kinds(where: str, value) -> tuple[str, ...]:
 
 
 def engine_profile(name: str, path: str | Path = ENGINE_PROFILES_FILE,
-                   field_name: str = "engine") -> EngineProfile:
+                   field_name: str = "engine",
+                   extra_paths: Iterable[str | Path] = ()) -> EngineProfile:
     """One profile by name; CostModelInputError naming `field_name` and the known ones if absent."""
-    profiles = load_engine_profiles(path)
+    profiles = load_engine_profiles(path, extra_paths)
     if name not in profiles:
         raise CostModelInputError(field_name, f"unknown engine profile '{name}'; known: "
                                               f"{', '.join(sorted(profiles))}")

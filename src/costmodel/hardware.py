@@ -15,10 +15,24 @@ import numpy as np
 from src.costmodel.engines import DRAFT_KINDS, EngineProfile, engine_profile
 from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
 from src.costmodel.presets import (
-    BYTES_PER_VALUE, AllReduceFit, CostModelInputError, CostModelParams, GpuSpec, ModelSpec,
-    check_int, check_tp, load_presets,
+    BYTES_PER_VALUE,
+    AllReduceFit,
+    AttentionKernelFit,
+    CostModelInputError,
+    CostModelParams,
+    GpuSpec,
+    ModelSpec,
+    check_int,
+    check_tp,
+    load_presets,
 )
-from src.costmodel.roofline import PassCoefficients, pass_coefficients, pass_time_table_ms
+from src.costmodel.roofline import (
+    PassCoefficients,
+    launch_overhead_s,
+    pass_coefficients,
+    pass_components_s,
+    pass_time_table_ms,
+)
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,7 @@ class HardwareCostModel:
     params: CostModelParams = CostModelParams()
     allreduce: tuple[AllReduceFit, ...] = ()
     engine: EngineProfile | None = None
+    attention_fits: tuple[AttentionKernelFit, ...] = ()  # fitted attention kernels (Presets)
     time_unit: str = "ms"
     _engine: EngineProfile = field(init=False, repr=False, compare=False)
     _target_c: PassCoefficients = field(init=False, repr=False, compare=False)
@@ -116,7 +131,9 @@ class HardwareCostModel:
              else EngineProfile.from_params(p))
         # physics only: the engine's CPU overhead is added by _target_parts / _draft_parts; the
         # engine picks the all-reduce implementation, which is physics at TP > 1
-        ar = {"allreduce_implementation": self._engine.allreduce}
+        # its implementation (kernel counts, attention kernel, launches) shapes the physics too
+        ar = {"allreduce_implementation": self._engine.allreduce, "engine": self._engine,
+              "attention_fits": self.attention_fits}
         set_(self, "_target_c", pass_coefficients(self.gpu, self.target, self.tp, p,
                                                   self.allreduce, **ar))
         weight = self.target.weight_bytes / self.tp
@@ -189,6 +206,7 @@ class HardwareCostModel:
         (self-speculation: draft_tp is taken as tp) or None (= "ngram"). params: overrides the
         loaded fitted parameters. engine: an EngineProfile, a profile name of
         src/presets/engines.toml, or None (the CostModelParams CPU figures)."""
+        preset_paths = tuple(preset_paths)
         presets = load_presets(preset_paths)
         gpu_spec = presets.gpu(gpu)
         target_spec = presets.model(target, "target")
@@ -203,10 +221,10 @@ class HardwareCostModel:
             draft_spec = DraftSpec(kind="model", model=presets.model(draft, "draft"), tp=draft_tp,
                                    kv_budget_tokens=draft_kv_budget_tokens)
         if isinstance(engine, str):
-            engine = engine_profile(engine)
+            engine = engine_profile(engine, extra_paths=preset_paths)
         return cls(gpu=gpu_spec, target=target_spec, tp=tp, draft=draft_spec,
                    params=presets.params if params is None else params,
-                   allreduce=presets.allreduce, engine=engine)
+                   allreduce=presets.allreduce, engine=engine, attention_fits=presets.attention)
 
     @property
     def engine_profile(self) -> EngineProfile:
@@ -257,11 +275,17 @@ class HardwareCostModel:
 
     @staticmethod
     def _attention_pnorm_ms(c: PassCoefficients, n_seqs, tokens, positions_per_seq, sum_ctx):
-        """Attention kernels' roofline time without their fixed part, ms (0 where n_seqs = 0).
+        """Attention kernels' time without their fixed part, ms (0 where n_seqs = 0).
 
-        Same formula as attention_terms_s + _pnorm, arranged for few numpy passes:
-        m (1 + (k/m)^p)^(1/p) with x^p = exp(p log x).
+        Roofline attention: the formula of attention_terms_s + _pnorm, arranged for few numpy
+        passes: m (1 + (k/m)^p)^(1/p) with x^p = exp(p log x). Fitted kernels (attention.py):
+        the fastest, every sequence at the mean context.
         """
+        if c.attn_kernels:
+            n = np.asarray(n_seqs, dtype=float)
+            ctx = np.asarray(sum_ctx, dtype=float) / np.maximum(n, 1)
+            ms = np.min([k.pass_s(n, positions_per_seq, ctx) for k in c.attn_kernels], axis=0)
+            return np.where(n > 0, ms * 1e3, 0.0)
         p = c.sharpness_p
         memory_ms = (c.attn_read_per_ctx_token_s * 1e3) * sum_ctx + (
             (c.attn_read_per_ctx_token_s + c.attn_per_new_token_s) * 1e3) * tokens
@@ -287,13 +311,16 @@ class HardwareCostModel:
         if e.scoring_batch_expansion:  # every verified position is a sequence of its own
             per_seq = per_seq + verify * (e.step_cpu_per_seq_ms * (t - 1))
         cpu = np.where(n_seqs > 0, e.step_cpu_fixed_ms, 0.0) + n_seqs * per_seq
-        gpu = np.zeros(n_seqs.shape)
+        # without CUDA graphs the pass waits on its kernel launches: part of the pass, not
+        # CPU work that can overlap another step
+        gpu = launch_overhead_s(self._target_c, physics * 1e-3, t) * 1e3
         if e.scoring_batch_expansion or e.verification_attention_slowdown_factor != 1.0:
             engine_attention = attention
             if e.scoring_batch_expansion:  # S t one-position queries, each reading its whole KV
                 engine_attention = self._attention_pnorm_ms(
                     self._target_c, tokens, tokens, 1, t * sum_ctx + n_seqs * (t * (t - 1) * 0.5))
-            gpu = verify * (e.verification_attention_slowdown_factor * engine_attention - attention)
+            gpu = gpu + verify * (
+                e.verification_attention_slowdown_factor * engine_attention - attention)
         return physics, cpu, gpu
 
     def target_pass_parts(self, active, positions_per_seq, context_len_tokens):
@@ -360,7 +387,7 @@ class HardwareCostModel:
         physics = g * per_pass_ms
         cpu = g * (np.where(n_seqs > 0, e.draft_pass_cpu_fixed_ms, 0.0)
                    + e.draft_pass_cpu_per_seq_ms * n_seqs)
-        gpu = np.zeros(n_seqs.shape)
+        gpu = g * launch_overhead_s(self._draft_c, per_pass_ms * 1e-3, 1) * 1e3
         if max_catchup:
             b = self.draft.kv_budget_tokens
             ctx0 = sum_ctx if b is None else (
@@ -369,7 +396,7 @@ class HardwareCostModel:
             extra = (table.ravel().take(n_seqs * table.shape[1] + wide) - table[:, 1].take(n_seqs)
                      + self._attention_pnorm_ms(self._draft_c, n_seqs, n_seqs * wide, wide, ctx0)
                      - self._attention_pnorm_ms(self._draft_c, n_seqs, n_seqs, 1, ctx0))
-            gpu = np.where(g > 0, extra, 0.0)
+            gpu = gpu + np.where(g > 0, extra, 0.0)
         return physics, cpu, gpu
 
     def draft_passes_parts(self, active, gamma, context_len_tokens):
@@ -393,6 +420,39 @@ class HardwareCostModel:
         """float[R] ms of gamma sequential one-position draft passes (gamma: int or int[R]),
         physics + engine overhead; see draft_passes_parts."""
         physics, overhead = self.draft_passes_parts(active, gamma, context_len_tokens)
+        return physics + overhead
+
+    def prefill_parts(self, n_prompts, prompt_tokens, context_tokens=0, network: str = "target"):
+        """(physics_ms, overhead_ms) of one prefill pass: n_prompts prompts of prompt_tokens
+        tokens each, after context_tokens already cached per sequence (0 for a fresh request; a
+        later chunk of a chunked prefill otherwise), causal attention over the prompt, KV cache
+        written, LM head on each prompt's last position only. Arrays broadcast together.
+        network: "target" or "draft" (a draft model or EAGLE head prefills the same prompts; an
+        n-gram draft has no pass: zeros). Overhead: the engine's per-step CPU (not overlapped)
+        and, without CUDA graphs, the launch cost. Every value is 0 where n_prompts is 0.
+        """
+        if network not in ("target", "draft"):
+            raise CostModelInputError("network", f"unknown '{network}'; allowed: target, draft")
+        S, t, ctx = np.broadcast_arrays(np.asarray(n_prompts), np.asarray(prompt_tokens),
+                                        np.asarray(context_tokens))
+        c = self._target_c if network == "target" else self._draft_c
+        if c is None:
+            zero = np.zeros(S.shape)
+            return zero, zero
+        self._check_fits(np.asarray(S * (ctx + t), dtype=float), S)
+        comp = pass_components_s(c, S, t, S * ctx, prefill=True)
+        physics = (comp["layers_non_attention"] + comp["attention"] + comp["lm_head"]
+                   + comp["communication"]) * 1e3
+        e = self._engine
+        cpu = (e.step_cpu_fixed_ms + e.step_cpu_per_seq_ms * S if network == "target"
+               else e.draft_pass_cpu_fixed_ms + e.draft_pass_cpu_per_seq_ms * S)
+        overhead = cpu + comp["launch"] * 1e3
+        active = S > 0
+        return np.where(active, physics, 0.0), np.where(active, overhead, 0.0)
+
+    def prefill_time(self, n_prompts, prompt_tokens, context_tokens=0, network: str = "target"):
+        """ms of one prefill pass, physics + engine overhead (see prefill_parts)."""
+        physics, overhead = self.prefill_parts(n_prompts, prompt_tokens, context_tokens, network)
         return physics + overhead
 
     def step_breakdown(self, batch: int, gamma: int, context_len_tokens: int) -> StepBreakdown:

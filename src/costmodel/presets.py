@@ -19,6 +19,8 @@ BUILTIN_PRESET_FILES = (
     PRESETS_DIR / "costmodel_params.toml",
 )
 BYTES_PER_VALUE = 2  # BF16 weights, activations and KV cache
+PRESET_TABLES = ("gpus", "models", "params", "allreduce", "attention", "engines")
+ATTENTION_KERNEL_NAMES = ("flash", "cudnn")  # kernels with a tile model (attention.py)
 
 
 class CostModelInputError(ConfigError):
@@ -43,6 +45,29 @@ class GpuSpec:
     # src/presets/costmodel_params.toml); None = CostModelParams.kernel_fixed_us (the shared value
     # fitted on all GPUs' rows), used for every GPU without measurements
     kernel_fixed_us: float | None = None
+    # streaming multiprocessors (datasheet / whitepaper); needed by the fitted attention kernels
+    # and the GEMM wave quantisation below, unused otherwise
+    sm_count: int | None = None
+    # Achieved efficiencies fitted to this GPU's own measured step times (`python run.py
+    # calibrate`; design.md, "Calibration"). None = the shared CostModelParams value (vidur fit).
+    # Fraction of peak DRAM bandwidth that streams the weights of GEMMs with more than
+    # SMALL_GEMM_MAX_ROWS rows, activations, elementwise kernels and roofline attention:
+    memory_bandwidth_efficiency_fraction: float | None = None
+    # ... the weights of GEMMs with 2..SMALL_GEMM_MAX_ROWS rows (tiled small-M GEMM kernels):
+    small_gemm_bandwidth_efficiency_fraction: float | None = None
+    # ... the weights of 1-row GEMMs (matrix-vector kernels: a decode step at batch 1):
+    gemv_bandwidth_efficiency_fraction: float | None = None
+    # fraction of dense BF16 peak that GEMMs reach when compute-bound:
+    compute_efficiency_fraction: float | None = None
+    # p of the GEMM smooth roofline pnorm(memory, compute):
+    roofline_sharpness_p: float | None = None
+    # output-tile edge of the GEMMs' wave quantisation: an M x N GEMM runs ceil(M/t) ceil(N/t)
+    # tiles in waves of sm_count, so its compute time is scaled by waves x sm_count / tiles
+    # (None: no quantisation)
+    gemm_wave_tile: int | None = None
+    # softmax cost of one (query, key) pair in fitted attention kernels, in tensor-core
+    # FLOP-equivalents (one exp per pair at the SFU rate; design.md, "Calibration")
+    attention_softmax_flops_per_pair: float | None = None
 
     @property
     def flops_per_s(self) -> float:
@@ -161,6 +186,17 @@ class AllReduceFit:
 
 
 @dataclass(frozen=True)
+class AttentionKernelFit:
+    """Achieved efficiencies of one attention kernel on one GPU (src/costmodel/attention.py),
+    fitted by `python run.py calibrate` to that GPU's measured step times."""
+
+    gpu_id: str  # GPU preset the fit belongs to
+    kernel: str  # attention kernel: "flash" or "cudnn" (attention.KERNEL_SHAPES)
+    compute_efficiency_fraction: float  # of dense BF16 peak, on the kernel's padded tiles
+    memory_bandwidth_efficiency_fraction: float  # of peak DRAM bandwidth, reading the KV cache
+
+
+@dataclass(frozen=True)
 class Presets:
     """Everything the hardware model reads from data files."""
 
@@ -168,6 +204,7 @@ class Presets:
     models: Mapping[str, ModelSpec]
     params: CostModelParams
     allreduce: tuple[AllReduceFit, ...]
+    attention: tuple[AttentionKernelFit, ...] = ()
 
     def gpu(self, gpu_id: str, field_name: str = "gpu") -> GpuSpec:
         if gpu_id not in self.gpus:
@@ -189,8 +226,9 @@ def _where(table_name: str, entry_id: str) -> str:
 def _coerce_fields(cls, table_name: str, entry_id: str, raw: Mapping, partial: bool) -> dict:
     """Check and convert one TOML table to the keyword arguments of `cls` (minus the id field)."""
     where = _where(table_name, entry_id)
-    id_field = {GpuSpec: "gpu_id", ModelSpec: "model_id"}.get(cls)
-    wanted = {f.name: f for f in fields(cls) if f.name != id_field}
+    id_fields = {GpuSpec: ("gpu_id",), ModelSpec: ("model_id",),
+                 AttentionKernelFit: ("gpu_id", "kernel")}.get(cls, ())
+    wanted = {f.name: f for f in fields(cls) if f.name not in id_fields}
     unknown = sorted(set(raw) - set(wanted))
     if unknown:
         raise CostModelInputError(
@@ -241,23 +279,26 @@ def load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
     """Built-in presets with each file of `extra_paths` merged over them, in order.
 
     A preset file may hold any of: [gpus.<id>] (GpuSpec fields), [models.<id>] (ModelSpec fields),
-    [params] (CostModelParams fields) and [allreduce.<gpu id>] with keys = GPU count and values
-    {latency_us, bus_bandwidth_gb_per_s}. An id that already exists is updated field by field; a
-    new id must give every field.
+    [params] (CostModelParams fields), [allreduce.<gpu id>] with keys = GPU count and values
+    {latency_us, bus_bandwidth_gb_per_s}, and [attention.<gpu id>.<kernel>] with the
+    AttentionKernelFit fields. An id that already exists is updated field by field; a new id must
+    give every field. [engines.<name>] tables are allowed too (engine-profile fields, read by
+    load_engine_profiles).
     """
     gpus: dict[str, dict] = {}
     models: dict[str, dict] = {}
     params: dict = {}
     allreduce: dict[tuple[str, int], AllReduceFit] = {}
+    attention: dict[tuple[str, str], AttentionKernelFit] = {}
     for path in (*BUILTIN_PRESET_FILES, *map(Path, extra_paths)):
         if path in BUILTIN_PRESET_FILES and not path.is_file():
             continue
         data = read_toml(path, "presets", CostModelInputError)
-        unknown = sorted(set(data) - {"gpus", "models", "params", "allreduce"})
+        unknown = sorted(set(data) - set(PRESET_TABLES))
         if unknown:
             raise CostModelInputError(
                 "presets", f"{path} has unknown table(s) {', '.join(unknown)}; "
-                "allowed: gpus, models, params, allreduce")
+                f"allowed: {', '.join(PRESET_TABLES)}")
         for table_name, cls, store in (("gpus", GpuSpec, gpus), ("models", ModelSpec, models)):
             for entry_id, raw in data.get(table_name, {}).items():
                 if not isinstance(raw, dict):
@@ -280,11 +321,23 @@ def load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
                         f"allreduce.{gpu_id}.{n_text}",
                         "expected a GPU count key with {latency_us, bus_bandwidth_gb_per_s}") from None
                 allreduce[(gpu_id, n_gpus)] = fit
+        for gpu_id, per_kernel in data.get("attention", {}).items():
+            for kernel, raw in per_kernel.items() if isinstance(per_kernel, dict) else ():
+                where = f"attention.{gpu_id}"
+                if kernel not in ATTENTION_KERNEL_NAMES:
+                    raise CostModelInputError(f"{where}.{kernel}", "unknown attention kernel; "
+                                              f"allowed: {', '.join(ATTENTION_KERNEL_NAMES)}")
+                if not isinstance(raw, dict):
+                    raise CostModelInputError(f"{where}.{kernel}", "must be a table")
+                values = _coerce_fields(AttentionKernelFit, where, kernel, raw, partial=False)
+                _check_positive_fields(where, kernel, values)
+                attention[(gpu_id, kernel)] = AttentionKernelFit(gpu_id, kernel, **values)
     return Presets(
         gpus={k: GpuSpec(gpu_id=k, **v) for k, v in gpus.items()},
         models={k: ModelSpec(model_id=k, **v) for k, v in models.items()},
         params=replace(CostModelParams(), **params),
         allreduce=tuple(allreduce.values()),
+        attention=tuple(attention.values()),
     )
 
 

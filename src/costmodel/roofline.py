@@ -33,9 +33,22 @@ import numpy as np
 from src.costmodel.allreduce import (
     AllReduceCost, CustomAllReduceParams, allreduce_coefficients, allreduce_cost,
 )
-from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
+from src.costmodel.attention import KERNEL_SHAPES, AttentionKernelModel
+from src.costmodel.engines import EngineProfile
+from src.costmodel.memory import (
+    memory_needed_bytes,
+    memory_usable_bytes,
+    raise_does_not_fit,
+)
 from src.costmodel.presets import (
-    BYTES_PER_VALUE, AllReduceFit, CostModelParams, GpuSpec, ModelSpec, check_int, check_tp,
+    BYTES_PER_VALUE,
+    AllReduceFit,
+    AttentionKernelFit,
+    CostModelParams,
+    GpuSpec,
+    ModelSpec,
+    check_int,
+    check_tp,
 )
 
 # Kernels in one decoder layer outside attention, as vidur profiles them: input RMSNorm, QKV
@@ -44,6 +57,9 @@ from src.costmodel.presets import (
 KERNELS_PER_LAYER_NON_ATTENTION = 10
 ATTENTION_KERNELS_PER_LAYER = 2  # KV-cache write (reshape_and_cache) + the attention kernel
 LM_HEAD_KERNELS = 2  # final RMSNorm + LM-head GEMM
+# GEMMs with 2..SMALL_GEMM_MAX_ROWS rows stream their weights at the GPU's small-GEMM bandwidth
+# (where fitted): cuBLAS runs them as tiled small-M kernels, a 1-row GEMM as a matrix-vector kernel
+SMALL_GEMM_MAX_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -54,7 +70,7 @@ class PassCoefficients:
     (times n_layers), the rest to the LM head / extra projections (once per pass).
     """
 
-    gemm_weight_s: np.ndarray  # [G] weight bytes / (bw x eff), x count
+    gemm_weight_s: np.ndarray  # [G] weight bytes / (bw x eff), x count (GEMMs of > 16 rows)
     gemm_mem_per_token_s: np.ndarray  # [G] activation in+out bytes per token / (bw x eff), x count
     gemm_compute_per_token_s: np.ndarray  # [G] 2 K N / (flops x eff), x count
     gemm_selector: np.ndarray  # [2, G] 1 where a GEMM belongs to (layers, lm_head)
@@ -71,6 +87,22 @@ class PassCoefficients:
     overhead_fixed_s: float  # CPU time per pass
     overhead_per_seq_s: float  # CPU time per pass per sequence
     sharpness_p: float  # roofline p
+    # --- calibrated GPUs and engine implementations (defaults: the vidur-fitted model as it was)
+    gemm_weight_small_s: np.ndarray | None = None  # [G] weight time of 2..16-row GEMMs
+    gemm_weight_gemv_s: np.ndarray | None = None  # [G] weight time of 1-row GEMMs
+    gemm_n: np.ndarray | None = None  # [G] output columns, for wave quantisation
+    gemm_wave_tile: int = 0  # GEMM output-tile edge (0: no wave quantisation)
+    sm_count: int = 0
+    head_gemm_index: int = 0  # index of the LM-head GEMM (its rows are S in a prefill)
+    verify_fixed_s: float = 0.0  # fixed time of the extra kernels of a pass with t > 1, all layers
+    attn_kernels: tuple[AttentionKernelModel, ...] = ()  # fitted kernels (the fastest wins); ()
+    #                                                      = roofline attention
+    n_kernels: float = 0.0  # kernels of a one-position pass (eager launch cost)
+    n_kernels_verify_extra: float = 0.0  # extra kernels of a pass with t > 1
+    cuda_graphs: bool = True
+    cpu_launch_s: float = 0.0  # per kernel, without CUDA graphs
+    launch_gap_s: float = 0.0  # per kernel, without CUDA graphs
+    launch_overlap_p: float = 4.0
     # custom all-reduce (None = the NCCL terms above): all the pass's all-reduces take
     # comm_n_allreduce x comm_custom.time_s(tokens x comm_bytes_per_token)
     comm_custom: AllReduceCost | None = None
@@ -85,6 +117,38 @@ def kernel_fixed_s(gpu: GpuSpec, params: CostModelParams) -> float:
     return (params.kernel_fixed_us if us is None else us) * 1e-6
 
 
+def _gpu_value(gpu: GpuSpec, params: CostModelParams, name: str):
+    """The GPU's own fitted value of a CostModelParams field where it has one, else the shared."""
+    value = getattr(gpu, name)
+    return getattr(params, name) if value is None else value
+
+
+def attention_kernel_models(
+    gpu: GpuSpec, model: ModelSpec, tp: int, params: CostModelParams, kernel: str,
+    attention_fits: Sequence[AttentionKernelFit] = (), n_layers: int | None = None,
+) -> tuple[AttentionKernelModel, ...]:
+    """The fitted attention kernels an engine's `attention_kernel` names on this GPU: one for
+    "flash" or "cudnn", every fitted one for "best", none for "roofline" or where the GPU has no
+    fit for the kernel (or no sm_count): the pass then uses the roofline attention."""
+    if kernel == "roofline" or not gpu.sm_count:
+        return ()
+    names = KERNEL_SHAPES if kernel == "best" else (kernel,)
+    out = []
+    for fit in attention_fits:
+        if fit.gpu_id == gpu.gpu_id and fit.kernel in names:
+            out.append(AttentionKernelModel(
+                shape=KERNEL_SHAPES[fit.kernel],
+                n_layers=model.n_layers if n_layers is None else n_layers,
+                heads_kv=model.n_kv_heads / tp, group=model.n_heads / model.n_kv_heads,
+                head_dim=model.head_dim, sm_count=gpu.sm_count,
+                peak_flops_per_s=gpu.flops_per_s,
+                peak_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+                compute_efficiency=fit.compute_efficiency_fraction,
+                bandwidth_efficiency=fit.memory_bandwidth_efficiency_fraction,
+                softmax_flops_per_pair=gpu.attention_softmax_flops_per_pair or 0.0))
+    return tuple(sorted(out, key=lambda m: m.shape.name))
+
+
 def pass_coefficients(
     gpu: GpuSpec,
     model: ModelSpec,
@@ -96,20 +160,39 @@ def pass_coefficients(
     extra_gemms: Sequence[tuple[int, int]] = (),
     overhead_fixed_ms: float = 0.0,
     overhead_per_seq_ms: float = 0.0,
-    allreduce_implementation: str = "nccl",
+    engine: EngineProfile | None = None,
+    attention_fits: Sequence[AttentionKernelFit] = (),
+    allreduce_implementation: str | None = None,
     custom_allreduce: CustomAllReduceParams | None = None,
 ) -> PassCoefficients:
     """Precompute the batch-independent coefficients of one pass (see the module docstring).
 
     n_layers overrides the model's layer count (an EAGLE head runs 1 layer of the target's shape);
     extra_gemms are (K, N) projections run once per pass, unsplit by TP (EAGLE's 2h -> h fc).
-    allreduce_implementation "custom" times the all-reduces with vLLM's custom kernels where the
-    system supports them (src/costmodel/allreduce.py); "nccl" keeps the linear NCCL terms.
+    engine: the implementation (kernel counts, attention kernel, CUDA graphs or eager launches);
+    None = sarathi-serve's kernels as vidur profiles them, with CUDA graphs and roofline attention.
+    attention_fits: fitted attention kernels (Presets.attention) the engine's attention_kernel
+    may name. allreduce_implementation "custom" times the all-reduces with vLLM's custom kernels
+    where the system supports them (src/costmodel/allreduce.py); "nccl" keeps the linear NCCL
+    terms; None = the engine's `allreduce` field ("nccl" without an engine).
     """
+    e = engine if engine is not None else EngineProfile(
+        name="roofline", description="", step_cpu_fixed_ms=0.0, step_cpu_per_seq_ms=0.0,
+        draft_pass_cpu_fixed_ms=0.0, draft_pass_cpu_per_seq_ms=0.0, ngram_pass_cpu_ms=0.0,
+        rejection_sampling_per_position_ms=0.0, kv_bookkeeping_per_seq_ms=0.0,
+        draft_catchup_positions_per_seq=0, verification_attention_slowdown_factor=1.0)
     L = model.n_layers if n_layers is None else n_layers
-    bw = gpu.memory_bandwidth_bytes_per_s * params.memory_bandwidth_efficiency_fraction
-    fl = gpu.flops_per_s * params.compute_efficiency_fraction
+    peak_bw = gpu.memory_bandwidth_bytes_per_s
+    bw = peak_bw * _gpu_value(gpu, params, "memory_bandwidth_efficiency_fraction")
+    bw_small = peak_bw * (gpu.small_gemm_bandwidth_efficiency_fraction
+                          or _gpu_value(gpu, params, "memory_bandwidth_efficiency_fraction"))
+    bw_gemv = peak_bw * (gpu.gemv_bandwidth_efficiency_fraction
+                         or gpu.small_gemm_bandwidth_efficiency_fraction
+                         or _gpu_value(gpu, params, "memory_bandwidth_efficiency_fraction"))
+    fl = gpu.flops_per_s * _gpu_value(gpu, params, "compute_efficiency_fraction")
     kfix = kernel_fixed_s(gpu, params)
+    if allreduce_implementation is None:
+        allreduce_implementation = e.allreduce
     h, q, kv, inter = model.hidden_size, model.q_width, model.kv_width, model.intermediate_size
     B = BYTES_PER_VALUE
     layer_gemms = [(h, (q + 2 * kv) / tp), (q / tp, h), (h, 2 * inter / tp), (inter / tp, h)]
@@ -130,25 +213,44 @@ def pass_coefficients(
     if tp > 1 and allreduce_implementation != "nccl":
         ar = allreduce_cost(gpu, tp, params, allreduce, allreduce_implementation, custom_allreduce)
         comm_custom = ar if ar.custom else None
+    head_kernels = e.kernels_per_pass + len(extra_gemms)
+    n_kernels = L * (e.kernels_per_layer + e.attention_kernels_per_layer) + head_kernels
+    if tp > 1:
+        n_kernels += n_allreduce
     return PassCoefficients(
         gemm_weight_s=count * K * N * B / bw,
         gemm_mem_per_token_s=count * (K + N) * B / bw,
         gemm_compute_per_token_s=count * 2 * K * N / fl,
         gemm_selector=selector,
         layer_elementwise_per_token_s=L * elementwise_values * B / bw,
-        layer_fixed_s=L * KERNELS_PER_LAYER_NON_ATTENTION * kfix,
+        layer_fixed_s=L * e.kernels_per_layer * kfix,
         attn_read_per_ctx_token_s=L * 2 * kv / tp * B / bw,
         attn_per_new_token_s=L * (2 * kv / tp + 2 * q / tp) * B / bw,
         attn_compute_per_pair_s=L * 4 * q / tp / fl,
-        attn_fixed_s=L * ATTENTION_KERNELS_PER_LAYER * kfix,
+        attn_fixed_s=L * e.attention_kernels_per_layer * kfix,
         head_elementwise_per_token_s=2 * h * B / bw,
-        head_fixed_s=(LM_HEAD_KERNELS + len(extra_gemms)) * kfix,
+        head_fixed_s=head_kernels * kfix,
         comm_fixed_s=n_allreduce * ar_latency_s,
         comm_per_token_s=(n_allreduce * 2 * (tp - 1) / tp * h * B / ar_bus_bytes_per_s
                           if tp > 1 else 0.0),
         overhead_fixed_s=overhead_fixed_ms * 1e-3,
         overhead_per_seq_s=overhead_per_seq_ms * 1e-3,
-        sharpness_p=params.roofline_sharpness_p,
+        sharpness_p=_gpu_value(gpu, params, "roofline_sharpness_p"),
+        gemm_weight_small_s=count * K * N * B / bw_small,
+        gemm_weight_gemv_s=count * K * N * B / bw_gemv,
+        gemm_n=N,
+        gemm_wave_tile=(gpu.gemm_wave_tile or 0) if gpu.sm_count else 0,
+        sm_count=gpu.sm_count or 0,
+        head_gemm_index=len(layer_gemms),
+        verify_fixed_s=L * e.verification_extra_kernels_per_layer * kfix,
+        attn_kernels=attention_kernel_models(gpu, model, tp, params, e.attention_kernel,
+                                             attention_fits, n_layers=L),
+        n_kernels=float(n_kernels),
+        n_kernels_verify_extra=L * e.verification_extra_kernels_per_layer,
+        cuda_graphs=e.cuda_graphs,
+        cpu_launch_s=e.cpu_launch_us_per_kernel * 1e-6,
+        launch_gap_s=e.launch_gap_us_per_kernel * 1e-6,
+        launch_overlap_p=e.launch_overlap_p,
         comm_custom=comm_custom,
         comm_n_allreduce=n_allreduce,
         comm_bytes_per_token=h * B,
@@ -174,37 +276,93 @@ def attention_terms_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
     return memory_s, compute_s
 
 
-def pass_components_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_context_tokens):
+def gemm_terms_s(c: PassCoefficients, rows):
+    """(memory_s [G, ...], compute_s [G, ...]) of every GEMM of a pass whose GEMMs have `rows`
+    rows (an array [G, ...] or broadcastable), each with its M-dependent weight bandwidth and,
+    where the GPU has a wave tile, its compute time scaled by the wave quantisation."""
+    shape_g = (-1,) + (1,) * (np.ndim(rows) - 1)
+    weight = c.gemm_weight_s.reshape(shape_g)
+    if c.gemm_weight_small_s is not None:
+        weight = np.where(rows <= 1, c.gemm_weight_gemv_s.reshape(shape_g),
+                          np.where(rows <= SMALL_GEMM_MAX_ROWS,
+                                   c.gemm_weight_small_s.reshape(shape_g), weight))
+    memory = weight + c.gemm_mem_per_token_s.reshape(shape_g) * rows
+    compute = c.gemm_compute_per_token_s.reshape(shape_g) * rows
+    if c.gemm_wave_tile:
+        tile = c.gemm_wave_tile
+        tiles = np.ceil(rows / tile) * np.ceil(c.gemm_n.reshape(shape_g) / tile)
+        compute = compute * np.where(
+            tiles > 0, np.ceil(tiles / c.sm_count) * c.sm_count / np.maximum(tiles, 1), 1.0)
+    return memory, compute
+
+
+def attention_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_context_tokens,
+                prefill: bool = False):
+    """Attention kernels' time of one pass without their fixed part, seconds: the fastest fitted
+    kernel (attention.py) where the pass has any, else the roofline pnorm(attention_terms_s).
+    Fitted kernels see every sequence at the mean context C / S."""
+    if c.attn_kernels:
+        S = np.asarray(n_seqs, dtype=float)
+        ctx = np.asarray(sum_context_tokens, dtype=float) / np.maximum(S, 1)
+        return np.min([k.pass_s(S, positions_per_seq, ctx, prefill) for k in c.attn_kernels],
+                      axis=0)
+    return _pnorm(*attention_terms_s(c, n_seqs, positions_per_seq, sum_context_tokens),
+                  c.sharpness_p)
+
+
+def launch_overhead_s(c: PassCoefficients, gpu_s, positions_per_seq):
+    """CPU launch cost beyond the GPU time of a pass run without CUDA graphs, seconds:
+    pnorm(g + N gap, N cpu_launch, p) - g for a pass of N kernels and GPU time g; 0 with graphs
+    or where g = 0 (no pass)."""
+    gpu_s = np.asarray(gpu_s, dtype=float)
+    if c.cuda_graphs:
+        return np.zeros_like(gpu_s)
+    n = c.n_kernels + c.n_kernels_verify_extra * (np.asarray(positions_per_seq) > 1)
+    total = _pnorm(gpu_s + n * c.launch_gap_s, n * c.cpu_launch_s, c.launch_overlap_p)
+    return np.where(gpu_s > 0, total - gpu_s, 0.0)
+
+
+def pass_components_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_context_tokens,
+                      prefill: bool = False):
     """Time components (seconds) of one pass over n_seqs sequences x positions_per_seq positions.
 
     n_seqs, positions_per_seq and sum_context_tokens (sum over the sequences of the context before
     the pass) broadcast together (any shape); returns a dict of arrays of that shape:
-    layers_non_attention, attention, lm_head, communication, overhead, compute, memory (the last
-    two: summed roofline terms, for telling which bound dominates).
+    layers_non_attention, attention, lm_head, communication, overhead, launch (eager launch cost
+    beyond the GPU time), compute, memory (the last two: summed roofline terms, for telling which
+    bound dominates). prefill: the positions are a prompt (causal attention tiled per query head)
+    and the LM head runs on the last position of each sequence only.
     """
     S, t, C = np.broadcast_arrays(np.asarray(n_seqs, dtype=float),
                                   np.asarray(positions_per_seq, dtype=float),
                                   np.asarray(sum_context_tokens, dtype=float))
     T = S * t
     p = c.sharpness_p
-    shape_g = (-1,) + (1,) * T.ndim
-    mem_g = c.gemm_weight_s.reshape(shape_g) + c.gemm_mem_per_token_s.reshape(shape_g) * T
-    comp_g = c.gemm_compute_per_token_s.reshape(shape_g) * T
+    G = len(c.gemm_weight_s)
+    rows = np.broadcast_to(T, (G,) + T.shape).copy()
+    if prefill:
+        rows[c.head_gemm_index] = S
+    mem_g, comp_g = gemm_terms_s(c, rows)
     gemm = np.tensordot(c.gemm_selector, _pnorm(mem_g, comp_g, p), axes=1)  # [2, ...]
     attn_mem, attn_comp = attention_terms_s(c, S, t, C)
-    return {
-        "layers_non_attention": gemm[0] + c.layer_elementwise_per_token_s * T + c.layer_fixed_s,
-        "attention": _pnorm(attn_mem, attn_comp, p) + c.attn_fixed_s,
-        "lm_head": gemm[1] + c.head_elementwise_per_token_s * T + c.head_fixed_s,
+    head_tokens = S if prefill else T
+    out = {
+        "layers_non_attention": gemm[0] + c.layer_elementwise_per_token_s * T + c.layer_fixed_s
+        + c.verify_fixed_s * (t > 1),
+        "attention": attention_s(c, S, t, C, prefill) + c.attn_fixed_s,
+        "lm_head": gemm[1] + c.head_elementwise_per_token_s * head_tokens + c.head_fixed_s,
         "communication": (
             c.comm_fixed_s + c.comm_per_token_s * T if c.comm_custom is None
             else c.comm_n_allreduce * c.comm_custom.time_s(T * c.comm_bytes_per_token)),
         "overhead": c.overhead_fixed_s + c.overhead_per_seq_s * S,
-        "compute": (c.gemm_selector @ comp_g.reshape(len(c.gemm_weight_s), -1)).sum(axis=0)
-        .reshape(T.shape) + attn_comp,
-        "memory": (c.gemm_selector @ mem_g.reshape(len(c.gemm_weight_s), -1)).sum(axis=0)
-        .reshape(T.shape) + attn_mem,
+        "compute": (c.gemm_selector @ comp_g.reshape(G, -1)).sum(axis=0).reshape(T.shape)
+        + attn_comp,
+        "memory": (c.gemm_selector @ mem_g.reshape(G, -1)).sum(axis=0).reshape(T.shape)
+        + attn_mem,
     }
+    gpu = out["layers_non_attention"] + out["attention"] + out["lm_head"] + out["communication"]
+    out["launch"] = launch_overhead_s(c, gpu, t)
+    return out
 
 
 def pass_time_table_ms(c: PassCoefficients, max_seqs: int, max_positions: int) -> np.ndarray:
@@ -241,6 +399,7 @@ class PassBreakdown:
     overhead_ms: float  # per-step CPU
     total_ms: float
     bound: str  # "memory" or "compute": the larger of the summed roofline terms
+    launch_ms: float = 0.0  # CPU launch cost beyond the GPU time (engines without CUDA graphs)
 
 
 def forward_pass_breakdown(
@@ -253,10 +412,16 @@ def forward_pass_breakdown(
     params: CostModelParams,
     allreduce: Sequence[AllReduceFit] = (),
     include_step_overhead: bool = True,
+    engine: EngineProfile | None = None,
+    attention_fits: Sequence[AttentionKernelFit] = (),
+    prefill: bool = False,
 ) -> PassBreakdown:
     """One target pass of `batch` sequences x `positions_per_seq` positions, each with
     `context_len_tokens` tokens already cached. Raises CostModelInputError when the inputs are bad
-    or the weights plus the KV cache (batch x (context + positions)) do not fit in memory."""
+    or the weights plus the KV cache (batch x (context + positions)) do not fit in memory.
+    engine / attention_fits: the implementation (pass_coefficients); prefill: the positions are a
+    prompt (causal attention, LM head on the last position only). The overhead is
+    CostModelParams' step CPU (include_step_overhead), not the engine's."""
     tp = check_tp(model, tp)
     batch = check_int("batch", batch, 1)
     positions_per_seq = check_int("positions", positions_per_seq, 1)
@@ -271,11 +436,13 @@ def forward_pass_breakdown(
         gpu, model, tp, params, allreduce,
         overhead_fixed_ms=params.step_cpu_fixed_ms if include_step_overhead else 0.0,
         overhead_per_seq_ms=params.step_cpu_per_seq_ms if include_step_overhead else 0.0,
+        engine=engine, attention_fits=attention_fits,
     )
     comp = pass_components_s(c, np.array([batch]), positions_per_seq,
-                             np.array([batch * context_len_tokens]))
+                             np.array([batch * context_len_tokens]), prefill=prefill)
     ms = {k: float(v[0]) * 1e3 for k, v in comp.items()}
-    parts = ("layers_non_attention", "attention", "lm_head", "communication", "overhead")
+    parts = ("layers_non_attention", "attention", "lm_head", "communication", "overhead",
+             "launch")
     return PassBreakdown(
         tokens=batch * positions_per_seq,
         layers_non_attention_ms=ms["layers_non_attention"],
@@ -285,4 +452,5 @@ def forward_pass_breakdown(
         overhead_ms=ms["overhead"],
         total_ms=sum(ms[k] for k in parts),
         bound="compute" if ms["compute"] > ms["memory"] else "memory",
+        launch_ms=ms["launch"],
     )
