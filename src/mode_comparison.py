@@ -73,8 +73,9 @@ def comparison_lines(df: pd.DataFrame, alpha_modes: Mapping, quality_modes,
                    f"g={_span(cmp.gamma_per_position)}); its promised speedup is off by "
                    f"{cmp.promise_error.min():+.1%}..{cmp.promise_error.max():+.1%} (worst at "
                    f"{worst.serving_mode} B={worst.batch_size}),")
-        out.append(f"{indent}   and running its gamma costs {-cmp.wrong_gamma_cost.min():.1%} of the "
-                   "best per-position speedup at worst.")
+        cost = max(0.0, -float(cmp.wrong_gamma_cost.min()))  # 0 when its gamma is always the best
+        out.append(f"{indent}   and running its gamma costs {cost:.1%} of the best per-position "
+                   "speedup at worst.")
         out.append("")
     return out
 
