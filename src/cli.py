@@ -25,6 +25,7 @@ from src.hardware.scenario import (
 # name -> (module whose main(argv) runs it, one line for --help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "step-time": ("src.stepcalc", "forward-pass times of real GPUs and models"),
+    "serve": ("src.online.cli", "serving under load: request rates, latency percentiles, policies"),
 }
 
 # StudyConfig field -> its command-line option

@@ -116,8 +116,8 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     if not isinstance(data, Mapping):
         raise ConfigError("scenario", "expected a table")
     for key in data:
-        if key not in ("scenario", "study"):
-            raise ConfigError(key, "unknown table; allowed: scenario, study")
+        if key not in ("scenario", "study", "serving"):  # [serving]: read by `run.py serve`
+            raise ConfigError(key, "unknown table; allowed: scenario, study, serving")
     table = data.get("scenario")
     if not isinstance(table, Mapping):
         raise ConfigError("scenario", "missing [scenario] table")

@@ -1,0 +1,332 @@
+"""`python run.py serve`: the serving sweep from the command line and a scenario's [serving] table.
+
+    python run.py serve --scenario configs/scenarios/h100-llama8b-1b.toml --rates 1,2,4,8,16,32 \
+        [--policies none,fixed:3,schedule,adaptive,off-above:32] [--workload sharegpt | --trace F]
+        [--slo ttft=2s,tpot=50ms] [--requests N | --duration-s S] [--out DIR]
+
+Options override the scenario file's [serving] table, which overrides the defaults. Bad input gets
+one line naming the option (or the [serving] key) and what is allowed, exit code 2, nothing written.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from dataclasses import replace
+from typing import Any, Mapping
+
+from src.config import ConfigError, OneLineArgumentParser, check_alpha, read_toml
+
+SERVING_KEYS = ("engine_profile", "rates", "policies", "workload", "arrival", "slo", "requests",
+                "duration_s", "replications", "quality_mode", "alpha", "max_num_seqs",
+                "max_num_batched_tokens", "max_gamma", "schedule")
+DEFAULT_RATES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+DEFAULT_POLICIES = "none,fixed,schedule,adaptive,off-above"
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = OneLineArgumentParser(
+        prog="python run.py serve",
+        description="Simulate serving under load (open-loop arrivals, continuous batching, chunked "
+                    "prefill, KV-cache preemption) for several speculation policies on the same "
+                    "requests; write OUT/results/serving.csv, a serving section in "
+                    "OUT/results/summary.txt and OUT/plots/serving_*.png.",
+        epilog="Policies: none, fixed[:G], schedule (vLLM num_speculative_tokens_per_batch_size; "
+               "default: the cost model's steady-state optimum), adaptive (goodput-maximising, "
+               "SmartSpec-style), off-above[:N[:G]]. A scenario file may hold a [serving] table "
+               f"with any of: {', '.join(SERVING_KEYS)}.")
+    p.add_argument("--scenario", help="scenario TOML file (configs/scenarios/); default: the "
+                                      "default hardware scenario (H100, Llama-3.1-8B + 3.2-1B)")
+    p.add_argument("--engine", help="engine profile (src/presets/engines.toml); default: the "
+                                    "scenario's [serving] engine_profile, else vllm-v1 where it "
+                                    "exists, else the scenario's first non-ideal profile")
+    p.add_argument("--rates", help="request rates, requests/s, comma-separated (default "
+                                   f"{','.join(f'{r:g}' for r in DEFAULT_RATES)})")
+    p.add_argument("--policies", help=f"comma-separated (default {DEFAULT_POLICIES})")
+    p.add_argument("--workload", help="length preset of src/presets/workloads.toml (default "
+                                      "sharegpt) or 'scenario' (the scenario's [study] lengths)")
+    p.add_argument("--trace", help="CSV trace: arrival_s,prompt_tokens,output_tokens[,alpha]; "
+                                   "replayed as is, or rescaled to each --rates value")
+    p.add_argument("--arrival", help="poisson (default) or gamma:CV (burstier for CV > 1)")
+    p.add_argument("--slo", help="ttft=2s,tpot=50ms (default); units s or ms")
+    p.add_argument("--requests", help="requests per replication (default 500)")
+    p.add_argument("--duration-s", help="instead of --requests: arrivals over this many seconds")
+    p.add_argument("--replications", help="independent replications per point (default 4)")
+    p.add_argument("--alpha", help="per-token acceptance probability of every request, 0 < A < 1")
+    p.add_argument("--quality-mode", help="acceptance mode of the scenario's [study] alpha modes "
+                                          "(default: its first)")
+    p.add_argument("--max-num-seqs", help="vLLM max_num_seqs (default 1024, vLLM V1's on >= 70 GiB GPUs)")
+    p.add_argument("--max-num-batched-tokens", help="vLLM max_num_batched_tokens (default 8192)")
+    p.add_argument("--max-gamma", help="largest gamma any policy may use (default 8)")
+    p.add_argument("--schedule", help="the schedule policy's table as vLLM JSON, e.g. "
+                                      "'[[1,15,3],[16,1024,0]]'")
+    p.add_argument("--seed", help="root random seed (default: the scenario's)")
+    p.add_argument("--workers", help="processes (default: one per core, up to the rates)")
+    p.add_argument("--out", help="output folder (default .): OUT/results, OUT/plots")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return p
+
+
+# -- value parsers (each raises ConfigError naming `flag`) --------------------------------------
+def _int(flag: str, value: Any, low: int, high: int = 10**9) -> int:
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        v = int(str(value).strip()) if not isinstance(value, int) else value
+    except ValueError:
+        raise ConfigError(flag, f"'{value}' is not an integer; allowed: {low}..{high}") from None
+    if not low <= v <= high:
+        raise ConfigError(flag, f"{v} is out of range; allowed: {low}..{high}")
+    return v
+
+
+def _positive_float(flag: str, value: Any) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if isinstance(value, bool) or not (math.isfinite(v) and v > 0):
+        raise ConfigError(flag, f"'{value}' is not a number > 0")
+    return v
+
+
+def parse_rates(flag: str, value: Any) -> tuple[float, ...]:
+    items = value if isinstance(value, list) else str(value).split(",")
+    rates = []
+    for item in items:
+        if isinstance(item, str) and not item.strip():
+            continue
+        try:
+            r = float(item)
+        except (TypeError, ValueError):
+            raise ConfigError(flag, f"'{item}' is not a number; allowed: rates > 0 in requests/s, "
+                                    "e.g. 1,2,4") from None
+        if not (math.isfinite(r) and r > 0):
+            raise ConfigError(flag, f"{item} is not a rate > 0 (requests/s)")
+        rates.append(r)
+    if not rates:
+        raise ConfigError(flag, "no rate given; allowed: rates > 0 in requests/s, e.g. 1,2,4")
+    if len(set(rates)) != len(rates):
+        raise ConfigError(flag, "a rate is listed twice")
+    return tuple(sorted(rates))
+
+
+def parse_slo(flag: str, value: Any) -> tuple[float, float]:
+    """'ttft=2s,tpot=50ms' -> (ttft seconds, tpot seconds); both keys required."""
+    out = {}
+    for part in str(value).split(","):
+        key, eq, amount = part.strip().partition("=")
+        key = key.strip()
+        if not eq or key not in ("ttft", "tpot") or key in out:
+            raise ConfigError(flag, f"'{value}' does not parse; expected ttft=2s,tpot=50ms")
+        amount = amount.strip()
+        unit = 1e-3 if amount.endswith("ms") else 1.0
+        number = amount[:-2] if amount.endswith("ms") else amount.removesuffix("s")
+        try:
+            v = float(number) * unit
+        except ValueError:
+            v = math.nan
+        if not (math.isfinite(v) and v > 0):
+            raise ConfigError(flag, f"'{part.strip()}' is not a positive time; expected e.g. "
+                                    "ttft=2s,tpot=50ms")
+        out[key] = v
+    if set(out) != {"ttft", "tpot"}:
+        raise ConfigError(flag, f"'{value}' needs both ttft and tpot; expected ttft=2s,tpot=50ms")
+    return out["ttft"], out["tpot"]
+
+
+def _engine_default(scenario, serving: Mapping) -> str:
+    from src.costmodel import load_engine_profiles
+    profiles = load_engine_profiles()
+    if "engine_profile" in serving:
+        return str(serving["engine_profile"])
+    if "vllm-v1" in profiles:
+        return "vllm-v1"
+    real = [e for e in scenario.engine_profiles if e != "ideal"]
+    return (real or list(scenario.engine_profiles))[0]
+
+
+def load_serving_scenario(path: str | None):
+    """(Scenario, [serving] table) of a scenario file, or of the default hardware scenario."""
+    from src.scenario import default_hardware_scenario, scenario_from_dict
+    if path is None:
+        return default_hardware_scenario(), {}
+    data = dict(read_toml(path, "--scenario"))
+    serving = data.pop("serving", {})
+    if not isinstance(serving, Mapping):
+        raise ConfigError("serving", "expected a table")
+    unknown = sorted(set(serving) - set(SERVING_KEYS))
+    if unknown:
+        raise ConfigError(f"serving.{unknown[0]}", f"unknown key; allowed: {', '.join(SERVING_KEYS)}")
+    try:
+        scenario = scenario_from_dict(data, source_path=path)
+    except ConfigError as e:
+        raise ConfigError(f"--scenario {path}", str(e)) from None
+    return scenario, dict(serving)
+
+
+def config_from_args(args: argparse.Namespace):
+    """ServeConfig from the command line over the scenario's [serving] table over defaults."""
+    from src.costmodel import CostModelInputError, engine_profile
+    from src.online.arrivals import parse_arrival, read_trace
+    from src.online.engine import EngineLimits
+    from src.online.policies import parse_schedule_json
+    from src.online.study import ServeConfig
+    from src.online.workloads import workload_preset
+    from src.config import PointAlpha, alpha_mode_label
+
+    scenario, serving = load_serving_scenario(args.scenario)
+
+    def pick(option: str, key: str, default=None):
+        """(value, field name for errors): the option, else [serving].key, else default."""
+        value = getattr(args, option)
+        if value is not None:
+            return value, "--" + option.replace("_", "-")
+        if key in serving:
+            return serving[key], f"serving.{key}"
+        return default, "--" + option.replace("_", "-")
+
+    engine, field = pick("engine", "engine_profile", None)
+    engine = engine or _engine_default(scenario, serving)
+    try:
+        engine_profile(engine, field_name=field)
+    except CostModelInputError as e:
+        raise ConfigError(field, str(e).split(": ", 1)[1]) from None
+    value, field = pick("policies", "policies", DEFAULT_POLICIES)
+    policies = ",".join(value) if isinstance(value, list) else str(value)
+    value, field = pick("slo", "slo", "ttft=2s,tpot=50ms")
+    slo_ttft, slo_tpot = parse_slo(field, value)
+    value, field = pick("arrival", "arrival", "poisson")
+    try:
+        arrival = parse_arrival(str(value))
+    except ConfigError as e:
+        raise ConfigError(field, str(e).split(": ", 1)[1]) from None
+    lim = EngineLimits()
+    v, f = pick("max_num_seqs", "max_num_seqs", lim.max_num_seqs)
+    max_num_seqs = _int(f, v, 1, 65536)
+    v, f = pick("max_num_batched_tokens", "max_num_batched_tokens", lim.max_num_batched_tokens)
+    max_tokens = _int(f, v, 1, 10**7)
+    if max_tokens < max_num_seqs:  # vLLM's SchedulerConfig refuses this too
+        raise ConfigError(f, f"{max_tokens} is smaller than max_num_seqs ({max_num_seqs}); vLLM "
+                             "requires max_num_batched_tokens >= max_num_seqs")
+    v, f = pick("max_gamma", "max_gamma", 8)
+    max_gamma = _int(f, v, 1, 32)
+    v, f = pick("replications", "replications", 4)
+    replications = _int(f, v, 2, 10_000)
+    req_v, req_f = pick("requests", "requests", None)
+    dur_v, dur_f = pick("duration_s", "duration_s", None)
+    if req_v is not None and dur_v is not None:
+        raise ConfigError("--requests", "give either --requests or --duration-s, not both")
+    requests = _int(req_f, req_v, 1, 10**6) if req_v is not None else (None if dur_v else 500)
+    duration = _positive_float(dur_f, dur_v) if dur_v is not None else None
+    trace = read_trace(args.trace) if args.trace else None
+    rates_v, rates_f = pick("rates", "rates", None)
+    if trace is not None:
+        if len(trace.arrival_s) < 2 and rates_v is not None:
+            raise ConfigError("--trace", "a trace of one request cannot be rescaled to --rates")
+        if rates_v is None:
+            span = trace.arrival_s[-1] - trace.arrival_s[0]
+            rates = ((len(trace.arrival_s) - 1) / span,) if span > 0 else (1.0,)
+        else:
+            rates = parse_rates(rates_f, rates_v)
+    else:
+        rates = parse_rates(rates_f, rates_v if rates_v is not None else list(DEFAULT_RATES))
+    if trace is not None:
+        if args.workload is not None:
+            raise ConfigError("--workload", "give either --workload or --trace, not both")
+        workload, prompt_len, output_len = "trace", None, None
+        source = f"trace {os.path.basename(args.trace)} ({len(trace.arrival_s)} requests)."
+        from src.config import FixedLength
+        prompt_len = FixedLength(int(trace.prompt_tokens.max()))
+        output_len = FixedLength(int(trace.output_tokens.max()))
+    else:
+        value, field = pick("workload", "workload", "sharegpt")
+        workload = str(value)
+        if workload == "scenario":
+            prompt_len, output_len = scenario.study.prompt_len, scenario.study.output_len
+            source = f"the scenario's [study] lengths ({scenario.name})."
+        else:
+            preset = workload_preset(workload, field)
+            prompt_len, output_len, source = preset.prompt_len, preset.output_len, preset.source
+    alpha_v, alpha_f = pick("alpha", "alpha", None)
+    mode_v, mode_f = pick("quality_mode", "quality_mode", None)
+    if alpha_v is not None and mode_v is not None:
+        raise ConfigError("--alpha", "give either --alpha or --quality-mode, not both")
+    if alpha_v is not None:
+        a = check_alpha(alpha_f, alpha_v)
+        alpha_mode, alpha = alpha_mode_label(a), PointAlpha(a)
+    else:
+        modes = scenario.study.alpha_modes
+        alpha_mode = str(mode_v) if mode_v is not None else scenario.study.quality_modes[0]
+        if alpha_mode not in modes:
+            raise ConfigError(mode_f, f"unknown quality mode '{alpha_mode}'; allowed: "
+                                      f"{', '.join(sorted(modes))}")
+        alpha = modes[alpha_mode]
+    sched_v, sched_f = pick("schedule", "schedule", None)
+    schedule_json = None
+    if sched_v is not None:
+        import json
+        schedule_json = sched_v if isinstance(sched_v, str) else json.dumps(sched_v)
+        parse_schedule_json(schedule_json, sched_f)
+    seed = _int("--seed", args.seed, 0, 2**63 - 1) if args.seed is not None else scenario.study.seed
+    cfg = ServeConfig(
+        scenario=scenario, engine_profile=engine, rates_per_s=rates, policies=policies,
+        workload=workload, prompt_len=prompt_len, output_len=output_len, workload_source=source,
+        alpha_mode=alpha_mode, alpha=alpha, arrival=arrival, trace=trace,
+        requests_per_replication=requests, duration_s=duration, replications=replications,
+        slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot,
+        limits=EngineLimits(max_num_seqs, max_tokens), max_gamma=max_gamma,
+        schedule_json=schedule_json, seed=seed, confidence=scenario.study.confidence)
+    return cfg
+
+
+def check_out_dir(out: str) -> None:
+    """Refuse an output folder that cannot be written, before any simulation runs."""
+    if out == "":
+        raise ConfigError("--out", "empty path; give a folder, e.g. --out runs/serving")
+    for path in (out, os.path.join(out, "results"), os.path.join(out, "plots")):
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise ConfigError("--out", f"{path} exists and is not a folder")
+        if os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError("--out", f"{path} is not writable")
+    probe = out
+    while not os.path.exists(probe):
+        probe = os.path.dirname(os.path.abspath(probe))
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError("--out", f"cannot create or write {out} ({probe} is not a writable folder)")
+
+
+def serve_main(argv: list[str]) -> int:
+    args = make_parser().parse_args(argv)
+    out = "." if args.out is None else args.out
+    try:
+        cfg = config_from_args(args)
+        check_out_dir(out)
+        workers = _int("--workers", args.workers, 1, 256) if args.workers is not None else None
+        from src.online.study import prepare
+        prepare(cfg)  # every check that needs the cost model, before any simulation
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from src.analysis import write_atomic
+    from src.online import report
+    from src.online.study import benchmark_line, run_serving
+    say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    result = run_serving(cfg, workers=workers, say=say)
+    summary_path = os.path.join(out, "results", "summary.txt")
+    existing = ""
+    if os.path.isfile(summary_path):
+        with open(summary_path, encoding="utf-8") as fh:
+            existing = fh.read()
+    files = report.render(result, cfg, out, existing)
+    for path, data in files.items():
+        write_atomic(path, data)
+    say(benchmark_line(result))
+    say(f"wrote {', '.join(files)}")
+    return 0
+
+
+def with_defaults(cfg, **changes):
+    """A copy of a ServeConfig with some fields changed (tests and the benchmark)."""
+    return replace(cfg, **changes)

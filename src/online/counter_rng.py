@@ -1,0 +1,42 @@
+"""Counter-based uniforms: the draw for (request key, counter) without any generator state.
+
+SplitMix64 (Steele, Lea and Flood 2014, "Fast splittable pseudorandom number generators", OOPSLA;
+the finaliser of Java's SplittableRandom) seeded with a request's 64-bit key, read at position
+`counter`: state = key + (counter + 1) * 0x9E3779B97F4A7C15, then the mix function. A request's
+j-th verification step always uses draw j of its own sequence, however the engine groups steps and
+whichever policy runs, so every policy sees the same acceptance draws (common random numbers) and
+a replication's numbers do not depend on which other rows are simulated beside it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = (np.uint64(s) for s in (30, 27, 31, 11))
+
+
+def uniform_open_closed(key: np.ndarray, counter: np.ndarray) -> np.ndarray:
+    """U(0, 1] for every (key, counter) pair (uint64 keys, non-negative integer counters)."""
+    z = key + (np.asarray(counter).astype(np.uint64) + np.uint64(1)) * _GOLDEN
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    z = z ^ (z >> _S31)
+    return ((z >> _S11).astype(np.float64) + 1.0) * 2.0**-53
+
+
+def request_keys(rng: np.random.Generator, shape) -> np.ndarray:
+    """Independent 64-bit keys, one per request."""
+    return rng.integers(0, 2**63, size=shape, dtype=np.int64).astype(np.uint64) * np.uint64(2) + \
+        rng.integers(0, 2, size=shape, dtype=np.int64).astype(np.uint64)
+
+
+def accepted_drafts(key: np.ndarray, counter: np.ndarray, alpha: np.ndarray, gamma) -> np.ndarray:
+    """Drafts accepted before the first rejection, capped at gamma: floor(ln U / ln alpha).
+
+    P(K >= k) = P(U <= alpha^k) = alpha^k, the geometric law of i.i.d. acceptance
+    (src.acceptance); gamma broadcasts (0 gives 0)."""
+    u = uniform_open_closed(key, counter)
+    k = (np.log(u) / np.log(alpha)).astype(np.int64)
+    return np.minimum(k, gamma)
