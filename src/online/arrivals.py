@@ -13,6 +13,7 @@ in vLLM's `benchmark_serving` (which sends one, then sleeps an inter-arrival tim
   request's per-token acceptance probability); rows sorted by arrival time is not required. Times
   are seconds from the start; the trace is replayed as is (rates do not apply).
 """
+
 from __future__ import annotations
 
 import csv
@@ -61,8 +62,9 @@ def unit_gaps(seed: int, process: ArrivalProcess, replication: int, n: int) -> n
     return rng.standard_gamma(shape, n - 1) / shape
 
 
-def arrival_times(seed: int, process: ArrivalProcess, rate_per_s: float, replication: int,
-                  n: int) -> np.ndarray:
+def arrival_times(
+    seed: int, process: ArrivalProcess, rate_per_s: float, replication: int, n: int
+) -> np.ndarray:
     """Arrival times (s) of n requests at `rate_per_s`, the first at 0."""
     gaps = unit_gaps(seed, process, replication, n) / rate_per_s
     return np.concatenate([[0.0], np.cumsum(gaps)])
@@ -87,22 +89,31 @@ def read_trace(path: str) -> Trace:
         with open(path, newline="") as fh:
             rows = list(csv.reader(fh))
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("--trace", f"cannot read {path} as a CSV text file ({e.__class__.__name__})") from None
+        raise ConfigError(
+            "--trace", f"cannot read {path} as a CSV text file ({e.__class__.__name__})"
+        ) from None
     if not rows:
-        raise ConfigError("--trace", f"{path} is empty; expected a header "
-                                     "arrival_s,prompt_tokens,output_tokens[,alpha]")
+        raise ConfigError(
+            "--trace",
+            f"{path} is empty; expected a header arrival_s,prompt_tokens,output_tokens[,alpha]",
+        )
     header = [h.strip() for h in rows[0]]
     missing = [c for c in TRACE_COLUMNS if c not in header]
     if missing:
-        raise ConfigError("--trace", f"{path} lacks column(s) {', '.join(missing)}; expected a header "
-                                     "arrival_s,prompt_tokens,output_tokens[,alpha]")
+        raise ConfigError(
+            "--trace",
+            f"{path} lacks column(s) {', '.join(missing)}; expected a header "
+            "arrival_s,prompt_tokens,output_tokens[,alpha]",
+        )
     index = {c: header.index(c) for c in (*TRACE_COLUMNS, "alpha") if c in header}
     values = {c: [] for c in index}
     for line_no, row in enumerate(rows[1:], start=2):
         if not any(cell.strip() for cell in row):
             continue
         if len(row) < len(header):
-            raise ConfigError("--trace", f"{path} line {line_no}: {len(row)} fields, expected {len(header)}")
+            raise ConfigError(
+                "--trace", f"{path} line {line_no}: {len(row)} fields, expected {len(header)}"
+            )
         for column, i in index.items():
             cell = row[i].strip()
             try:
@@ -110,23 +121,33 @@ def read_trace(path: str) -> Trace:
             except ValueError:
                 value = float("nan")
             integer = column in ("prompt_tokens", "output_tokens")
-            ok = math.isfinite(value) and {
-                "arrival_s": value >= 0,
-                "prompt_tokens": value >= 1 and value == int(value),
-                "output_tokens": value >= 1 and value == int(value),
-                "alpha": 0 < value < 1,
-            }[column]
+            ok = (
+                math.isfinite(value)
+                and {
+                    "arrival_s": value >= 0,
+                    "prompt_tokens": value >= 1 and value == int(value),
+                    "output_tokens": value >= 1 and value == int(value),
+                    "alpha": 0 < value < 1,
+                }[column]
+            )
             if not ok:
-                allowed = {"arrival_s": "a number of seconds >= 0",
-                           "prompt_tokens": "an integer >= 1", "output_tokens": "an integer >= 1",
-                           "alpha": "a number strictly between 0 and 1"}[column]
-                raise ConfigError("--trace", f"{path} line {line_no}: {column} '{cell}' is not {allowed}")
+                allowed = {
+                    "arrival_s": "a number of seconds >= 0",
+                    "prompt_tokens": "an integer >= 1",
+                    "output_tokens": "an integer >= 1",
+                    "alpha": "a number strictly between 0 and 1",
+                }[column]
+                raise ConfigError(
+                    "--trace", f"{path} line {line_no}: {column} '{cell}' is not {allowed}"
+                )
             values[column].append(int(value) if integer else value)
     if not values["arrival_s"]:
         raise ConfigError("--trace", f"{path} has a header but no requests")
     order = np.argsort(np.asarray(values["arrival_s"]), kind="stable")
     arrays = {c: np.asarray(v)[order] for c, v in values.items()}
-    return Trace(arrival_s=arrays["arrival_s"].astype(float),
-                 prompt_tokens=arrays["prompt_tokens"].astype(np.int64),
-                 output_tokens=arrays["output_tokens"].astype(np.int64),
-                 alpha=arrays.get("alpha"))
+    return Trace(
+        arrival_s=arrays["arrival_s"].astype(float),
+        prompt_tokens=arrays["prompt_tokens"].astype(np.int64),
+        output_tokens=arrays["output_tokens"].astype(np.int64),
+        alpha=arrays.get("alpha"),
+    )

@@ -7,20 +7,36 @@
 Options override the scenario file's [serving] table, which overrides the defaults. Bad input gets
 one line naming the option (or the [serving] key) and what is allowed, exit code 2, nothing written.
 """
+
 from __future__ import annotations
 
 import argparse
 import math
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
 from src.config import ConfigError, OneLineArgumentParser, check_alpha, read_toml
 
-SERVING_KEYS = ("engine_profile", "rates", "policies", "workload", "arrival", "slo", "requests",
-                "duration_s", "replications", "quality_mode", "alpha", "max_num_seqs",
-                "max_num_batched_tokens", "max_gamma", "schedule")
+SERVING_KEYS = (
+    "engine_profile",
+    "rates",
+    "policies",
+    "workload",
+    "arrival",
+    "slo",
+    "requests",
+    "duration_s",
+    "replications",
+    "quality_mode",
+    "alpha",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_gamma",
+    "schedule",
+)
 DEFAULT_RATES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 DEFAULT_POLICIES = "none,fixed,schedule,adaptive,off-above"
 
@@ -29,38 +45,59 @@ def make_parser() -> argparse.ArgumentParser:
     p = OneLineArgumentParser(
         prog="python run.py serve",
         description="Simulate serving under load (open-loop arrivals, continuous batching, chunked "
-                    "prefill, KV-cache preemption) for several speculation policies on the same "
-                    "requests; write OUT/results/serving.csv, a serving section in "
-                    "OUT/results/summary.txt and OUT/plots/serving_*.png.",
+        "prefill, KV-cache preemption) for several speculation policies on the same "
+        "requests; write OUT/results/serving.csv, a serving section in "
+        "OUT/results/summary.txt and OUT/plots/serving_*.png.",
         epilog="Policies: none, fixed[:G], schedule (vLLM num_speculative_tokens_per_batch_size; "
-               "default: the cost model's steady-state optimum), adaptive (goodput-maximising, "
-               "SmartSpec-style), off-above[:N[:G]]. A scenario file may hold a [serving] table "
-               f"with any of: {', '.join(SERVING_KEYS)}.")
-    p.add_argument("--scenario", help="scenario TOML file (configs/scenarios/); default: the "
-                                      "default hardware scenario (H100, Llama-3.1-8B + 3.2-1B)")
-    p.add_argument("--engine", help="engine profile (src/presets/engines.toml); default: the "
-                                    "scenario's [serving] engine_profile, else vllm-v1 where it "
-                                    "exists, else the scenario's first non-ideal profile")
-    p.add_argument("--rates", help="request rates, requests/s, comma-separated (default "
-                                   f"{','.join(f'{r:g}' for r in DEFAULT_RATES)})")
+        "default: the cost model's steady-state optimum), adaptive (goodput-maximising, "
+        "SmartSpec-style), off-above[:N[:G]]. A scenario file may hold a [serving] table "
+        f"with any of: {', '.join(SERVING_KEYS)}.",
+    )
+    p.add_argument(
+        "--scenario",
+        help="scenario TOML file (configs/scenarios/); default: the "
+        "default hardware scenario (H100, Llama-3.1-8B + 3.2-1B)",
+    )
+    p.add_argument(
+        "--engine",
+        help="engine profile (src/presets/engines.toml); default: the "
+        "scenario's [serving] engine_profile, else vllm-v1 where it "
+        "exists, else the scenario's first non-ideal profile",
+    )
+    p.add_argument(
+        "--rates",
+        help="request rates, requests/s, comma-separated (default "
+        f"{','.join(f'{r:g}' for r in DEFAULT_RATES)})",
+    )
     p.add_argument("--policies", help=f"comma-separated (default {DEFAULT_POLICIES})")
-    p.add_argument("--workload", help="length preset of src/presets/workloads.toml (default "
-                                      "sharegpt) or 'scenario' (the scenario's [study] lengths)")
-    p.add_argument("--trace", help="CSV trace: arrival_s,prompt_tokens,output_tokens[,alpha]; "
-                                   "replayed as is, or rescaled to each --rates value")
+    p.add_argument(
+        "--workload",
+        help="length preset of src/presets/workloads.toml (default "
+        "sharegpt) or 'scenario' (the scenario's [study] lengths)",
+    )
+    p.add_argument(
+        "--trace",
+        help="CSV trace: arrival_s,prompt_tokens,output_tokens[,alpha]; "
+        "replayed as is, or rescaled to each --rates value",
+    )
     p.add_argument("--arrival", help="poisson (default) or gamma:CV (burstier for CV > 1)")
     p.add_argument("--slo", help="ttft=2s,tpot=50ms (default); units s or ms")
     p.add_argument("--requests", help="requests per replication (default 500)")
     p.add_argument("--duration-s", help="instead of --requests: arrivals over this many seconds")
     p.add_argument("--replications", help="independent replications per point (default 4)")
     p.add_argument("--alpha", help="per-token acceptance probability of every request, 0 < A < 1")
-    p.add_argument("--quality-mode", help="acceptance mode of the scenario's [study] alpha modes "
-                                          "(default: its first)")
-    p.add_argument("--max-num-seqs", help="vLLM max_num_seqs (default 1024, vLLM V1's on >= 70 GiB GPUs)")
+    p.add_argument(
+        "--quality-mode",
+        help="acceptance mode of the scenario's [study] alpha modes (default: its first)",
+    )
+    p.add_argument(
+        "--max-num-seqs", help="vLLM max_num_seqs (default 1024, vLLM V1's on >= 70 GiB GPUs)"
+    )
     p.add_argument("--max-num-batched-tokens", help="vLLM max_num_batched_tokens (default 8192)")
     p.add_argument("--max-gamma", help="largest gamma any policy may use (default 8)")
-    p.add_argument("--schedule", help="the schedule policy's table as vLLM JSON, e.g. "
-                                      "'[[1,15,3],[16,1024,0]]'")
+    p.add_argument(
+        "--schedule", help="the schedule policy's table as vLLM JSON, e.g. '[[1,15,3],[16,1024,0]]'"
+    )
     p.add_argument("--seed", help="root random seed (default: the scenario's)")
     p.add_argument("--workers", help="processes (default: one per core, up to the rates)")
     p.add_argument("--out", help="output folder (default .): OUT/results, OUT/plots")
@@ -100,8 +137,9 @@ def parse_rates(flag: str, value: Any) -> tuple[float, ...]:
         try:
             r = float(item)
         except (TypeError, ValueError):
-            raise ConfigError(flag, f"'{item}' is not a number; allowed: rates > 0 in requests/s, "
-                                    "e.g. 1,2,4") from None
+            raise ConfigError(
+                flag, f"'{item}' is not a number; allowed: rates > 0 in requests/s, e.g. 1,2,4"
+            ) from None
         if not (math.isfinite(r) and r > 0):
             raise ConfigError(flag, f"{item} is not a rate > 0 (requests/s)")
         rates.append(r)
@@ -128,8 +166,9 @@ def parse_slo(flag: str, value: Any) -> tuple[float, float]:
         except ValueError:
             v = math.nan
         if not (math.isfinite(v) and v > 0):
-            raise ConfigError(flag, f"'{part.strip()}' is not a positive time; expected e.g. "
-                                    "ttft=2s,tpot=50ms")
+            raise ConfigError(
+                flag, f"'{part.strip()}' is not a positive time; expected e.g. ttft=2s,tpot=50ms"
+            )
         out[key] = v
     if set(out) != {"ttft", "tpot"}:
         raise ConfigError(flag, f"'{value}' needs both ttft and tpot; expected ttft=2s,tpot=50ms")
@@ -138,6 +177,7 @@ def parse_slo(flag: str, value: Any) -> tuple[float, float]:
 
 def _engine_default(scenario, serving: Mapping) -> str:
     from src.costmodel import load_engine_profiles
+
     profiles = load_engine_profiles()
     if "engine_profile" in serving:
         return str(serving["engine_profile"])
@@ -149,7 +189,8 @@ def _engine_default(scenario, serving: Mapping) -> str:
 
 def load_serving_scenario(path: str | None):
     """(Scenario, [serving] table) of a scenario file, or of the default hardware scenario."""
-    from src.scenario import default_hardware_scenario, scenario_from_dict
+    from src.hardware.scenario import default_hardware_scenario, scenario_from_dict
+
     if path is None:
         return default_hardware_scenario(), {}
     data = dict(read_toml(path, "--scenario"))
@@ -158,7 +199,9 @@ def load_serving_scenario(path: str | None):
         raise ConfigError("serving", "expected a table")
     unknown = sorted(set(serving) - set(SERVING_KEYS))
     if unknown:
-        raise ConfigError(f"serving.{unknown[0]}", f"unknown key; allowed: {', '.join(SERVING_KEYS)}")
+        raise ConfigError(
+            f"serving.{unknown[0]}", f"unknown key; allowed: {', '.join(SERVING_KEYS)}"
+        )
     try:
         scenario = scenario_from_dict(data, source_path=path)
     except ConfigError as e:
@@ -168,13 +211,13 @@ def load_serving_scenario(path: str | None):
 
 def config_from_args(args: argparse.Namespace):
     """ServeConfig from the command line over the scenario's [serving] table over defaults."""
+    from src.config import PointAlpha, alpha_mode_label
     from src.costmodel import CostModelInputError, engine_profile
     from src.online.arrivals import parse_arrival, read_trace
+    from src.online.config import ServeConfig
     from src.online.engine import EngineLimits
     from src.online.policies import parse_schedule_json
-    from src.online.study import ServeConfig
     from src.online.workloads import workload_preset
-    from src.config import PointAlpha, alpha_mode_label
 
     scenario, serving = load_serving_scenario(args.scenario)
 
@@ -193,7 +236,7 @@ def config_from_args(args: argparse.Namespace):
         engine_profile(engine, field_name=field)
     except CostModelInputError as e:
         raise ConfigError(field, str(e).split(": ", 1)[1]) from None
-    value, field = pick("policies", "policies", DEFAULT_POLICIES)
+    value, policies_field = pick("policies", "policies", DEFAULT_POLICIES)
     policies = ",".join(value) if isinstance(value, list) else str(value)
     value, field = pick("slo", "slo", "ttft=2s,tpot=50ms")
     slo_ttft, slo_tpot = parse_slo(field, value)
@@ -208,10 +251,18 @@ def config_from_args(args: argparse.Namespace):
     v, f = pick("max_num_batched_tokens", "max_num_batched_tokens", lim.max_num_batched_tokens)
     max_tokens = _int(f, v, 1, 10**7)
     if max_tokens < max_num_seqs:  # vLLM's SchedulerConfig refuses this too
-        raise ConfigError(f, f"{max_tokens} is smaller than max_num_seqs ({max_num_seqs}); vLLM "
-                             "requires max_num_batched_tokens >= max_num_seqs")
+        raise ConfigError(
+            f,
+            f"{max_tokens} is smaller than max_num_seqs ({max_num_seqs}); vLLM "
+            "requires max_num_batched_tokens >= max_num_seqs",
+        )
     v, f = pick("max_gamma", "max_gamma", 8)
     max_gamma = _int(f, v, 1, 32)
+    from src.online.policies import BatchSchedule, parse_policies
+
+    parse_policies(
+        policies, 1, max_gamma, BatchSchedule(((1, 1, 1),), 1), 1, field_name=policies_field
+    )  # the syntax, before any cost-model work
     v, f = pick("replications", "replications", 4)
     replications = _int(f, v, 2, 10_000)
     req_v, req_f = pick("requests", "requests", None)
@@ -238,6 +289,7 @@ def config_from_args(args: argparse.Namespace):
         workload, prompt_len, output_len = "trace", None, None
         source = f"trace {os.path.basename(args.trace)} ({len(trace.arrival_s)} requests)."
         from src.config import FixedLength
+
         prompt_len = FixedLength(int(trace.prompt_tokens.max()))
         output_len = FixedLength(int(trace.output_tokens.max()))
     else:
@@ -260,24 +312,42 @@ def config_from_args(args: argparse.Namespace):
         modes = scenario.study.alpha_modes
         alpha_mode = str(mode_v) if mode_v is not None else scenario.study.quality_modes[0]
         if alpha_mode not in modes:
-            raise ConfigError(mode_f, f"unknown quality mode '{alpha_mode}'; allowed: "
-                                      f"{', '.join(sorted(modes))}")
+            raise ConfigError(
+                mode_f, f"unknown quality mode '{alpha_mode}'; allowed: {', '.join(sorted(modes))}"
+            )
         alpha = modes[alpha_mode]
     sched_v, sched_f = pick("schedule", "schedule", None)
     schedule_json = None
     if sched_v is not None:
         import json
+
         schedule_json = sched_v if isinstance(sched_v, str) else json.dumps(sched_v)
         parse_schedule_json(schedule_json, sched_f)
     seed = _int("--seed", args.seed, 0, 2**63 - 1) if args.seed is not None else scenario.study.seed
     cfg = ServeConfig(
-        scenario=scenario, engine_profile=engine, rates_per_s=rates, policies=policies,
-        workload=workload, prompt_len=prompt_len, output_len=output_len, workload_source=source,
-        alpha_mode=alpha_mode, alpha=alpha, arrival=arrival, trace=trace,
-        requests_per_replication=requests, duration_s=duration, replications=replications,
-        slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot,
-        limits=EngineLimits(max_num_seqs, max_tokens), max_gamma=max_gamma,
-        schedule_json=schedule_json, seed=seed, confidence=scenario.study.confidence)
+        scenario=scenario,
+        engine_profile=engine,
+        rates_per_s=rates,
+        policies=policies,
+        workload=workload,
+        prompt_len=prompt_len,
+        output_len=output_len,
+        workload_source=source,
+        alpha_mode=alpha_mode,
+        alpha=alpha,
+        arrival=arrival,
+        trace=trace,
+        requests_per_replication=requests,
+        duration_s=duration,
+        replications=replications,
+        slo_ttft_s=slo_ttft,
+        slo_tpot_s=slo_tpot,
+        limits=EngineLimits(max_num_seqs, max_tokens),
+        max_gamma=max_gamma,
+        schedule_json=schedule_json,
+        seed=seed,
+        confidence=scenario.study.confidence,
+    )
     return cfg
 
 
@@ -294,7 +364,9 @@ def check_out_dir(out: str) -> None:
     while not os.path.exists(probe):
         probe = os.path.dirname(os.path.abspath(probe))
     if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError("--out", f"cannot create or write {out} ({probe} is not a writable folder)")
+        raise ConfigError(
+            "--out", f"cannot create or write {out} ({probe} is not a writable folder)"
+        )
 
 
 def serve_main(argv: list[str]) -> int:
@@ -305,13 +377,15 @@ def serve_main(argv: list[str]) -> int:
         check_out_dir(out)
         workers = _int("--workers", args.workers, 1, 256) if args.workers is not None else None
         from src.online.study import prepare
+
         prepare(cfg)  # every check that needs the cost model, before any simulation
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from src.analysis import write_atomic
     from src.online import report
     from src.online.study import benchmark_line, run_serving
+    from src.reporting import write_atomic
+
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     result = run_serving(cfg, workers=workers, say=say)
     summary_path = os.path.join(out, "results", "summary.txt")

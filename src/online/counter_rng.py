@@ -7,6 +7,7 @@ j-th verification step always uses draw j of its own sequence, however the engin
 whichever policy runs, so every policy sees the same acceptance draws (common random numbers) and
 a replication's numbers do not depend on which other rows are simulated beside it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,9 @@ def uniform_open_closed(key: np.ndarray, counter: np.ndarray) -> np.ndarray:
 
 def request_keys(rng: np.random.Generator, shape) -> np.ndarray:
     """Independent 64-bit keys, one per request."""
-    return rng.integers(0, 2**63, size=shape, dtype=np.int64).astype(np.uint64) * np.uint64(2) + \
-        rng.integers(0, 2, size=shape, dtype=np.int64).astype(np.uint64)
+    return rng.integers(0, 2**63, size=shape, dtype=np.int64).astype(np.uint64) * np.uint64(
+        2
+    ) + rng.integers(0, 2, size=shape, dtype=np.int64).astype(np.uint64)
 
 
 def accepted_drafts(key: np.ndarray, counter: np.ndarray, alpha: np.ndarray, gamma) -> np.ndarray:

@@ -32,6 +32,7 @@ rates cheap: there, most steps are such stretches.
 
 Times are in ms inside the engine and in seconds at its edges (arrivals, results).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -145,10 +146,19 @@ class _State:
     extra: dict = field(default_factory=dict)
 
 
-SLOT_FIELDS = {"req": (np.int64, -1), "ctx": (np.int64, 0), "pf": (np.int64, 0),
-               "rem": (np.int64, 0), "alpha": (np.float64, 0.5), "key": (np.uint64, 0),
-               "steps": (np.int64, 0), "acc": (np.int64, 0), "tested": (np.int64, 0),
-               "last_emit": (np.float64, 0.0), "admit_seq": (np.int64, 0)}
+SLOT_FIELDS = {
+    "req": (np.int64, -1),
+    "ctx": (np.int64, 0),
+    "pf": (np.int64, 0),
+    "rem": (np.int64, 0),
+    "alpha": (np.float64, 0.5),
+    "key": (np.uint64, 0),
+    "steps": (np.int64, 0),
+    "acc": (np.int64, 0),
+    "tested": (np.int64, 0),
+    "last_emit": (np.float64, 0.0),
+    "admit_seq": (np.int64, 0),
+}
 
 
 def _ceil_div(a, b):
@@ -158,10 +168,18 @@ def _ceil_div(a, b):
 class Engine:
     """Simulate every row of `requests` to completion; see the module docstring."""
 
-    def __init__(self, requests: RequestTable, groups: list[RowGroup],
-                 deployments: list[Deployment], row_deployment: np.ndarray,
-                 limits: EngineLimits, max_gamma: int, segment_work: int = 1 << 14,
-                 max_segment_steps: int = 256, allow_segments: bool = True):
+    def __init__(
+        self,
+        requests: RequestTable,
+        groups: list[RowGroup],
+        deployments: list[Deployment],
+        row_deployment: np.ndarray,
+        limits: EngineLimits,
+        max_gamma: int,
+        segment_work: int = 1 << 14,
+        max_segment_steps: int = 256,
+        allow_segments: bool = True,
+    ):
         self.rq = requests
         self.groups = groups
         self.deployments = deployments
@@ -178,8 +196,9 @@ class Engine:
             self.row_policy[g.rows] = g.policy
         self.cap = np.array([deployments[d].kv_capacity_blocks for d in self.row_dep], np.int64)
         self.n_req = requests.n_requests
-        longest = np.where(np.isfinite(requests.arrival_s),
-                           requests.prompt_tokens + requests.output_tokens, 0).max(axis=1)
+        longest = np.where(
+            np.isfinite(requests.arrival_s), requests.prompt_tokens + requests.output_tokens, 0
+        ).max(axis=1)
         if np.any(self.cap < _ceil_div(longest + max_gamma + 1, limits.block_size_tokens) + 1):
             raise ValueError("the KV cache cannot hold the longest request")
         # per-request outcomes
@@ -205,7 +224,9 @@ class Engine:
         self.pool_tested = np.zeros(R)
         self.arrival_ms = requests.arrival_s * 1e3
         W = min(8, limits.max_num_seqs)
-        self.s = _State(W=W, **{k: np.full((R, W), v, dtype=t) for k, (t, v) in SLOT_FIELDS.items()})
+        self.s = _State(
+            W=W, **{k: np.full((R, W), v, dtype=t) for k, (t, v) in SLOT_FIELDS.items()}
+        )
 
     # -- helpers ------------------------------------------------------------------------------
     def _grow(self, need: int) -> None:
@@ -220,7 +241,7 @@ class Engine:
         for k, (t, v) in SLOT_FIELDS.items():
             old = getattr(s, k)
             new = np.full((self.R, W), v, dtype=t)
-            new[:, :s.W] = old
+            new[:, : s.W] = old
             setattr(s, k, new)
         s.W = W
 
@@ -237,10 +258,17 @@ class Engine:
             dep = self.deployments[self.row_dep[r[0]]]
             if not dep.speculative:
                 continue
-            view = PolicyView(batch=running[sel].sum(axis=1), decoding=decoding[sel],
-                              context=s.ctx[r], accepted=s.acc[r], tested=s.tested[r],
-                              pooled_accepted=self.pool_acc[r], pooled_tested=self.pool_tested[r],
-                              timer=dep.timer, max_gamma=self.max_gamma)
+            view = PolicyView(
+                batch=running[sel].sum(axis=1),
+                decoding=decoding[sel],
+                context=s.ctx[r],
+                accepted=s.acc[r],
+                tested=s.tested[r],
+                pooled_accepted=self.pool_acc[r],
+                pooled_tested=self.pool_tested[r],
+                timer=dep.timer,
+                max_gamma=self.max_gamma,
+            )
             out[sel] = np.clip(g.policy.gammas(view), 0, self.max_gamma)
         return out
 
@@ -256,20 +284,28 @@ class Engine:
             if pf_sums is not None:
                 n_dec = decoding[sel].sum(axis=1)
                 dec_ctx = (ctx[sel] * decoding[sel]).sum(axis=1)
-                t = t + timer.prefill_extra_ms(n_dec, gamma[sel], dec_ctx,
-                                               *(x[sel] for x in pf_sums))
+                t = t + timer.prefill_extra_ms(
+                    n_dec, gamma[sel], dec_ctx, *(x[sel] for x in pf_sums)
+                )
             target[sel] = t
             draft[sel] = dr
         return target, draft
 
     def _itl_add(self, rows, gaps_ms, weights=None):
         """Add inter-token gaps of rows (same shapes) to their histograms."""
-        b = np.searchsorted(ITL_BIN_EDGES_MS, np.maximum(gaps_ms, ITL_BIN_EDGES_MS[0]),
-                            side="right") - 1
+        b = (
+            np.searchsorted(
+                ITL_BIN_EDGES_MS, np.maximum(gaps_ms, ITL_BIN_EDGES_MS[0]), side="right"
+            )
+            - 1
+        )
         b = np.minimum(b, ITL_BIN_EDGES_MS.size - 2)
         flat = rows * self.itl.shape[1] + b
-        self.itl += np.bincount(flat.ravel(), weights=None if weights is None else weights.ravel(),
-                                minlength=self.itl.size).reshape(self.itl.shape)
+        self.itl += np.bincount(
+            flat.ravel(),
+            weights=None if weights is None else weights.ravel(),
+            minlength=self.itl.size,
+        ).reshape(self.itl.shape)
 
     def _leave(self, r, c) -> None:
         """Write a slot's request state back to the request arrays and empty the slot."""
@@ -298,20 +334,23 @@ class Engine:
             n_run = running.sum(axis=1)
             nn = self.next_new[rows]
             has_new = nn < self.n_req[rows]
-            head_arrival = np.where(has_new, self.arrival_ms[rows, np.minimum(nn, self.N - 1)],
-                                    np.inf)
+            head_arrival = np.where(
+                has_new, self.arrival_ms[rows, np.minimum(nn, self.N - 1)], np.inf
+            )
             idle = (n_run == 0) & (self.n_pre_wait[rows] == 0)
             finished = idle & ~has_new
             if finished.any():
                 live[rows[finished]] = False
                 keep = ~finished
                 rows, running, n_run, head_arrival, idle = (
-                    x[keep] for x in (rows, running, n_run, head_arrival, idle))
+                    x[keep] for x in (rows, running, n_run, head_arrival, idle)
+                )
                 if not rows.size:
                     break
             # an idle row jumps to its next arrival
-            self.clock[rows] = np.where(idle, np.maximum(self.clock[rows], head_arrival),
-                                        self.clock[rows])
+            self.clock[rows] = np.where(
+                idle, np.maximum(self.clock[rows], head_arrival), self.clock[rows]
+            )
             clock = self.clock[rows]
             in_pf = running & (s.pf[rows] > 0)
             decoding = running & ~in_pf
@@ -326,8 +365,7 @@ class Engine:
             else:
                 steady[:] = False
             if steady.any():
-                self._segment(rows[steady], gamma[steady], head_arrival[steady],
-                              free_slot[steady])
+                self._segment(rows[steady], gamma[steady], head_arrival[steady], free_slot[steady])
             general = ~steady
             if general.any():
                 self._general_step(rows[general], gamma[general])
@@ -342,7 +380,6 @@ class Engine:
         bs = lim.block_size_tokens
         budget = lim.max_num_batched_tokens
         cap = self.cap[rows]
-        r_idx = np.arange(rows.size)
         start = self.clock[rows].copy()
         preempted_any = np.zeros(rows.size, bool)
         while True:  # schedule the running sequences; preempt until their KV blocks fit
@@ -387,8 +424,10 @@ class Engine:
             pre = self.n_pre_wait[r] > 0
             if pre.any():  # preempted requests go first (they arrived before any waiting one)
                 head[pre] = self.waiting_pre[r[pre]].argmax(axis=1)
-            valid = pre | ((head < self.n_req[r])
-                           & (self.arrival_ms[r, np.minimum(head, self.N - 1)] <= start[a]))
+            valid = pre | (
+                (head < self.n_req[r])
+                & (self.arrival_ms[r, np.minimum(head, self.N - 1)] <= start[a])
+            )
             n_running = (s.req[r] >= 0).sum(axis=1)
             valid &= n_running < lim.max_num_seqs
             h = np.minimum(head, self.N - 1)
@@ -417,8 +456,9 @@ class Engine:
             s.last_emit[r, c] = self.req_last_emit[r, h]
             s.admit_seq[r, c] = self.admit_counter[r]
             self.admit_counter[r] += 1
-            self.first_sched[r, h] = np.where(np.isnan(self.first_sched[r, h]), start[a] * 1e-3,
-                                              self.first_sched[r, h])
+            self.first_sched[r, h] = np.where(
+                np.isnan(self.first_sched[r, h]), start[a] * 1e-3, self.first_sched[r, h]
+            )
             self.waiting_pre[r[pre], h[pre]] = False
             self.n_pre_wait[r[pre]] -= 1
             self.next_new[r[~pre]] += 1
@@ -440,8 +480,13 @@ class Engine:
         has_chunk = chunk > 0
         pf_after = s.pf[rows] - chunk
         completes = has_chunk & (pf_after == 0)
-        pf_sums = (chunk.sum(axis=1), completes.sum(axis=1), (ctx * has_chunk).sum(axis=1),
-                   causal_pairs(chunk, ctx).sum(axis=1), has_chunk.sum(axis=1))
+        pf_sums = (
+            chunk.sum(axis=1),
+            completes.sum(axis=1),
+            (ctx * has_chunk).sum(axis=1),
+            causal_pairs(chunk, ctx).sum(axis=1),
+            has_chunk.sum(axis=1),
+        )
         target_ms, draft_ms = self._step_ms(rows, decoding, g, ctx, pf_sums)
         step_ms = target_ms + draft_ms
         end = start + step_ms
@@ -524,7 +569,7 @@ class Engine:
             if limit is not None:
                 cap_steps = np.where(pols == g_.policy, np.minimum(cap_steps, limit), cap_steps)
         K = int(cap_steps.max())
-        take = lambda a: np.take_along_axis(a[rows], order, axis=1)  # noqa: E731
+        take = lambda a: np.take_along_axis(a[rows], order, axis=1)
         ctx0, rem0, alpha, key, steps0 = (take(x) for x in (s.ctx, s.rem, s.alpha, s.key, s.steps))
         j = np.arange(K)
         gcol = gamma[:, None, None]
@@ -556,10 +601,12 @@ class Engine:
         spec = gamma > 0
         k_in = np.where(in_seg[:, None, :] & act[:, :, None], k, 0)
         acc_add = k_in.sum(axis=2) * spec[:, None]
-        tested_add = (np.where(in_seg[:, None, :] & act[:, :, None], k + (k < gcol), 0)
-                      .sum(axis=2) * spec[:, None])
+        tested_add = (
+            np.where(in_seg[:, None, :] & act[:, :, None], k + (k < gcol), 0).sum(axis=2)
+            * spec[:, None]
+        )
         R2 = np.broadcast_to(rows[:, None], order.shape)
-        put = lambda a, v: a.__setitem__((R2[act], order[act]), v[act])  # noqa: E731
+        put = lambda a, v: a.__setitem__((R2[act], order[act]), v[act])
         put(s.ctx, ctx0 + done_tokens)
         put(s.rem, rem0 - done_tokens)
         put(s.steps, steps0 + n_steps[:, None] * spec[:, None])
@@ -586,8 +633,9 @@ class Engine:
         cap = self.cap[rows]
         ctx_after = ctx0[:, :, None] + np.minimum(tokens, rem0[:, :, None])
         used = (_ceil_div(ctx_after, bs) * act[:, :, None]).sum(axis=1)  # blocks after each step
-        self.stat["kv_int"][rows] += (np.where(in_seg, times * np.minimum(used, cap[:, None]), 0.0)
-                                      .sum(axis=1) / cap)
+        self.stat["kv_int"][rows] += (
+            np.where(in_seg, times * np.minimum(used, cap[:, None]), 0.0).sum(axis=1) / cap
+        )
         np.add.at(self.gamma_steps, (rows, gamma), n_steps)
         self.clock[rows] = end_last
         # finished requests leave
@@ -606,11 +654,19 @@ class Engine:
         makespan = np.nanmax(np.where(valid, fin, np.nan), axis=1)
         return EngineResult(
             arrival_s=np.where(valid, self.rq.arrival_s, np.nan),
-            first_scheduled_s=self.first_sched, first_token_s=self.first_token, finish_s=fin,
+            first_scheduled_s=self.first_sched,
+            first_token_s=self.first_token,
+            finish_s=fin,
             output_tokens=np.where(valid, self.rq.output_tokens, 0),
-            preemptions=self.preemptions, makespan_s=makespan,
-            steps=self.stat["steps"], busy_s=self.stat["busy"] * 1e-3,
-            running_integral_s=self.stat["run_int"] * 1e-3, kv_integral_s=self.stat["kv_int"] * 1e-3,
-            accepted_drafts=self.stat["acc"], proposed_drafts=self.stat["prop"],
-            decode_steps_by_gamma=self.gamma_steps, itl_histogram=self.itl,
-            kv_capacity_blocks=self.cap)
+            preemptions=self.preemptions,
+            makespan_s=makespan,
+            steps=self.stat["steps"],
+            busy_s=self.stat["busy"] * 1e-3,
+            running_integral_s=self.stat["run_int"] * 1e-3,
+            kv_integral_s=self.stat["kv_int"] * 1e-3,
+            accepted_drafts=self.stat["acc"],
+            proposed_drafts=self.stat["prop"],
+            decode_steps_by_gamma=self.gamma_steps,
+            itl_histogram=self.itl,
+            kv_capacity_blocks=self.cap,
+        )

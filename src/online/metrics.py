@@ -20,6 +20,7 @@ Analysis", 5th ed., 9.5). Speedups compare a policy with `none` on the same requ
 numbers): the ratio is formed per replication (none / policy for latencies, policy / none for
 throughputs) and averaged the same way.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -58,8 +59,9 @@ def histogram_percentiles(hist: np.ndarray, qs=PERCENTILES) -> np.ndarray:
     return out
 
 
-def per_replication(res: EngineResult, rows: np.ndarray, slo_ttft_s: float,
-                    slo_tpot_s: float) -> dict[str, np.ndarray]:
+def per_replication(
+    res: EngineResult, rows: np.ndarray, slo_ttft_s: float, slo_tpot_s: float
+) -> dict[str, np.ndarray]:
     """Every metric of each row (replication) of `rows`: name -> [len(rows)]."""
     arrival = res.arrival_s[rows]
     first = res.first_token_s[rows]
@@ -120,8 +122,9 @@ def summarise(per_rep: dict[str, np.ndarray], level: float) -> dict[str, float]:
     return row
 
 
-def speedups(policy: dict[str, np.ndarray], baseline: dict[str, np.ndarray],
-             level: float) -> dict[str, float]:
+def speedups(
+    policy: dict[str, np.ndarray], baseline: dict[str, np.ndarray], level: float
+) -> dict[str, float]:
     """Per-replication ratios against the baseline (none): latency metrics baseline / policy
     (> 1 = faster), throughputs policy / baseline, averaged with their CI."""
     row = {}

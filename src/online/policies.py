@@ -14,10 +14,11 @@ batch, as vLLM and SGLang run it (one draft length per step).
   utils.py, `build_dynamic_sd_schedule_lookup`). The default table is the cost model's steady-state
   optimum for the workload (`steady_state_schedule`).
 * `adaptive`: each step, the gamma that maximises goodput, the expected tokens the batch commits per
-  unit time (SmartSpec, Liu et al. 2024, arXiv 2406.14066; the batch-uniform form that vLLM's dynamic
-  speculative decoding implements, vllm/v1/spec_decode/dynamic/manager.py):
+  unit time (SmartSpec, Liu et al. 2024, arXiv 2406.14066; the batch-uniform form that vLLM's
+  dynamic speculative decoding implements, vllm/v1/spec_decode/dynamic/manager.py):
 
-      gamma* = argmax_g  sum_i E_i(g) / (T_draft(g) + T_verify(g)),  E_i(g) = (1 - a_i^(g+1)) / (1 - a_i)
+      gamma* = argmax_g  sum_i E_i(g) / (T_draft(g) + T_verify(g)),
+      E_i(g) = (1 - a_i^(g+1)) / (1 - a_i)
 
   with a_i the request's acceptance estimated from its own past steps (accepted / tested drafts,
   shrunk towards the row's pooled estimate with `prior_tokens` pseudo-observations) and the step
@@ -25,6 +26,7 @@ batch, as vLLM and SGLang run it (one draft length per step).
 * `off-above:N[:G]`: gamma = G while at most N sequences run, else 0 (vLLM v0's
   `speculative_disable_by_batch_size`); G defaults to the workload's best batch-1 gamma.
 """
+
 from __future__ import annotations
 
 import json
@@ -77,8 +79,8 @@ class BatchSchedule:
         next_bs, last_k = 1, None
         for lo, hi, k in sorted(self.ranges):
             if lo > next_bs and last_k is not None:
-                dense[next_bs:min(lo, max_batch + 1)] = min(self.num_speculative_tokens, last_k)
-            dense[max(lo, next_bs):min(hi, max_batch) + 1] = min(self.num_speculative_tokens, k)
+                dense[next_bs : min(lo, max_batch + 1)] = min(self.num_speculative_tokens, last_k)
+            dense[max(lo, next_bs) : min(hi, max_batch) + 1] = min(self.num_speculative_tokens, k)
             next_bs, last_k = max(next_bs, hi + 1), k
             if next_bs > max_batch:
                 break
@@ -92,8 +94,12 @@ class BatchSchedule:
 
     def vllm_json(self) -> str:
         """The `--speculative-config` fields vLLM reads for this schedule."""
-        return json.dumps({"num_speculative_tokens": self.num_speculative_tokens,
-                           "num_speculative_tokens_per_batch_size": [list(r) for r in self.ranges]})
+        return json.dumps(
+            {
+                "num_speculative_tokens": self.num_speculative_tokens,
+                "num_speculative_tokens_per_batch_size": [list(r) for r in self.ranges],
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -124,14 +130,16 @@ class Adaptive:
 
     def alpha_estimates(self, view) -> np.ndarray:
         """[r, W] acceptance estimate of each slot's request."""
-        pooled = ((view.pooled_accepted + self.prior_alpha * self.prior_tokens)
-                  / (view.pooled_tested + self.prior_tokens))
-        a = ((view.accepted + self.prior_tokens * pooled[:, None])
-             / (view.tested + self.prior_tokens))
+        pooled = (view.pooled_accepted + self.prior_alpha * self.prior_tokens) / (
+            view.pooled_tested + self.prior_tokens
+        )
+        a = (view.accepted + self.prior_tokens * pooled[:, None]) / (
+            view.tested + self.prior_tokens
+        )
         return np.clip(a, 1e-3, 0.999)
 
     def gammas(self, view) -> np.ndarray:
-        r, W = view.decoding.shape
+        r = view.decoding.shape[0]
         if r == 0:
             return np.zeros(0, np.int64)
         a = self.alpha_estimates(view)
@@ -142,8 +150,7 @@ class Adaptive:
         ctx = np.repeat(view.context, n, axis=0)
         gam = np.tile(g, r)
         target, draft = view.timer.decode_ms(dec, gam, ctx)
-        tokens = (expected_tokens_per_step(np.repeat(a, n, axis=0), gam[:, None])
-                  * dec).sum(axis=1)
+        tokens = (expected_tokens_per_step(np.repeat(a, n, axis=0), gam[:, None]) * dec).sum(axis=1)
         goodput = np.where(dec.any(axis=1), tokens / np.maximum(target + draft, 1e-12), 0.0)
         return goodput.reshape(r, n).argmax(axis=1).astype(np.int64)
 
@@ -151,8 +158,14 @@ class Adaptive:
 POLICY_FORMS = "none, fixed[:G], schedule, adaptive, off-above[:N[:G]]"
 
 
-def parse_policies(text: str, default_gamma: int, max_gamma: int, schedule: BatchSchedule,
-                   default_off_above: int = 32, field_name: str = "--policies") -> list:
+def parse_policies(
+    text: str,
+    default_gamma: int,
+    max_gamma: int,
+    schedule: BatchSchedule,
+    default_off_above: int = 32,
+    field_name: str = "--policies",
+) -> list:
     """Policies of a comma-separated list (POLICY_FORMS); ConfigError naming --policies.
 
     `fixed` without G uses default_gamma; `off-above` without N uses default_off_above."""
@@ -178,12 +191,14 @@ def parse_policies(text: str, default_gamma: int, max_gamma: int, schedule: Batc
                 n = int(n_text) if n_text else default_off_above
                 g = int(g_text) if g_text else default_gamma
                 if n < 1 or not 1 <= g <= max_gamma:
-                    raise ValueError("N must be >= 1 and G in 1..%d" % max_gamma)
+                    raise ValueError(f"N must be >= 1 and G in 1..{max_gamma}")
                 policy = OffAbove(n, g)
             else:
                 raise KeyError(part)
         except KeyError:
-            raise ConfigError(field_name, f"unknown policy '{part}'; allowed: {POLICY_FORMS}") from None
+            raise ConfigError(
+                field_name, f"unknown policy '{part}'; allowed: {POLICY_FORMS}"
+            ) from None
         except ValueError as e:
             raise ConfigError(field_name, f"'{part}': {e}; allowed: {POLICY_FORMS}") from None
         if policy.name in seen:
@@ -201,7 +216,9 @@ def parse_schedule_json(text: str, field_name: str = "--schedule") -> BatchSched
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        raise ConfigError(field_name, "not valid JSON; expected e.g. [[1, 15, 3], [16, 1024, 0]]") from None
+        raise ConfigError(
+            field_name, "not valid JSON; expected e.g. [[1, 15, 3], [16, 1024, 0]]"
+        ) from None
     num = None
     if isinstance(data, dict):
         num = data.get("num_speculative_tokens")
@@ -210,8 +227,11 @@ def parse_schedule_json(text: str, field_name: str = "--schedule") -> BatchSched
         raise ConfigError(field_name, "expected a non-empty list of [low, high, K] entries")
     ranges = []
     for entry in data:
-        if not (isinstance(entry, list) and len(entry) == 3
-                and all(isinstance(v, int) and not isinstance(v, bool) for v in entry)):
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 3
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in entry)
+        ):
             raise ConfigError(field_name, f"entry {entry!r} is not [low, high, K] of integers")
         lo, hi, k = entry
         if lo <= 0 or hi < lo or k < 0:
@@ -227,13 +247,18 @@ def parse_schedule_json(text: str, field_name: str = "--schedule") -> BatchSched
     if num is None:
         num = top
     if not isinstance(num, int) or num <= 0:
-        raise ConfigError(field_name, "num_speculative_tokens must be an integer > 0 (vLLM "
-                                      "requires it even when every K is 0)")
+        raise ConfigError(
+            field_name,
+            "num_speculative_tokens must be an integer > 0 (vLLM "
+            "requires it even when every K is 0)",
+        )
     return BatchSchedule(tuple(ranges), num)
 
 
-def compress_schedule(gamma_by_batch: np.ndarray, num_speculative_tokens: int | None = None,
-                      ) -> BatchSchedule:
+def compress_schedule(
+    gamma_by_batch: np.ndarray,
+    num_speculative_tokens: int | None = None,
+) -> BatchSchedule:
     """[low, high, K] ranges of a per-batch-size gamma array (index 0 unused)."""
     ranges = []
     for b in range(1, gamma_by_batch.size):
@@ -247,9 +272,15 @@ def compress_schedule(gamma_by_batch: np.ndarray, num_speculative_tokens: int | 
     return BatchSchedule(tuple(tuple(r) for r in ranges), num)
 
 
-def steady_state_gammas(spec_timer, greedy_timer, alphas: np.ndarray, context_tokens: float,
-                        max_batch: int, max_gamma: int, kv_tokens: int | None = None,
-                        ) -> tuple[np.ndarray, np.ndarray]:
+def steady_state_gammas(
+    spec_timer,
+    greedy_timer,
+    alphas: np.ndarray,
+    context_tokens: float,
+    max_batch: int,
+    max_gamma: int,
+    kv_tokens: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Best gamma (0 = off) and its speedup for every batch size 1..max_batch in steady state.
 
     Batch sizes whose KV cache (context + max_gamma + 1 tokens each) exceeds `kv_tokens` cannot
@@ -263,8 +294,9 @@ def steady_state_gammas(spec_timer, greedy_timer, alphas: np.ndarray, context_to
     """
     full = max_batch
     if kv_tokens is not None:
-        max_batch = int(np.clip(kv_tokens // (int(round(context_tokens)) + max_gamma + 1), 1,
-                                max_batch))
+        max_batch = int(
+            np.clip(kv_tokens // (int(round(context_tokens)) + max_gamma + 1), 1, max_batch)
+        )
     B = np.arange(1, max_batch + 1)
     active = np.arange(max_batch)[None, :] < B[:, None]
     ctx = np.full(active.shape, int(round(context_tokens)))

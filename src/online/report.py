@@ -4,6 +4,7 @@ Plots (plots/): serving_latency_vs_rate.png (p50 and p99 TPOT and TTFT against t
 one line per policy, 95% intervals as bands), serving_throughput_latency.png (TPOT p50 against
 output throughput, one point per rate), serving_goodput.png (requests per second meeting the SLO).
 """
+
 from __future__ import annotations
 
 import io
@@ -12,9 +13,9 @@ import os
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 SECTION_BEGIN = "=== SERVING UNDER LOAD (python run.py serve) ==="
 SECTION_END = "=== END SERVING UNDER LOAD ==="
@@ -33,7 +34,7 @@ def _ci(row, key, digits=2, scale=1.0):
 
 def _table(header, rows, indent="  "):
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = lambda r: indent + "  ".join(str(x).ljust(w) for x, w in zip(r, widths))  # noqa: E731
+    line = lambda r: indent + "  ".join(str(x).ljust(w) for x, w in zip(r, widths))
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
@@ -73,21 +74,25 @@ def summary_section(result: dict, cfg) -> str:
     policies = list(dict.fromkeys(t.policy))
     rates = sorted(t.rate_per_s.unique())
     sc = cfg.scenario
-    lines = [SECTION_BEGIN,
-             f"Deployment: {sc.name} ({sc.target_model_id} + draft {sc.draft} on {sc.gpu_id}, tp "
-             f"{sc.tp}), engine profile {cfg.engine_profile}.",
-             f"Workload: {cfg.workload} ({cfg.workload_source.split('.')[0]}); arrivals "
-             f"{cfg.arrival.label()}; acceptance mode {cfg.alpha_mode}.",
-             f"Engine: max_num_seqs {cfg.limits.max_num_seqs}, max_num_batched_tokens "
-             f"{cfg.limits.max_num_batched_tokens}, KV cache {prep.deployments[0].kv_capacity_blocks * 16} "
-             f"tokens without the draft, {prep.deployments[1].kv_capacity_blocks * 16} with it.",
-             f"{cfg.replications} replications x {int(t.requests.iloc[0] / cfg.replications)} requests "
-             f"per (policy, rate); values are means over replications with {cfg.confidence:.0%} "
-             "intervals [low, high].",
-             f"SLO: TTFT <= {cfg.slo_ttft_s:g} s and TPOT <= {cfg.slo_tpot_s * 1e3:g} ms; a rate "
-             f"meets it when {cfg.slo_attainment_target:.0%} of requests do.",
-             f"Default gamma (steady-state best at batch 1): {prep.default_gamma}; schedule: "
-             f"{prep.schedule.vllm_json()}", ""]
+    lines = [
+        SECTION_BEGIN,
+        f"Deployment: {sc.name} ({sc.target_model_id} + draft {sc.draft} on {sc.gpu_id}, tp "
+        f"{sc.tp}), engine profile {cfg.engine_profile}.",
+        f"Workload: {cfg.workload} ({cfg.workload_source.split('.')[0]}); arrivals "
+        f"{cfg.arrival.label()}; acceptance mode {cfg.alpha_mode}.",
+        f"Engine: max_num_seqs {cfg.limits.max_num_seqs}, max_num_batched_tokens "
+        f"{cfg.limits.max_num_batched_tokens}, KV cache "
+            f"{prep.deployments[0].kv_capacity_blocks * 16} "
+        f"tokens without the draft, {prep.deployments[1].kv_capacity_blocks * 16} with it.",
+        f"{cfg.replications} replications x {int(t.requests.iloc[0] / cfg.replications)} requests "
+        f"per (policy, rate); values are means over replications with {cfg.confidence:.0%} "
+        "intervals [low, high].",
+        f"SLO: TTFT <= {cfg.slo_ttft_s:g} s and TPOT <= {cfg.slo_tpot_s * 1e3:g} ms; a rate "
+        f"meets it when {cfg.slo_attainment_target:.0%} of requests do.",
+        f"Default gamma (steady-state best at batch 1): {prep.default_gamma}; schedule: "
+        f"{prep.schedule.vllm_json()}",
+        "",
+    ]
     lines.append("S1. TPOT p50 (ms) by policy and rate; speedup over none in parentheses")
     rows = []
     for p in policies:
@@ -97,29 +102,46 @@ def summary_section(result: dict, cfg) -> str:
             r.append(f"{row.tpot_p50_s * 1e3:.1f} ({row.tpot_p50_speedup:.2f}x)")
         rows.append(r)
     lines += [_table(["policy"] + [f"{x:g}/s" for x in rates], rows), ""]
-    lines.append("S2. Where speculation stops paying (TPOT p50 speedup below 1 with its whole "
-                 "interval, from this rate on)")
+    lines.append(
+        "S2. Where speculation stops paying (TPOT p50 speedup below 1 with its whole "
+        "interval, from this rate on)"
+    )
     rows = []
     for p in policies:
         if p == "none":
             continue
         s = stops_paying(t, p)
         s_e2e = stops_paying(t, p, "e2e_p50_speedup")
-        rows.append([p, "never in the grid" if s is None else f"{s:g}/s",
-                     "never in the grid" if s_e2e is None else f"{s_e2e:g}/s"])
+        rows.append(
+            [
+                p,
+                "never in the grid" if s is None else f"{s:g}/s",
+                "never in the grid" if s_e2e is None else f"{s_e2e:g}/s",
+            ]
+        )
     lines += [_table(["policy", "TPOT p50", "E2E p50"], rows), ""]
-    lines.append("S3. Best policy per rate (lowest TPOT p50; highest goodput), and the hindsight "
-                 "best fixed gamma")
+    lines.append(
+        "S3. Best policy per rate (lowest TPOT p50; highest goodput), and the hindsight "
+        "best fixed gamma"
+    )
     rows = []
     for rate in rates:
         g = t[t.rate_per_s == rate]
         by_tpot = g.loc[g.tpot_p50_s.idxmin()]
         by_good = g.loc[g.goodput_req_s.idxmax()]
         best_fixed = g.hindsight_best_fixed.iloc[0] or "-"
-        rows.append([f"{rate:g}/s", f"{by_tpot.policy} ({by_tpot.tpot_p50_s * 1e3:.1f} ms)",
-                     f"{by_good.policy} ({by_good.goodput_req_s:.2f} req/s)", best_fixed])
+        rows.append(
+            [
+                f"{rate:g}/s",
+                f"{by_tpot.policy} ({by_tpot.tpot_p50_s * 1e3:.1f} ms)",
+                f"{by_good.policy} ({by_good.goodput_req_s:.2f} req/s)",
+                best_fixed,
+            ]
+        )
     lines += [_table(["rate", "best TPOT p50", "best goodput", "best fixed (hindsight)"], rows), ""]
-    lines.append("S4. Gain over the hindsight best fixed gamma (its TPOT p50 / the policy's; > 1 = better)")
+    lines.append(
+        "S4. Gain over the hindsight best fixed gamma (its TPOT p50 / the policy's; > 1 = better)"
+    )
     rows = []
     for p in policies:
         if p.startswith("fixed:"):
@@ -134,20 +156,52 @@ def summary_section(result: dict, cfg) -> str:
         c = slo_capacity(t, p, cfg.slo_attainment_target)
         gain = "-" if p == "none" or cap_none == 0 else f"{c / cap_none:.2f}x"
         rows.append([p, f"{c:.2f}/s", gain])
-    lines += [_table(["policy", "capacity", "vs none"], rows),
-              "  (a capacity equal to the largest rate of the grid means the SLO held at every rate)",
-              ""]
-    lines.append("S6. Detail per (policy, rate): TTFT p50/p99 ms, TPOT p99 ms, E2E p50 s, output "
-                 "tok/s, goodput req/s, mean batch, KV use, acceptance, mean gamma")
+    lines += [
+        _table(["policy", "capacity", "vs none"], rows),
+        "  (a capacity equal to the largest rate of the grid means the SLO held at every rate)",
+        "",
+    ]
+    lines.append(
+        "S6. Detail per (policy, rate): TTFT p50/p99 ms, TPOT p99 ms, E2E p50 s, output "
+        "tok/s, goodput req/s, mean batch, KV use, acceptance, mean gamma"
+    )
     rows = []
     for _, row in t.iterrows():
-        rows.append([row.policy, f"{row.rate_per_s:g}", f"{row.ttft_p50_s * 1e3:.0f}",
-                     f"{row.ttft_p99_s * 1e3:.0f}", f"{row.tpot_p99_s * 1e3:.1f}",
-                     f"{row.e2e_p50_s:.2f}", _ci(row, "output_throughput_tok_s", 0),
-                     _fmt(row.goodput_req_s), _fmt(row.mean_batch, 1), _fmt(row.kv_use),
-                     _fmt(row.acceptance_rate), _fmt(row.mean_gamma)])
-    lines += [_table(["policy", "rate", "TTFT50", "TTFT99", "TPOT99", "E2E50", "out tok/s",
-                      "goodput", "batch", "KV", "accept", "gamma"], rows)]
+        rows.append(
+            [
+                row.policy,
+                f"{row.rate_per_s:g}",
+                f"{row.ttft_p50_s * 1e3:.0f}",
+                f"{row.ttft_p99_s * 1e3:.0f}",
+                f"{row.tpot_p99_s * 1e3:.1f}",
+                f"{row.e2e_p50_s:.2f}",
+                _ci(row, "output_throughput_tok_s", 0),
+                _fmt(row.goodput_req_s),
+                _fmt(row.mean_batch, 1),
+                _fmt(row.kv_use),
+                _fmt(row.acceptance_rate),
+                _fmt(row.mean_gamma),
+            ]
+        )
+    lines += [
+        _table(
+            [
+                "policy",
+                "rate",
+                "TTFT50",
+                "TTFT99",
+                "TPOT99",
+                "E2E50",
+                "out tok/s",
+                "goodput",
+                "batch",
+                "KV",
+                "accept",
+                "gamma",
+            ],
+            rows,
+        )
+    ]
     lines.append(SECTION_END)
     return "\n".join(lines)
 
@@ -170,8 +224,13 @@ def _colors(policies):
 def _policy_lines(ax, t, key, scale, colors, label=True):
     for p, g in t.groupby("policy", sort=False):
         g = g.sort_values("rate_per_s")
-        style = dict(color=colors[p], lw=2.2 if p == "none" else 1.5,
-                     ls="--" if p == "none" else "-", marker="o", ms=3.5)
+        style = dict(
+            color=colors[p],
+            lw=2.2 if p == "none" else 1.5,
+            ls="--" if p == "none" else "-",
+            marker="o",
+            ms=3.5,
+        )
         ax.plot(g.rate_per_s, g[key] * scale, label=p if label else None, **style)
         lo, hi = g[f"{key}_ci_low"] * scale, g[f"{key}_ci_high"] * scale
         if np.isfinite(lo).all():
@@ -187,16 +246,22 @@ def _png(fig) -> bytes:
 
 def _title(cfg) -> str:
     sc = cfg.scenario
-    return (f"{sc.target_model_id} + {sc.draft} on {sc.gpu_id} (tp {sc.tp}), "
-            f"{cfg.engine_profile}, {cfg.workload}, {cfg.arrival.label()} arrivals")
+    return (
+        f"{sc.target_model_id} + {sc.draft} on {sc.gpu_id} (tp {sc.tp}), "
+        f"{cfg.engine_profile}, {cfg.workload}, {cfg.arrival.label()} arrivals"
+    )
 
 
 def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
     policies = list(dict.fromkeys(t.policy))
     colors = _colors(policies)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
-    panels = [("tpot_p50_s", "TPOT p50 (ms)"), ("tpot_p99_s", "TPOT p99 (ms)"),
-              ("ttft_p50_s", "TTFT p50 (ms)"), ("ttft_p99_s", "TTFT p99 (ms)")]
+    panels = [
+        ("tpot_p50_s", "TPOT p50 (ms)"),
+        ("tpot_p99_s", "TPOT p99 (ms)"),
+        ("ttft_p50_s", "TTFT p50 (ms)"),
+        ("ttft_p99_s", "TTFT p99 (ms)"),
+    ]
     for ax, (key, label) in zip(axes.ravel(), panels):
         _policy_lines(ax, t, key, 1e3, colors)
         ax.set_xscale("log", base=2)
@@ -211,8 +276,9 @@ def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
     axes[0, 1].axhline(cfg.slo_tpot_s * 1e3, color="grey", lw=1, ls=":")
     axes[1, 1].axhline(cfg.slo_ttft_s * 1e3, color="grey", lw=1, ls=":")
     axes[0, 0].legend(fontsize=9, title="policy", title_fontsize=9)
-    fig.suptitle(f"Latency against request rate (bands: 95% CI; dotted: SLO)\n{_title(cfg)}",
-                 fontsize=10)
+    fig.suptitle(
+        f"Latency against request rate (bands: 95% CI; dotted: SLO)\n{_title(cfg)}", fontsize=10
+    )
     return _png(fig)
 
 
@@ -222,12 +288,26 @@ def plot_throughput_latency(t: pd.DataFrame, cfg) -> bytes:
     fig, ax = plt.subplots(figsize=(7.5, 5.5))
     for p, g in t.groupby("policy", sort=False):
         g = g.sort_values("rate_per_s")
-        ax.plot(g.output_throughput_tok_s, g.tpot_p50_s * 1e3, marker="o", ms=4, color=colors[p],
-                lw=2.2 if p == "none" else 1.5, ls="--" if p == "none" else "-", label=p)
+        ax.plot(
+            g.output_throughput_tok_s,
+            g.tpot_p50_s * 1e3,
+            marker="o",
+            ms=4,
+            color=colors[p],
+            lw=2.2 if p == "none" else 1.5,
+            ls="--" if p == "none" else "-",
+            label=p,
+        )
     last = t[t.policy == "none"].sort_values("rate_per_s")
     for _, row in last.iterrows():
-        ax.annotate(f"{row.rate_per_s:g}/s", (row.output_throughput_tok_s, row.tpot_p50_s * 1e3),
-                    textcoords="offset points", xytext=(4, -10), fontsize=8, color="black")
+        ax.annotate(
+            f"{row.rate_per_s:g}/s",
+            (row.output_throughput_tok_s, row.tpot_p50_s * 1e3),
+            textcoords="offset points",
+            xytext=(4, -10),
+            fontsize=8,
+            color="black",
+        )
     ax.set_xlabel("output throughput (tokens/s)")
     ax.set_ylabel("TPOT p50 (ms)")
     ax.set_yscale("log")
@@ -252,8 +332,11 @@ def plot_goodput(t: pd.DataFrame, cfg) -> bytes:
     ax.set_ylabel("goodput (requests/s meeting the SLO)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=9, title="policy", title_fontsize=9)
-    ax.set_title(f"Goodput, SLO TTFT <= {cfg.slo_ttft_s:g} s and TPOT <= {cfg.slo_tpot_s * 1e3:g} ms"
-                 f"\n{_title(cfg)}", fontsize=10)
+    ax.set_title(
+        f"Goodput, SLO TTFT <= {cfg.slo_ttft_s:g} s and TPOT <= {cfg.slo_tpot_s * 1e3:g} ms"
+        f"\n{_title(cfg)}",
+        fontsize=10,
+    )
     return _png(fig)
 
 
@@ -262,9 +345,15 @@ def render(result: dict, cfg, out_dir: str, existing_summary: str) -> dict[str, 
     t = result["table"]
     section = summary_section(result, cfg)
     return {
-        os.path.join(out_dir, "results", "serving.csv"): t.to_csv(index=False, float_format="%.6g").encode(),
-        os.path.join(out_dir, "results", "summary.txt"): replace_section(existing_summary, section).encode(),
+        os.path.join(out_dir, "results", "serving.csv"): t.to_csv(
+            index=False, float_format="%.6g"
+        ).encode(),
+        os.path.join(out_dir, "results", "summary.txt"): replace_section(
+            existing_summary, section
+        ).encode(),
         os.path.join(out_dir, "plots", "serving_latency_vs_rate.png"): plot_latency_vs_rate(t, cfg),
-        os.path.join(out_dir, "plots", "serving_throughput_latency.png"): plot_throughput_latency(t, cfg),
+        os.path.join(out_dir, "plots", "serving_throughput_latency.png"): plot_throughput_latency(
+            t, cfg
+        ),
         os.path.join(out_dir, "plots", "serving_goodput.png"): plot_goodput(t, cfg),
     }

@@ -1,10 +1,11 @@
-"""A serving sweep: every (policy, rate) of one deployment, R replications each, on the same requests.
+"""A serving sweep: every (policy, rate) of one deployment, R replications each, same requests.
 
 `ServeConfig` is validated once (`src/online/cli.py` builds it from the command line and the
 scenario's [serving] table); `run_serving` simulates each rate in its own engine (rates in parallel
 processes where there are cores: every row has its own random streams, so this changes no number)
 and returns one table row per (policy, rate) with every metric's mean and confidence interval.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,47 +18,22 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from src.config import AlphaDistribution, ConfigError, LengthDistribution
+from src.config import ConfigError
+from src.hardware.scenario import max_length_tokens
 from src.online import metrics
-from src.online.arrivals import ArrivalProcess, Trace, unit_gaps
-from src.online.engine import Deployment, Engine, EngineLimits, RequestTable, RowGroup
+from src.online.arrivals import unit_gaps
+from src.online.config import ServeConfig
+from src.online.engine import Deployment, Engine, RequestTable, RowGroup
 from src.online.policies import (
-    BatchSchedule, FixedGamma, NoSpeculation, compress_schedule, parse_policies,
+    BatchSchedule,
+    NoSpeculation,
+    compress_schedule,
+    parse_policies,
     steady_state_gammas,
 )
 from src.online.steptime import StepTimer, kv_capacity_tokens
 from src.online.workloads import make_requests, mean_length
-from src.scenario import Scenario, max_length_tokens
 from src.workload import sample_alpha, stream
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    """Everything a serving sweep needs, validated (see cli.py for the options that set it)."""
-
-    scenario: Scenario
-    engine_profile: str
-    rates_per_s: tuple[float, ...]
-    policies: str  # comma-separated policy list (src/online/policies.py)
-    workload: str  # preset name, "trace" or "scenario"
-    prompt_len: LengthDistribution
-    output_len: LengthDistribution
-    workload_source: str
-    alpha_mode: str
-    alpha: AlphaDistribution
-    arrival: ArrivalProcess = ArrivalProcess()
-    trace: Trace | None = None
-    requests_per_replication: int | None = 500
-    duration_s: float | None = None
-    replications: int = 4
-    slo_ttft_s: float = 2.0
-    slo_tpot_s: float = 0.050
-    limits: EngineLimits = EngineLimits()
-    max_gamma: int = 8
-    schedule_json: str | None = None
-    seed: int = 20261129
-    confidence: float = 0.95
-    slo_attainment_target: float = 0.9  # a rate "meets the SLO" when this share of requests does
 
 
 @dataclass(frozen=True)
@@ -99,30 +75,41 @@ def prepare(cfg: ServeConfig) -> Prepared:
     for dep, what in zip(deps, ("without", "with")):
         if dep.kv_capacity_blocks * bs < need_tokens + bs:
             raise ConfigError(
-                "--max-num-seqs" if dep.kv_capacity_blocks > 0 else "--scenario",
+                "--trace" if cfg.trace is not None else "--workload",
                 f"the KV cache {what} the draft holds {dep.kv_capacity_blocks * bs} tokens, "
                 f"less than the longest request ({need_tokens} tokens with the verification's "
-                "positions); allowed: a smaller --max-num-seqs, a larger tp or shorter requests")
+                "positions); allowed: shorter requests, a larger tp or a GPU with more memory",
+            )
     if cfg.trace is not None:
         mean_ctx = float(np.mean(cfg.trace.prompt_tokens + cfg.trace.output_tokens / 2))
     else:
-        mean_ctx = (mean_length(cfg.prompt_len, cfg.seed)
-                    + mean_length(cfg.output_len, cfg.seed) / 2)
-    alphas = (cfg.trace.alpha if cfg.trace is not None and cfg.trace.alpha is not None else
-              sample_alpha(stream(cfg.seed, "serving-omega", cfg.alpha_mode), cfg.alpha, (20_000,)))
-    gammas, speedups = steady_state_gammas(deps[1].timer, deps[0].timer, alphas, mean_ctx,
-                                           cfg.limits.max_num_seqs, cfg.max_gamma,
-                                           kv_tokens=min(d.kv_capacity_blocks for d in deps) * bs)
+        mean_ctx = mean_length(cfg.prompt_len, cfg.seed) + mean_length(cfg.output_len, cfg.seed) / 2
+    alphas = (
+        cfg.trace.alpha
+        if cfg.trace is not None and cfg.trace.alpha is not None
+        else sample_alpha(stream(cfg.seed, "serving-omega", cfg.alpha_mode), cfg.alpha, (20_000,))
+    )
+    gammas, speedups = steady_state_gammas(
+        deps[1].timer,
+        deps[0].timer,
+        alphas,
+        mean_ctx,
+        cfg.limits.max_num_seqs,
+        cfg.max_gamma,
+        kv_tokens=min(d.kv_capacity_blocks for d in deps) * bs,
+    )
     default_gamma = int(gammas[1]) or 1
     if cfg.schedule_json is not None:
         from src.online.policies import parse_schedule_json
+
         schedule = parse_schedule_json(cfg.schedule_json)
     else:
         schedule = compress_schedule(gammas, max(int(gammas.max()), 1))
     off = np.nonzero(gammas[1:] == 0)[0]
     default_off_above = int(off[0]) if off.size else cfg.limits.max_num_seqs
-    policies = parse_policies(cfg.policies, default_gamma, cfg.max_gamma, schedule,
-                              max(default_off_above, 1))
+    policies = parse_policies(
+        cfg.policies, default_gamma, cfg.max_gamma, schedule, max(default_off_above, 1)
+    )
     if not any(p.name == "none" for p in policies):  # every speedup is measured against it
         policies = [NoSpeculation()] + policies
     return Prepared(deps, tuple(policies), schedule, speedups, default_gamma, mean_ctx)
@@ -136,11 +123,22 @@ def _requests_for_rate(cfg: ServeConfig, rate: float, n_policies: int) -> Reques
     for r in range(R):
         if cfg.trace is not None:
             t = cfg.trace
-            scale = 1.0 if rate is None or not math.isfinite(rate) else (
-                (len(t.arrival_s) - 1) / max(t.arrival_s[-1] - t.arrival_s[0], 1e-9)) / rate
+            scale = (
+                1.0
+                if rate is None or not math.isfinite(rate)
+                else ((len(t.arrival_s) - 1) / max(t.arrival_s[-1] - t.arrival_s[0], 1e-9)) / rate
+            )
             arrival = (t.arrival_s - t.arrival_s[0]) * scale
-            base = make_requests(cfg.seed, "trace", cfg.prompt_len, cfg.output_len, cfg.alpha_mode,
-                                 cfg.alpha, r, arrival.size)
+            base = make_requests(
+                cfg.seed,
+                "trace",
+                cfg.prompt_len,
+                cfg.output_len,
+                cfg.alpha_mode,
+                cfg.alpha,
+                r,
+                arrival.size,
+            )
             alpha = t.alpha if t.alpha is not None else base.alpha
             reps.append((arrival, t.prompt_tokens, t.output_tokens, alpha, base.key))
             continue
@@ -152,8 +150,16 @@ def _requests_for_rate(cfg: ServeConfig, rate: float, n_policies: int) -> Reques
         arrival = np.concatenate([[0.0], np.cumsum(gaps)])
         if cfg.duration_s is not None:
             arrival = np.where(arrival < cfg.duration_s, arrival, np.inf)
-        base = make_requests(cfg.seed, cfg.workload, cfg.prompt_len, cfg.output_len,
-                             cfg.alpha_mode, cfg.alpha, r, n_max)
+        base = make_requests(
+            cfg.seed,
+            cfg.workload,
+            cfg.prompt_len,
+            cfg.output_len,
+            cfg.alpha_mode,
+            cfg.alpha,
+            r,
+            n_max,
+        )
         reps.append((arrival, base.prompt_tokens, base.output_tokens, base.alpha, base.key))
     n = max(x[0].size for x in reps)
 
@@ -161,9 +167,13 @@ def _requests_for_rate(cfg: ServeConfig, rate: float, n_policies: int) -> Reques
         rows = [np.concatenate([x[i], np.full(n - x[i].size, fill, dtype=dtype)]) for x in reps]
         return np.tile(np.array(rows, dtype=dtype), (n_policies, 1))
 
-    return RequestTable(arrival_s=stacked(0, np.inf, float), prompt_tokens=stacked(1, 1, np.int64),
-                        output_tokens=stacked(2, 1, np.int64), alpha=stacked(3, 0.5, float),
-                        key=stacked(4, 0, np.uint64))
+    return RequestTable(
+        arrival_s=stacked(0, np.inf, float),
+        prompt_tokens=stacked(1, 1, np.int64),
+        output_tokens=stacked(2, 1, np.int64),
+        alpha=stacked(3, 0.5, float),
+        key=stacked(4, 0, np.uint64),
+    )
 
 
 def simulate_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
@@ -173,8 +183,9 @@ def simulate_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
     requests = _requests_for_rate(cfg, rate, P)
     groups = [RowGroup(p, np.arange(i * R, (i + 1) * R)) for i, p in enumerate(prepared.policies)]
     row_dep = np.repeat([1 if p.speculative else 0 for p in prepared.policies], R)
-    engine = Engine(requests, groups, list(prepared.deployments), row_dep, cfg.limits,
-                    cfg.max_gamma)
+    engine = Engine(
+        requests, groups, list(prepared.deployments), row_dep, cfg.limits, cfg.max_gamma
+    )
     result = engine.run()
     return result, groups, time.perf_counter() - start
 
@@ -182,19 +193,29 @@ def simulate_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
 def _rate_rows(cfg: ServeConfig, prepared: Prepared, rate: float) -> tuple[list[dict], dict]:
     """Table rows of one rate plus per-replication metrics (for tests) and speed figures."""
     result, groups, wall = simulate_rate(cfg, prepared, rate)
-    per_rep = {g.policy.name: metrics.per_replication(result, g.rows, cfg.slo_ttft_s,
-                                                      cfg.slo_tpot_s) for g in groups}
+    per_rep = {
+        g.policy.name: metrics.per_replication(result, g.rows, cfg.slo_ttft_s, cfg.slo_tpot_s)
+        for g in groups
+    }
     base = per_rep["none"]
     rows = []
     for g in groups:
         name = g.policy.name
-        row = {"policy": name, "rate_per_s": rate, "replications": cfg.replications,
-               "requests": int(np.isfinite(result.arrival_s[g.rows]).sum()),
-               **metrics.summarise(per_rep[name], cfg.confidence),
-               **metrics.speedups(per_rep[name], base, cfg.confidence)}
+        row = {
+            "policy": name,
+            "rate_per_s": rate,
+            "replications": cfg.replications,
+            "requests": int(np.isfinite(result.arrival_s[g.rows]).sum()),
+            **metrics.summarise(per_rep[name], cfg.confidence),
+            **metrics.speedups(per_rep[name], base, cfg.confidence),
+        }
         rows.append(row)
-    speed = {"rate": rate, "wall_s": wall, "requests": int(np.isfinite(result.arrival_s).sum()),
-             "steps": float(result.steps.sum())}
+    speed = {
+        "rate": rate,
+        "wall_s": wall,
+        "requests": int(np.isfinite(result.arrival_s).sum()),
+        "steps": float(result.steps.sum()),
+    }
     return rows, {"per_rep": per_rep, "speed": speed}
 
 
@@ -204,12 +225,14 @@ def _rate_job(args):
 
 
 def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: None) -> dict:
-    """Simulate every (policy, rate); returns {"table": DataFrame, "prepared", "per_rep", "speed"}."""
+    """Simulate every (policy, rate): {"table": DataFrame, "prepared", "per_rep", "speed"}."""
     prepared = prepare(cfg)
     rates = list(cfg.rates_per_s)
     workers = min(workers or os.cpu_count() or 1, len(rates))
-    say(f"serving sweep: {len(prepared.policies)} policies x {len(rates)} rates x "
-        f"{cfg.replications} replications ({cfg.engine_profile}, workload {cfg.workload})")
+    say(
+        f"serving sweep: {len(prepared.policies)} policies x {len(rates)} rates x "
+        f"{cfg.replications} replications ({cfg.engine_profile}, workload {cfg.workload})"
+    )
     start = time.perf_counter()
     jobs = [(cfg, prepared, r) for r in rates]
     outcomes = []
@@ -227,26 +250,31 @@ def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: No
     table["_o"] = table.policy.map(order)
     table = table.sort_values(["_o", "rate_per_s"], kind="stable").drop(columns="_o")
     scenario = cfg.scenario
-    meta = {"scenario": scenario.name, "engine_profile": cfg.engine_profile,
-            "workload": cfg.workload, "arrival": cfg.arrival.label(),
-            "quality_mode": cfg.alpha_mode}
+    meta = {
+        "scenario": scenario.name,
+        "engine_profile": cfg.engine_profile,
+        "workload": cfg.workload,
+        "arrival": cfg.arrival.label(),
+        "quality_mode": cfg.alpha_mode,
+    }
     for i, (k, v) in enumerate(meta.items()):
         table.insert(i, k, v)
     hindsight_columns(table)
-    return {"table": table.reset_index(drop=True), "prepared": prepared,
-            "per_rep": {r: out[1]["per_rep"] for r, out in zip(rates, outcomes)},
-            "speed": [out[1]["speed"] for out in outcomes],
-            "wall_s": time.perf_counter() - start}
+    return {
+        "table": table.reset_index(drop=True),
+        "prepared": prepared,
+        "per_rep": {r: out[1]["per_rep"] for r, out in zip(rates, outcomes)},
+        "speed": [out[1]["speed"] for out in outcomes],
+        "wall_s": time.perf_counter() - start,
+    }
 
 
 def hindsight_columns(table: pd.DataFrame, metric: str = "tpot_p50_s") -> None:
-    """Per rate: the fixed gamma with the lowest `metric` in hindsight, and each policy's gain
-    over it (its_metric / policy's metric, > 1 = the policy beats the best fixed gamma)."""
-    fixed = table[table.policy.str.startswith("fixed:")]
+    """Per rate: the fixed gamma (none counting as gamma 0) with the lowest `metric` in hindsight,
+    and each policy's gain over it (its metric / the policy's; > 1 = the policy beats it)."""
+    fixed = table[table.policy.str.startswith("fixed:") | (table.policy == "none")]
     table["hindsight_best_fixed"] = ""
     table["gain_over_best_fixed"] = np.nan
-    if fixed.empty:
-        return
     for rate, grp in fixed.groupby("rate_per_s"):
         best = grp.loc[grp[metric].idxmin()]
         at = table.rate_per_s == rate
@@ -260,8 +288,10 @@ def benchmark_line(result: dict) -> str:
     requests = sum(s["requests"] for s in speed)
     steps = sum(s["steps"] for s in speed)
     wall = result["wall_s"]
-    return (f"{requests} requests, {steps:.3g} engine steps in {wall:.1f} s wall: "
-            f"{requests / wall:.0f} simulated requests/s, {steps / wall:.3g} steps/s")
+    return (
+        f"{requests} requests, {steps:.3g} engine steps in {wall:.1f} s wall: "
+        f"{requests / wall:.0f} simulated requests/s, {steps / wall:.3g} steps/s"
+    )
 
 
 def _say_stderr(msg: str) -> None:

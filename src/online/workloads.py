@@ -4,6 +4,7 @@ A preset is a prompt and an output length distribution with its source. `make_re
 each replication's requests from streams keyed by (seed, workload, replication) only, so every
 rate and policy serves the same requests (common random numbers).
 """
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from src.config import (
-    AlphaDistribution, ConfigError, LengthDistribution, LognormalLength, parse_length_distribution,
+    AlphaDistribution,
+    ConfigError,
+    LengthDistribution,
+    LognormalLength,
+    parse_length_distribution,
 )
 from src.online.counter_rng import request_keys
 from src.workload import sample_alpha, sample_lengths, stream
@@ -36,13 +41,16 @@ def _length(name: str, table) -> LengthDistribution:
     if isinstance(table, dict) and table.get("kind") == "lognormal_mean":
         keys = {"kind", "mean", "cv", "low", "high"}
         if set(table) != keys:
-            raise ConfigError(name, f"lognormal_mean needs exactly {', '.join(sorted(keys - {'kind'}))}")
+            raise ConfigError(
+                name, f"lognormal_mean needs exactly {', '.join(sorted(keys - {'kind'}))}"
+            )
         mean, cv = float(table["mean"]), float(table["cv"])
         if not (mean > 0 and cv > 0):
             raise ConfigError(name, "lognormal_mean needs mean > 0 and cv > 0")
         sigma = math.sqrt(math.log1p(cv**2))
-        return LognormalLength(mean / math.sqrt(1 + cv**2), sigma, int(table["low"]),
-                               int(table["high"]))
+        return LognormalLength(
+            mean / math.sqrt(1 + cv**2), sigma, int(table["low"]), int(table["high"])
+        )
     return parse_length_distribution(name, table)
 
 
@@ -52,16 +60,21 @@ def load_workloads(path: Path = WORKLOADS_FILE) -> dict[str, WorkloadPreset]:
     out = {}
     for name, t in data.get("workloads", {}).items():
         out[name] = WorkloadPreset(
-            name=name, description=t["description"],
+            name=name,
+            description=t["description"],
             prompt_len=_length(f"workloads.{name}.prompt", t["prompt"]),
-            output_len=_length(f"workloads.{name}.output", t["output"]), source=t["source"])
+            output_len=_length(f"workloads.{name}.output", t["output"]),
+            source=t["source"],
+        )
     return out
 
 
 def workload_preset(name: str, field_name: str = "--workload") -> WorkloadPreset:
     presets = load_workloads()
     if name not in presets:
-        raise ConfigError(field_name, f"unknown workload '{name}'; allowed: {', '.join(sorted(presets))}")
+        raise ConfigError(
+            field_name, f"unknown workload '{name}'; allowed: {', '.join(sorted(presets))}"
+        )
     return presets[name]
 
 
@@ -75,9 +88,16 @@ class ReplicationRequests:
     key: np.ndarray
 
 
-def make_requests(seed: int, workload: str, prompt_len: LengthDistribution,
-                  output_len: LengthDistribution, alpha_mode: str, alpha: AlphaDistribution,
-                  replication: int, n: int) -> ReplicationRequests:
+def make_requests(
+    seed: int,
+    workload: str,
+    prompt_len: LengthDistribution,
+    output_len: LengthDistribution,
+    alpha_mode: str,
+    alpha: AlphaDistribution,
+    replication: int,
+    n: int,
+) -> ReplicationRequests:
     """n requests of one replication, keyed by (seed, workload, quality mode, replication)."""
     rng = stream(seed, "serving-lengths", workload, replication)
     prompt = sample_lengths(rng, prompt_len, (n,))

@@ -1,0 +1,39 @@
+"""The configuration of a serving sweep (`python run.py serve`); src/online/cli.py validates it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from src.config import AlphaDistribution, LengthDistribution
+from src.hardware.scenario import Scenario
+from src.online.arrivals import ArrivalProcess, Trace
+from src.online.engine import EngineLimits
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything a serving sweep needs, validated (see cli.py for the options that set it)."""
+
+    scenario: Scenario
+    engine_profile: str
+    rates_per_s: tuple[float, ...]
+    policies: str  # comma-separated policy list (src/online/policies.py)
+    workload: str  # preset name, "trace" or "scenario"
+    prompt_len: LengthDistribution
+    output_len: LengthDistribution
+    workload_source: str
+    alpha_mode: str
+    alpha: AlphaDistribution
+    arrival: ArrivalProcess = ArrivalProcess()
+    trace: Trace | None = None
+    requests_per_replication: int | None = 500
+    duration_s: float | None = None
+    replications: int = 4
+    slo_ttft_s: float = 2.0
+    slo_tpot_s: float = 0.050
+    limits: EngineLimits = EngineLimits()
+    max_gamma: int = 8
+    schedule_json: str | None = None
+    seed: int = 20261129
+    confidence: float = 0.95
+    slo_attainment_target: float = 0.9  # a rate "meets the SLO" when this share of requests does

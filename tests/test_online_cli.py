@@ -1,0 +1,153 @@
+"""`python run.py serve`: outputs, reproducibility, and one-line errors for bad input."""
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from src.config import ConfigError
+from src.online.cli import parse_rates, parse_slo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICK = [
+    "--rates",
+    "2,16",
+    "--requests",
+    "40",
+    "--replications",
+    "2",
+    "--policies",
+    "none,fixed:2,schedule,adaptive,off-above:8",
+    "--workers",
+    "1",
+    "--quiet",
+]
+
+
+def run(*args, cwd=ROOT):
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "run.py"), "serve", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
+
+
+def test_serve_writes_csv_summary_section_and_plots_reproducibly(tmp_path):
+    out = tmp_path / "a"
+    summary = out / "results" / "summary.txt"
+    summary.parent.mkdir(parents=True)
+    summary.write_text("THE STUDY'S SUMMARY\n")
+    p = run(*QUICK, "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    t = pd.read_csv(out / "results" / "serving.csv")
+    assert sorted(t.rate_per_s.unique()) == [2, 16]
+    assert list(dict.fromkeys(t.policy)) == [
+        "none",
+        "fixed:2",
+        "schedule",
+        "adaptive",
+        "off-above:8",
+    ]
+    for col in (
+        "ttft_p99_s",
+        "tpot_p50_s_ci_low",
+        "itl_p90_s",
+        "e2e_p50_s",
+        "goodput_req_s",
+        "output_throughput_tok_s",
+        "request_throughput_req_s",
+        "mean_batch",
+        "kv_use",
+        "tpot_p50_speedup",
+        "output_throughput_tok_s_gain",
+        "gain_over_best_fixed",
+    ):
+        assert t[col].notna().all(), col
+    assert (t[t.policy == "none"].tpot_p50_speedup == 1).all()
+    text = summary.read_text()
+    assert text.startswith("THE STUDY'S SUMMARY") and "SERVING UNDER LOAD" in text
+    for name in ("serving_latency_vs_rate", "serving_throughput_latency", "serving_goodput"):
+        assert (out / "plots" / f"{name}.png").stat().st_size > 10_000
+    # a second run replaces the section (not appends) and gives byte-identical results
+    p = run(*QUICK, "--out", str(out))
+    assert p.returncode == 0
+    assert summary.read_text() == text
+    assert text.count("SERVING UNDER LOAD (") == 1
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--rates", "0,2"], "--rates"),
+        (["--rates", "-1"], "--rates"),
+        (["--rates", "x"], "--rates"),
+        (["--policies", "none,magic"], "--policies"),
+        (["--policies", "fixed:0"], "--policies"),
+        (["--workload", "nosuch"], "--workload"),
+        (["--slo", "ttft=2"], "--slo"),
+        (["--slo", "ttft=fast,tpot=50ms"], "--slo"),
+        (["--arrival", "gamma:-1"], "--arrival"),
+        (["--requests", "0"], "--requests"),
+        (["--max-num-seqs", "64", "--max-num-batched-tokens", "32"], "--max-num-batched-tokens"),
+        (["--schedule", "[[2, 8, 3]]"], "--schedule"),
+        (["--alpha", "1.5"], "--alpha"),
+        (["--engine", "nosuch"], "--engine"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, field):
+    out = tmp_path / "o"
+    p = run(*args, "--out", str(out))
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}"), p.stderr
+    assert not out.exists()
+
+
+def test_malformed_trace_and_oversized_requests_are_refused(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,20\n0.5,abc,20\n")
+    p = run("--trace", str(bad), "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and "line 3: prompt_tokens 'abc'" in p.stderr
+    missing = tmp_path / "missing.csv"
+    missing.write_text("arrival_s,prompt_tokens\n0,100\n")
+    p = run("--trace", str(missing), "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and "lacks column(s) output_tokens" in p.stderr
+    huge = tmp_path / "huge.csv"
+    huge.write_text("arrival_s,prompt_tokens,output_tokens\n0,900000,20\n1,100,20\n")
+    p = run("--trace", str(huge), "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and "longest request" in p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_trace_replay_runs(tmp_path):
+    trace = tmp_path / "t.csv"
+    rows = ["arrival_s,prompt_tokens,output_tokens,alpha"]
+    rows += [f"{i * 0.25},{100 + 7 * i},{20 + i},0.6" for i in range(40)]
+    trace.write_text("\n".join(rows) + "\n")
+    p = run(
+        "--trace",
+        str(trace),
+        "--policies",
+        "none,fixed:2",
+        "--replications",
+        "2",
+        "--workers",
+        "1",
+        "--quiet",
+        "--out",
+        str(tmp_path / "o"),
+    )
+    assert p.returncode == 0, p.stderr
+    t = pd.read_csv(tmp_path / "o" / "results" / "serving.csv")
+    assert t.requests.tolist() == [80, 80] and t.rate_per_s.iloc[0] == pytest.approx(4.0)
+
+
+def test_value_parsers():
+    assert parse_slo("--slo", "ttft=2s,tpot=50ms") == (2.0, 0.05)
+    assert parse_slo("--slo", "tpot=0.04s,ttft=500ms") == (0.5, 0.04)
+    assert parse_rates("--rates", "4,1,2") == (1.0, 2.0, 4.0)
+    with pytest.raises(ConfigError, match="twice"):
+        parse_rates("--rates", "1,1")

@@ -1,0 +1,126 @@
+"""The serving engine (src/online/engine.py): exactness of the stretch path, accounting
+identities, preemption, and the checks of the serving model against the fixed-batch study."""
+
+import numpy as np
+import pytest
+
+from src.config import FixedLength
+from src.costmodel import HardwareCostModel
+from src.online.arrivals import ArrivalProcess, arrival_times
+from src.online.counter_rng import request_keys
+from src.online.engine import Deployment, Engine, EngineLimits, RequestTable, RowGroup
+from src.online.policies import FixedGamma, NoSpeculation
+from src.online.steptime import StepTimer, kv_capacity_tokens
+from src.workload import stream
+
+
+def _deployments(engine="vllm-2024", kv_blocks=None):
+    spec = HardwareCostModel.from_presets(
+        "h100-sxm", "llama-3.1-8b", draft="llama-3.2-1b", engine=engine
+    )
+    plain = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="ngram", engine=engine)
+    out = []
+    for cost, s in ((plain, False), (spec, True)):
+        blocks = kv_blocks or kv_capacity_tokens(cost, 64) // 16
+        out.append(Deployment(StepTimer(cost, s), blocks))
+    return out
+
+
+def _table(policies, reps, n, rate, prompt=(32, 400), output=(2, 200), alpha=0.7, seed=3):
+    rows = []
+    for _ in policies:
+        for r in range(reps):
+            rng = stream(seed, "t", r)
+            rows.append(
+                (
+                    arrival_times(seed, ArrivalProcess(), rate, r, n),
+                    rng.integers(*prompt, n),
+                    rng.integers(*output, n),
+                    np.full(n, alpha),
+                    request_keys(stream(seed, "k", r), n),
+                )
+            )
+    return RequestTable(*(np.array([row[i] for row in rows]) for i in range(5)))
+
+
+def _run(policies, reps=2, n=60, rate=4.0, limits=EngineLimits(64, 2048), deps=None, **kw):
+    rq = _table(policies, reps, n, rate, **kw)
+    groups = [RowGroup(p, np.arange(i * reps, (i + 1) * reps)) for i, p in enumerate(policies)]
+    row_dep = np.repeat([int(p.speculative) for p in policies], reps)
+    deps = deps or _deployments()
+    return rq, groups, deps, row_dep, limits
+
+
+def test_stretches_equal_single_steps():
+    """Advancing a row through a stretch of decode steps gives exactly what single steps give
+    (same draws, same step times), for greedy and speculative rows."""
+    args = _run([NoSpeculation(), FixedGamma(3)], reps=2, n=30, rate=3.0, output=(2, 120))
+    fast = Engine(*args, max_gamma=4).run()
+    slow = Engine(*args, max_gamma=4, allow_segments=False).run()
+    assert fast.steps.sum() == slow.steps.sum()
+    np.testing.assert_allclose(fast.finish_s, slow.finish_s, rtol=1e-9)
+    np.testing.assert_allclose(fast.first_token_s, slow.first_token_s, rtol=1e-9)
+    np.testing.assert_array_equal(fast.accepted_drafts, slow.accepted_drafts)
+    np.testing.assert_allclose(fast.itl_histogram, slow.itl_histogram)
+
+
+def test_every_request_completes_in_order_of_events():
+    rq, *_ = args = _run([NoSpeculation(), FixedGamma(4)], reps=2, n=50, rate=8.0)
+    res = Engine(*args, max_gamma=4).run()
+    assert np.all(res.first_scheduled_s >= res.arrival_s - 1e-12)
+    assert np.all(res.first_token_s > res.first_scheduled_s)
+    assert np.all(res.finish_s >= res.first_token_s)
+    # a request of one output token finishes with its prefill
+    one = rq.output_tokens == 1
+    np.testing.assert_array_equal(res.finish_s[one], res.first_token_s[one])
+    # every step of a speculative row proposes gamma drafts per decoding sequence
+    assert res.proposed_drafts[:2].sum() == 0 and res.proposed_drafts[2:].sum() > 0
+
+
+def test_littles_law_holds_for_running_sequences():
+    """Time-average running sequences over the makespan = request throughput x mean time from
+    first scheduling to finish (an accounting identity the step loop must keep, with and without
+    speculation, also across stretches)."""
+    args = _run([NoSpeculation(), FixedGamma(3)], reps=3, n=80, rate=6.0)
+    res = Engine(*args, max_gamma=4).run()
+    lhs = res.running_integral_s / res.makespan_s
+    rhs = (
+        np.isfinite(res.arrival_s).sum(axis=1)
+        / res.makespan_s
+        * np.nanmean(res.finish_s - res.first_scheduled_s, axis=1)
+    )
+    assert res.preemptions.sum() == 0
+    np.testing.assert_allclose(lhs, rhs, rtol=1e-9)
+
+
+def test_preemption_recomputes_and_every_request_still_finishes():
+    """A KV cache of 120 blocks (1,920 tokens) for up to 64 sequences of up to 600 tokens forces
+    preemptions; preempted requests recompute and finish with all their tokens."""
+    deps = _deployments(kv_blocks=120)
+    args = _run([NoSpeculation(), FixedGamma(3)], reps=2, n=60, rate=50.0, deps=deps)
+    res = Engine(*args, max_gamma=4).run()
+    assert res.preemptions.sum() > 0
+    assert np.isfinite(res.finish_s).all()
+    assert np.all(res.finish_s >= res.first_token_s)
+    # KV use never exceeds the capacity
+    assert np.all(res.kv_integral_s <= res.busy_s * (1 + 1e-9))
+
+
+def test_longest_request_must_fit_in_the_kv_cache():
+    deps = _deployments(kv_blocks=10)
+    with pytest.raises(ValueError, match="cannot hold"):
+        Engine(*_run([NoSpeculation()], deps=deps), max_gamma=4)
+
+
+def test_rows_do_not_depend_on_their_neighbours():
+    """A replication's numbers are the same whether it runs alone or beside others
+    (counter-based draws; per-row clocks)."""
+    both = Engine(*_run([NoSpeculation(), FixedGamma(2)], reps=2, n=40), max_gamma=3).run()
+    alone = Engine(*_run([FixedGamma(2)], reps=2, n=40), max_gamma=3).run()
+    np.testing.assert_allclose(both.finish_s[2:], alone.finish_s, rtol=1e-9)
+
+
+def test_fixed_lengths_give_same_requests_to_every_policy():
+    rq, *_ = _run([NoSpeculation(), FixedGamma(2)], reps=2, n=10, prompt=(8, 9), output=(5, 6))
+    np.testing.assert_array_equal(rq.arrival_s[:2], rq.arrival_s[2:])
+    assert FixedLength(5)  # the study's length kinds are what workloads use
