@@ -369,7 +369,7 @@ def check_out_dir(out: str) -> None:
         )
 
 
-def serve_main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     args = make_parser().parse_args(argv)
     out = "." if args.out is None else args.out
     try:
