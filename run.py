@@ -7,65 +7,126 @@
 Parse the command line (src/cli.py); sweep the grid (src/sweep.py: config, workload, acceptance,
 baseline, speculative, metrics) under the flat cost model, plus the companion sweep under the
 other verification policy; run the hardware scenario (src/hardware/study.py); hand the rows to
-analysis, which writes every output.
+analysis, which renders every output, and replace the previous outputs as one set (src/outputs.py).
+
+Bad input is found before anything heavy is imported or simulated. Ctrl-C (exit 130) and SIGTERM
+(exit 143) stop the run with one line, end its worker processes and leave the previous outputs.
 """
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 
-import pandas as pd
-
-from src import analysis, cli
+from src import cli
 from src.config import ConfigError
-from src.costmodel import FlatCostModel
-from src.hardware.study import hardware_job
-from src.sweep import Sweep, comparison_config, progress_printer, run_grid
+
+EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 130, 143
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread like KeyboardInterrupt is for SIGINT."""
+
+
+class WriteFailed(Exception):
+    """Writing the outputs failed after the simulation (disk full, permissions changed)."""
+
+
+def grid_points(cfg) -> int:
+    return len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def study(plan: cli.RunPlan, state: dict) -> None:
+    """Simulate what the plan asks for and publish the outputs; state["published"] turns True once
+    the new outputs are final."""
+    # heavy imports only now that the input is known to be good
+    import pandas as pd
+
+    from src import analysis
+    from src.costmodel import FlatCostModel
+    from src.hardware.study import hardware_job
+    from src.processes import Background
+    from src.sweep import Sweep, comparison_config, progress_printer, run_grid
+
+    start = time.perf_counter()
+    say = (lambda msg: None) if plan.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    cfg, scenario = plan.cfg, plan.scenario
+    reference = comparison = cost = background = None
+    try:
+        if scenario is not None and plan.reference and (os.cpu_count() or 1) > 1:
+            # the hardware scenario runs in a second process beside the reference study (both are
+            # single-threaded numpy; every grid point has its own random stream, so this changes nothing)
+            background = Background(hardware_job, scenario, plan.quiet)
+            say(f"hardware scenario {scenario.name}: running in a second process")
+        if plan.reference:
+            cost = FlatCostModel(draft_cost_ratio=cfg.draft_cost)
+            say(f"reference study: {grid_points(cfg)} grid points ({cfg.verification} verification)")
+            sweep = Sweep(cfg, cost)
+            reference = run_grid(cfg, cost, progress=progress_printer(plan.quiet, "reference"), sweep=sweep)
+            other = "lockstep" if cfg.verification == "ragged" else "ragged"
+            companion = comparison_config(cfg)
+            say(f"companion sweep: {other} verification at gamma {', '.join(map(str, companion.gammas))}, "
+                f"{grid_points(companion)} grid points, for the summary's comparison")
+            comparison = pd.concat([reference[reference.gamma.isin(companion.gammas)],
+                                    run_grid(companion, cost, verification=other, sweep=sweep,
+                                             progress=progress_printer(plan.quiet, f"companion ({other})"))],
+                                   ignore_index=True)
+        hardware = None
+        if scenario is not None:
+            if background is not None:
+                say(f"waiting for the hardware scenario {scenario.name}")
+                hardware = background.result()
+            else:
+                hardware = hardware_job(scenario, plan.quiet, workers=os.cpu_count() or 1)
+    finally:
+        if background is not None:
+            background.kill()
+    say("writing outputs: " + ("reference plots, " if reference is not None else "") + "results and summary")
+    try:
+        paths = analysis.write_outputs(plan.out, cfg, reference, comparison, cost, hardware,
+                                       after_commit=lambda: state.update(published=True))
+    except OSError as e:
+        raise WriteFailed(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}") from None
+    say(f"wrote {len(paths)} files in {plan.out}/results and {plan.out}/plots in "
+        f"{time.perf_counter() - start:.1f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    subcommand = cli.subcommand(argv)
-    if subcommand is not None:
-        return subcommand(argv[1:])
+    previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
+    state = {"published": False}
     try:
-        plan = cli.parse(argv)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    for line in plan.measured_acceptance:  # what was derived from measurements, for the user to check
-        print(line)
-    start = time.perf_counter()
-    say = (lambda msg: None) if plan.quiet else (lambda msg: print(msg, file=sys.stderr))
-    cfg, scenario = plan.cfg, plan.scenario
-    reference = comparison = cost = pool = pending = None
-    if scenario is not None and plan.reference and (os.cpu_count() or 1) > 1:
-        # the hardware scenario runs in a second process beside the reference study (both are
-        # single-threaded numpy; every grid point has its own random stream, so this changes nothing)
-        pool = ProcessPoolExecutor(max_workers=1)
-        pending = pool.submit(hardware_job, scenario, True)
-        say(f"hardware scenario {scenario.name} running in a second process")
-    if plan.reference:
-        cost = FlatCostModel(draft_cost_ratio=cfg.draft_cost)
-        say(f"reference study: {len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)} "
-            f"grid points ({cfg.verification} verification)")
-        sweep = Sweep(cfg, cost)
-        reference = run_grid(cfg, cost, progress=progress_printer(plan.quiet), sweep=sweep)
-        other = "lockstep" if cfg.verification == "ragged" else "ragged"
-        say(f"companion sweep: {other} verification for the summary's comparison")
-        comparison = pd.concat([reference[reference.gamma.isin(comparison_config(cfg).gammas)],
-                                run_grid(comparison_config(cfg), cost, verification=other, sweep=sweep)],
-                               ignore_index=True)
-    hardware = None
-    if scenario is not None:
-        hardware = pending.result() if pending else hardware_job(scenario, plan.quiet, workers=os.cpu_count() or 1)
-    if pool:
-        pool.shutdown()
-    paths = analysis.write_outputs(plan.out, cfg, reference, comparison, cost, hardware)
-    say(f"wrote {', '.join(paths)} in {time.perf_counter() - start:.1f} s")
-    return 0
+        subcommand = cli.subcommand(argv)
+        if subcommand is not None:
+            return subcommand(argv[1:])
+        try:
+            plan = cli.parse(argv)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        for line in plan.measured_acceptance:  # what was derived from measurements, for the user to check
+            print(line)
+        try:
+            study(plan, state)
+        except WriteFailed as e:
+            print(f"error: --out: could not write the outputs ({e}); previous outputs left as they "
+                  "were", file=sys.stderr)
+            return EXIT_USAGE
+        return 0
+    except (KeyboardInterrupt, Terminated) as e:
+        what = "interrupted" if isinstance(e, KeyboardInterrupt) else "terminated"
+        outcome = ("the new outputs were already written" if state["published"]
+                   else "previous outputs left as they were")
+        newline = "\n" if sys.stderr.isatty() else ""  # past the terminal's ^C
+        print(f"{newline}{what}; {outcome}", file=sys.stderr)
+        return EXIT_INTERRUPTED if isinstance(e, KeyboardInterrupt) else EXIT_TERMINATED
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,10 @@ from src.hardware import plots as hardware_plots
 from src.hardware import report as hardware_report
 from src.hardware import schedules
 from src.mode_comparison import comparison_lines
+from src.outputs import publish
 from src.reporting import (
     FONT_PT, MARKERS, csv_bytes, decorate_speedup_axis, describe_alpha, describe_length, legend_outside,
-    log2_batch_axis, md_table, ordered, plot_speedup_grid, png_bytes, reference_gamma, table, write_atomic,
+    log2_batch_axis, md_table, ordered, plot_speedup_grid, png_bytes, reference_gamma, table,
 )
 
 
@@ -370,10 +371,12 @@ def at_a_glance(reference: pd.DataFrame, hardware: pd.DataFrame) -> str:
 
 
 def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None,
-                  comparison: pd.DataFrame | None, cost, hardware: dict | None = None) -> list[str]:
+                  comparison: pd.DataFrame | None, cost, hardware: dict | None = None,
+                  after_commit=None) -> list[str]:
     """Render everything in memory, then write it: results/results.csv (reference and hardware rows,
     told apart by `scenario`), results/verification_comparison.csv, results/summary.txt and the
-    plots of each part that ran. Returns the paths written."""
+    plots of each part that ran, replacing OUT/results and OUT/plots as one set (src/outputs.py).
+    Returns the paths written."""
     results, summary, files = [], [], {}
     plots = os.path.join(out_dir, "plots")
     if reference is not None:
@@ -399,9 +402,8 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
     table = table[first + [c for c in table.columns if c not in first]]
     files[os.path.join(out_dir, "results", "results.csv")] = csv_bytes(table)
     files[os.path.join(out_dir, "results", "summary.txt")] = ("\n\n".join(summary)).encode()
-    for path, data in files.items():
-        write_atomic(path, data)
-    return list(files)
+    return publish(out_dir, {os.path.relpath(path, out_dir): data for path, data in files.items()},
+                   after_commit=after_commit)
 
 
 # --- blocks of README.md and design.md generated from the committed results ------------------------

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Callable
 
+from src import outputs
 from src.acceptance_data import options as acceptance_options
 from src.config import (
     ConfigError, OneLineArgumentParser, StudyConfig, alpha_mode_label, build_config, check_alpha,
@@ -59,15 +60,16 @@ def make_parser() -> argparse.ArgumentParser:
             default = _default_text(getattr(defaults, f.name))
             p.add_argument(OPTION_FIELDS[f.name], dest=f.name,
                            help=f"{f.metadata['help']}; {f.metadata['rule'].allowed} (default {default})")
-    p.add_argument("--alpha", help="run a single point-mass quality mode with this acceptance probability, 0 < A < 1")
+    p.add_argument("--alpha", help="run a single point-mass quality mode with this acceptance probability, 0.001..0.999")
     p.add_argument("--config", help="TOML file setting any configuration field (see configs/example.toml)")
     p.add_argument("--scenario", help="'reference' runs only the flat-cost reference study; a scenario TOML file "
                                       "(configs/scenarios/) runs only that hardware deployment, into runs/NAME "
                                       "unless --out is given. Default: the reference study and the default "
                                       "hardware scenario (H100, Llama-3.1-8B + Llama-3.2-1B).")
-    p.add_argument("--out", help="output folder; writes OUT/results and OUT/plots (default: . , or runs/NAME "
-                                 "for a scenario file)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--out",
+                   help="output folder; each run replaces OUT/results and OUT/plots as a whole (default: "
+                        "the current folder, or runs/NAME for a scenario file)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     acceptance_options.add_arguments(p)
     return p
 
@@ -102,18 +104,6 @@ def config_from_args(args: argparse.Namespace, measured: dict | None = None) -> 
         raise
 
 
-def check_out_dir(out: str) -> None:
-    """Refuse an output folder that is a file or cannot be written, before any simulation runs."""
-    for path in (out, os.path.join(out, "results"), os.path.join(out, "plots")):
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise ConfigError("--out", f"{path} exists and is not a folder")
-    probe = out
-    while not os.path.exists(probe):  # the nearest existing ancestor must be a writable folder
-        probe = os.path.dirname(os.path.abspath(probe))
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError("--out", f"cannot create or write {out} ({probe} is not a writable folder)")
-
-
 def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
                        measured: dict | None = None) -> Scenario | None:
     """The hardware scenario to run (None for --scenario reference), with the command line's grid
@@ -127,8 +117,17 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
             raise
         raise ConfigError(f"--scenario {args.scenario}", str(e)) from None
     # fields set on the command line or in --config apply to the scenario's grid too; draft_cost
-    # belongs to the flat cost model and does not
-    explicit = set(load_toml(args.config)) if args.config else set()
+    # belongs to the flat cost model and does not, so a scenario file alone refuses it
+    in_config = set(load_toml(args.config)) if args.config else set()
+    if args.scenario is not None:
+        ignored = ("draft cost of the flat cost model, which only the reference study uses; "
+                   f"--scenario {args.scenario} takes its step times from the GPU, models and "
+                   "engine profiles it names")
+        if args.draft_cost is not None:
+            raise ConfigError("--draft-cost", f"not used: it sets the {ignored}")
+        if "draft_cost" in in_config:
+            raise ConfigError(f"--config {args.config}", f"draft_cost is not used: it is the {ignored}")
+    explicit = set(in_config)
     explicit |= {f for f in OPTION_FIELDS if getattr(args, f) is not None}
     if args.alpha is not None or measured:
         explicit |= {"alpha_modes", "quality_modes"}
@@ -168,7 +167,7 @@ def parse(argv: list[str]) -> RunPlan:
     cfg = config_from_args(args, measured.modes)
     scenario = scenario_from_args(args, cfg, measured.modes)
     only_scenario = args.scenario not in (None, "reference")
-    out = args.out or (os.path.join("runs", scenario.name) if only_scenario else ".")
-    check_out_dir(out)
+    out = args.out if args.out is not None else (os.path.join("runs", scenario.name) if only_scenario else ".")
+    outputs.prepare(out)
     return RunPlan(cfg=cfg, scenario=scenario, reference=not only_scenario, out=out, quiet=args.quiet,
                    measured_acceptance=measured.lines)

@@ -36,12 +36,28 @@ class HelpFormatter(argparse.HelpFormatter):
                              break_on_hyphens=False)
 
 
+class _StoreOnce(argparse._StoreAction):
+    """argparse's plain store, except that the same option a second time is refused rather than
+    silently replacing the first value."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_options_given", set())
+        if self.dest in given:
+            parser.error(f"{option_string}: given twice ({getattr(namespace, self.dest)!r} and "
+                         f"{values!r}); give it once")
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line (and exit code 2), like every other bad input."""
+    """argparse that reports a usage error as one line (and exit code 2), like every other bad
+    input, wraps help at spaces only, and refuses an option given twice (every option added
+    without an explicit action, argument groups included)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
 
     def error(self, message):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
@@ -240,18 +256,22 @@ def _int_list(name: str, value: Any, low: int, high: int) -> tuple[int, ...]:
         n = _number(name, item, integer=True)
         if not low <= n <= high:
             raise ConfigError(name, f"each value must be an integer in {low}..{high}, got {item}")
+        if n in out:
+            raise ConfigError(name, f"{n} is listed twice; give each value once")
         out.append(n)
-    return tuple(sorted(set(out)))
+    return tuple(sorted(out))
 
 
 def _name_list(name: str, value: Any, known: tuple[str, ...]) -> tuple[str, ...]:
     items = [s.strip() for s in value.split(",")] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not items or any(i == "" for i in items):
         raise ConfigError(name, f"expected a non-empty comma-separated list of: {', '.join(known)}")
-    for item in items:
+    for i, item in enumerate(items):
         if item not in known:
             raise ConfigError(name, f"unknown {item!r}; allowed: {', '.join(known)}")
-    return tuple(dict.fromkeys(items))
+        if item in items[:i]:
+            raise ConfigError(name, f"{item!r} is listed twice; give each value once")
+    return tuple(items)
 
 
 def _choice(name: str, value: Any, known: tuple[str, ...]) -> str:
@@ -283,9 +303,13 @@ def _open_unit(name: str, value: Any) -> float:
 
 
 def check_alpha(name: str, value: Any) -> float:
+    """An acceptance probability the simulator uses as given: within ALPHA_CLIP, where it clips
+    sampled alphas (a value outside would be changed silently, so it is refused)."""
     a = _number(name, value)
-    if not 0.0 < a < 1.0:
-        raise ConfigError(name, f"alpha must be strictly between 0 and 1, got {value}")
+    low, high = ALPHA_CLIP
+    if not low <= a <= high:
+        raise ConfigError(name, f"alpha must be in {low:g}..{high:g} (the simulator clips acceptance "
+                                f"probabilities to that range), got {value}")
     return a
 
 

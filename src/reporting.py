@@ -1,8 +1,9 @@
 """What both reports (the reference study's and a hardware scenario's) share: text tables,
 descriptions of the configured distributions, plot axes, PNG and CSV bytes, atomic writes.
 
-Every file is rendered in memory first and written with `write_atomic` (temp file in the target
-folder, then os.replace), so a failed run leaves the previous outputs untouched.
+Every file is rendered in memory first; a run's outputs are then replaced as one set
+(src/outputs.py), and single files such as README.md with `write_atomic` (temp file in the target
+folder, then os.replace).
 """
 from __future__ import annotations
 
@@ -171,14 +172,24 @@ def csv_bytes(df: pd.DataFrame) -> bytes:
     return df.to_csv(index=False, float_format=FLOAT_FORMAT, lineterminator="\n").encode()
 
 
+def umask_mode(mode: int = 0o666) -> int:
+    """`mode` as the user's umask leaves it (what open() would give a new file)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return mode & ~umask
+
+
 def write_atomic(path: str, data: bytes) -> None:
-    """Write to a temp file beside `path`, then rename over it (readers never see a partial file)."""
+    """Write to a temp file beside `path`, then rename over it (readers never see a partial file).
+    The file keeps its permissions, or gets the umask's if it is new (mkstemp alone gives 0600)."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
+    mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else umask_mode()
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -109,8 +109,9 @@ def comparison_config(cfg: StudyConfig) -> StudyConfig:
     return replace(cfg, gammas=tuple(gammas))
 
 
-def progress_printer(quiet: bool):
-    """A run_grid `progress` callback printing about ten lines on stderr (None when quiet)."""
+def progress_printer(quiet: bool, label: str = "grid"):
+    """A run_grid `progress` callback: about ten lines on stderr, each with what is left and an
+    estimate of the time it takes (None when quiet)."""
     if quiet:
         return None
     start = time.perf_counter()
@@ -118,7 +119,10 @@ def progress_printer(quiet: bool):
     def progress(done, total):
         if done == total or done % max(1, total // 10) < done - progress.last:
             progress.last = done
-            print(f"  {done}/{total} grid points ({time.perf_counter() - start:.1f} s)", file=sys.stderr)
+            elapsed = time.perf_counter() - start
+            left = f", about {elapsed / done * (total - done):.0f} s left" if done < total else ", done"
+            print(f"  {label}: {done}/{total} grid points in {elapsed:.1f} s{left}", file=sys.stderr,
+                  flush=True)
 
     progress.last = 0
     return progress

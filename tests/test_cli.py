@@ -35,10 +35,21 @@ SMALL = ["--batch-sizes", "1,4", "--gammas", "2", "--quality-modes", "homogeneou
     (["--seed", "x"], "--seed"),
     (["--config", "does-not-exist.toml"], "--config"),
     (["--no-such-option"], "unrecognized"),
+    # values that would otherwise be dropped or changed silently
+    (["--batch-sizes", "8,1,8"], "--batch-sizes: 8 is listed twice"),
+    (["--quality-modes", "bimodal,bimodal"], "--quality-modes: 'bimodal' is listed twice"),
+    (["--scenario", "reference", "--scenario", "configs/scenarios/h100-llama8b-1b.toml"],
+     "--scenario: given twice"),
+    (["--gammas", "2", "--gammas", "4"], "--gammas: given twice"),
+    (["--scenario", "configs/scenarios/h100-llama8b-1b.toml", "--draft-cost", "0.05"],
+     "--draft-cost: not used"),
+    (["--alpha", "0.9995"], "--alpha: alpha must be in 0.001..0.999"),
+    (["--alpha", "0.0005"], "--alpha: alpha must be in 0.001..0.999"),
 ])
 def test_bad_option_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, argv, needle):
     out = tmp_path / "out"
-    with pytest.raises(SystemExit) if needle == "unrecognized" else _no_raise() as exc:
+    usage_error = needle == "unrecognized" or "given twice" in needle  # argparse's own exit
+    with pytest.raises(SystemExit) if usage_error else _no_raise() as exc:
         code = run.main(argv + ["--out", str(out)])
     if exc is not None and getattr(exc, "value", None) is not None:
         code = exc.value.code
@@ -125,7 +136,8 @@ def test_unreadable_inputs_and_unwritable_out_are_one_line_exit_2(tmp_path, caps
              (["--config", str(binary)], "--config", "not UTF-8"),
              (["--scenario", str(tmp_path)], "--scenario", "is a folder"),
              (["--scenario", str(binary)], "--scenario", "not UTF-8"),
-             (["--out", "/dev/null/x"], "--out", "cannot create or write")]
+             (["--out", "/dev/null/x"], "--out", "cannot create or write"),
+             (["--out", ""], "--out", "must name a folder")]
     for argv, field, text in cases:
         out_args = [] if "--out" in argv else ["--out", str(tmp_path / "out")]
         assert run.main(argv + out_args + ["--quiet"]) == 2, argv
@@ -138,3 +150,15 @@ def test_batch_size_the_hardware_scenario_cannot_hold_names_the_option(tmp_path,
     assert run.main(["--batch-sizes", "1,256", "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --batch-sizes: ") and "--scenario reference" in err
+
+
+def test_a_config_draft_cost_that_a_scenario_file_would_ignore_is_refused(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text("draft_cost = 0.05\n")
+    out = tmp_path / "out"
+    scenario = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "scenarios", "h100-llama8b-1b.toml")
+    assert run.main(["--scenario", scenario, "--config", str(config),
+                     "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: --config {config}: draft_cost is not used")
+    assert not out.exists()

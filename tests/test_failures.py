@@ -3,10 +3,19 @@ does when it is interrupted or killed (signals), checked from outside with subpr
 from __future__ import annotations
 
 import os
+import queue
+import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INTERRUPTED = "interrupted; previous outputs left as they were"
+TERMINATED = "terminated; previous outputs left as they were"
 
 
 def run_py(*argv: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -23,3 +32,183 @@ def test_help_never_splits_an_id_across_lines():
                          "static_batch", "continuous_refill", "vllm-2024", "configs/example.toml"):
                 if name in text.replace("\n", " ").replace(" ", ""):
                     assert any(name in w for w in words), (argv, columns, name)
+
+
+def test_bad_input_is_answered_before_pandas_matplotlib_or_scipy_load():
+    """What makes bad input answer fast: nothing heavy is imported before validation."""
+    for argv in (["--gammas", "0"], ["--out", ""], ["--batch-sizes", "8,1,8"]):
+        done = subprocess.run([sys.executable, "-X", "importtime", "run.py", *argv], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2
+        imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+        assert imported, done.stderr[-500:]
+        assert not {"pandas", "matplotlib", "scipy"} & imported, argv
+
+
+# --- signals ------------------------------------------------------------------------------------
+
+def old_outputs(out) -> dict:
+    """A previous run's outputs (stand-ins) in out; returns {relative path: bytes}."""
+    files = {"results/results.csv": b"old results\n", "results/summary.txt": b"old summary\n",
+             "plots/speedup_vs_batch.png": b"old png"}
+    for rel, data in files.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+    return files
+
+
+def assert_untouched(out, files: dict) -> None:
+    found = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert found == files, sorted(found)
+    assert not [p for p in os.listdir(out) if p.startswith(".run-")]
+
+
+def children(pid: int) -> list[int]:
+    """Live child processes of pid (Linux /proc)."""
+    kids = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            kids += [int(k) for k in f.read().split()]
+    return kids
+
+
+def gone(pid: int) -> bool:
+    """True when pid no longer runs (absent, or a zombie nobody reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+class Run:
+    """`python run.py ARGV` in its own session, its stderr read line by line."""
+
+    def __init__(self, *argv: str):
+        self.proc = subprocess.Popen([sys.executable, "run.py", *argv], cwd=ROOT, text=True,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     start_new_session=True)
+        self.lines: queue.Queue = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+            self.lines.put(line)
+
+    def wait_for(self, text: str, timeout: float = 60) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                if text in self.lines.get(timeout=0.1):
+                    return
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+        raise AssertionError(f"never saw {text!r}: {''.join(self.stderr)[-2000:]}")
+
+    def finish(self, timeout: float = 20) -> tuple[int, str]:
+        rc = self.proc.wait(timeout=timeout)
+        time.sleep(0.1)  # let the reader thread take the last line
+        return rc, "".join(self.stderr)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def started_with_a_worker(out) -> Run:
+    """The default run (reference study + hardware scenario in a second process), once both run."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("the hardware scenario runs in a second process only where there are 2 cores")
+    run = Run("--out", str(out))
+    run.wait_for("running in a second process")
+    run.wait_for("reference study:")
+    assert children(run.proc.pid), "no worker process"
+    return run
+
+
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc (Linux)")
+
+
+@needs_proc
+@pytest.mark.parametrize("to_group", [False, True], ids=["main-process-only", "process-group"])
+def test_ctrl_c_exits_130_with_one_line_and_leaves_previous_outputs(tmp_path, to_group):
+    files = old_outputs(tmp_path)
+    run = started_with_a_worker(tmp_path)
+    try:
+        workers = children(run.proc.pid)
+        if to_group:  # what a terminal's Ctrl-C does: every process of the job gets SIGINT
+            os.killpg(run.proc.pid, signal.SIGINT)
+        else:
+            run.proc.send_signal(signal.SIGINT)
+        rc, err = run.finish()
+    finally:
+        run.kill()
+    assert rc == 130
+    assert err.splitlines()[-1] == INTERRUPTED
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert all(gone(w) for w in workers)
+    assert_untouched(tmp_path, files)
+
+
+@needs_proc
+def test_sigterm_exits_143_and_ends_the_worker(tmp_path):
+    files = old_outputs(tmp_path)
+    run = started_with_a_worker(tmp_path)
+    try:
+        workers = children(run.proc.pid)
+        run.proc.send_signal(signal.SIGTERM)
+        rc, err = run.finish()
+    finally:
+        run.kill()
+    assert rc == 143 and err.splitlines()[-1] == TERMINATED and "Traceback" not in err
+    assert all(gone(w) for w in workers)
+    assert_untouched(tmp_path, files)
+
+
+@needs_proc
+def test_workers_die_with_a_parent_killed_by_sigkill(tmp_path):
+    files = old_outputs(tmp_path)
+    run = started_with_a_worker(tmp_path)
+    try:
+        workers = children(run.proc.pid)
+        run.proc.send_signal(signal.SIGKILL)
+        run.proc.wait(timeout=10)
+        end = time.monotonic() + 10
+        while not all(gone(w) for w in workers) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert all(gone(w) for w in workers), "a worker outlived its parent"
+    finally:
+        run.kill()
+    # nothing of the new run reached results/ or plots/
+    found = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()
+             and not str(p.relative_to(tmp_path)).startswith(".run-")}
+    assert found == files
+
+
+# --- write failures found before the simulation ---------------------------------------------------
+
+def without_root_powers() -> list[str]:
+    """A command prefix under which permission bits apply (root ignores them)."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: read-only folders cannot be tested")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def test_read_only_plots_folder_is_refused_before_simulating(tmp_path):
+    files = old_outputs(tmp_path)
+    (tmp_path / "plots").chmod(0o555)
+    try:
+        done = subprocess.run(without_root_powers() + [sys.executable, "run.py", "--out", str(tmp_path)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+    finally:
+        (tmp_path / "plots").chmod(0o755)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: --out: cannot write ")
+    assert "plots" in done.stderr
+    assert_untouched(tmp_path, files)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from src.acceptance_data import sglang, traces, vllm_metrics
+from src.acceptance_data import sglang, vllm_metrics
 from src.config import AlphaDistribution, ConfigError
 
 
@@ -64,6 +64,8 @@ def measured_acceptance(args: argparse.Namespace) -> MeasuredAcceptance:
         modes[acc.mode_name] = sglang.to_mode(acc)
         lines += sglang.describe(acc)
     if args.acceptance_trace is not None:
+        from src.acceptance_data import traces  # pandas: imported only when a trace is given
+
         fit = traces.load_trace(args.acceptance_trace)
         modes.update(traces.to_modes(fit))
         lines += traces.describe(fit)

@@ -4,7 +4,6 @@ sweeps over batch x gamma x context (closed form), and the step-time breakdown a
 from __future__ import annotations
 
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
 import pandas as pd
 
@@ -12,6 +11,7 @@ from src.costmodel import load_engine_profiles
 from src.hardware import steady_state
 from src.hardware.plots import render_plots
 from src.hardware.scenario import Scenario
+from src.processes import map_in_processes
 from src.reporting import reference_gamma
 from src.sweep import progress_printer, run_grid
 from src.workload import acceptance_profile, sample_alpha, sample_lengths, stream
@@ -25,14 +25,16 @@ def mean_tokens(seed: int, dist) -> float:
     return float(sample_lengths(stream(seed, "mean-length", repr(dist)), dist, (100_000,)).mean())
 
 
-def engine_grid(scenario: Scenario, engine: str, progress=None) -> pd.DataFrame:
-    """The scenario's grid under one engine profile (a top-level function, so a worker can run it)."""
+def engine_grid(scenario: Scenario, engine: str, quiet: bool = True) -> pd.DataFrame:
+    """The scenario's grid under one engine profile (a top-level function, so a worker can run it);
+    progress on stderr unless quiet."""
+    progress = progress_printer(quiet, f"{scenario.name}, engine {engine}")
     df = run_grid(scenario.study, scenario.cost_model(engine), progress=progress)
     df.insert(0, "engine_profile", engine)
     return df
 
 
-def run_scenario(scenario: Scenario, progress=None, say=lambda msg: None, workers: int = 1) -> dict:
+def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> dict:
     """Simulate a hardware scenario under each of its engine profiles, plus the steady-state sweeps.
 
     With workers > 1 the engine profiles' grids run in parallel processes (same numbers: every grid
@@ -41,13 +43,16 @@ def run_scenario(scenario: Scenario, progress=None, say=lambda msg: None, worker
     (step times at the mean context)}.
     """
     cfg = scenario.study
-    say(f"scenario {scenario.name}: {len(scenario.engine_profiles)} engine profiles x "
-        f"{len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)} grid points")
-    if workers > 1 and len(scenario.engine_profiles) > 1:
-        with ProcessPoolExecutor(max_workers=min(workers, len(scenario.engine_profiles))) as pool:
-            grids = list(pool.map(engine_grid, [scenario] * len(scenario.engine_profiles), scenario.engine_profiles))
+    say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    engines = scenario.engine_profiles
+    say(f"hardware scenario {scenario.name}: {len(engines)} engine profiles x "
+        f"{len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)} grid points"
+        + (f", {min(workers, len(engines))} at a time in worker processes" if workers > 1 and len(engines) > 1 else ""))
+    if workers > 1 and len(engines) > 1:
+        grids = map_in_processes(engine_grid, [(scenario, e, quiet) for e in engines], workers)
     else:
-        grids = [engine_grid(scenario, e, progress) for e in scenario.engine_profiles]
+        grids = [engine_grid(scenario, e, quiet) for e in engines]
+    say(f"hardware scenario {scenario.name}: steady-state sweeps over batch x gamma x context and plots")
     steady, breakdown, attribution = [], [], []
     mean_context = mean_tokens(cfg.seed, cfg.prompt_len) + mean_tokens(cfg.seed, cfg.output_len) / 2
     ctx_mean, b_hi = int(round(mean_context)), max(cfg.batch_sizes)
@@ -97,7 +102,6 @@ def run_scenario(scenario: Scenario, progress=None, say=lambda msg: None, worker
 
 def hardware_job(scenario: Scenario, quiet: bool, workers: int = 1) -> dict:
     """run_scenario plus its plots, rendered where it ran (so a worker process returns PNG bytes)."""
-    say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr))
-    hw = run_scenario(scenario, progress=progress_printer(quiet), say=say, workers=workers)
+    hw = run_scenario(scenario, quiet=quiet, workers=workers)
     hw["plots"] = render_plots(hw)
     return hw

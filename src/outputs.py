@@ -1,0 +1,193 @@
+"""A run's outputs, replaced as one set: OUT/results and OUT/plots hold either the whole previous
+run or the whole new one, never a mix, whatever stops the run (Ctrl-C, SIGTERM, SIGKILL, a full disk).
+
+`prepare(out)` runs before any simulation: it finishes the clean-up of an earlier run that was
+killed, and refuses (ConfigError on --out) a folder the new outputs could not be written to.
+`publish(out, files)` then writes every file into a staging folder inside OUT and swaps the
+staged folders in by rename:
+
+    1. OUT/.run-staging-ID/{results,plots}/...   every file written (umask permissions)
+    2. OUT/.run-swap-ID                          journal: the names being swapped
+    3. per name: OUT/NAME -> OUT/.run-previous-ID.NAME, OUT/.run-staging-ID/NAME -> OUT/NAME
+    4. remove the journal                        the commit point: the new set is final
+    5. remove the previous and staging folders
+
+SIGINT and SIGTERM wait while steps 2-4 run. A run killed between 2 and 4 (SIGKILL) leaves the
+journal; the next `prepare` rolls the swap back, restoring the whole previous set. ID is the
+process id plus a random suffix; leftovers of processes still running are left alone.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+
+from src.config import ConfigError
+
+OWNED = ("results", "plots")  # the folders under OUT a run replaces as a whole
+OUTPUT_SUFFIXES = (".csv", ".txt", ".png", ".json", ".md", ".svg")  # what a run writes there
+PREFIX = ".run-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _leftover_pid(name: str) -> int | None:
+    """The process id in a staging/previous/journal name, or None if the name is not one."""
+    for kind in ("staging-", "previous-", "swap-"):
+        if name.startswith(PREFIX + kind):
+            pid = name[len(PREFIX + kind):].split("-", 1)[0]
+            return int(pid) if pid.isdigit() else None
+    return None
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def _roll_back(out: str, run_id: str) -> None:
+    """Undo an interrupted swap (journal present): put every previous folder back."""
+    journal = os.path.join(out, f"{PREFIX}swap-{run_id}")
+    with open(journal) as f:
+        names = [n for n in f.read().split() if n in OWNED]
+    staging = os.path.join(out, f"{PREFIX}staging-{run_id}")
+    for name in names:
+        previous = os.path.join(out, f"{PREFIX}previous-{run_id}.{name}")
+        moved_in = not os.path.exists(os.path.join(staging, name))
+        if moved_in:
+            _remove(os.path.join(out, name))
+        if os.path.exists(previous):
+            os.rename(previous, os.path.join(out, name))
+    os.remove(journal)
+
+
+def recover(out: str) -> None:
+    """Finish what killed runs left in OUT: roll back interrupted swaps, remove staging and
+    previous folders of processes that no longer run."""
+    if not os.path.isdir(out):
+        return
+    entries = sorted(os.listdir(out))
+    for name in entries:
+        pid = _leftover_pid(name)
+        if pid is not None and name.startswith(PREFIX + "swap-") and not _alive(pid):
+            _roll_back(out, name[len(PREFIX + "swap-"):])
+    for name in sorted(os.listdir(out)):
+        pid = _leftover_pid(name)
+        if pid is not None and not _alive(pid):
+            _remove(os.path.join(out, name))
+
+
+def _check_folder(path: str) -> None:
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError("--out", f"cannot write {path} (permission denied); make it writable or "
+                                   "choose another --out")
+
+
+def prepare(out: str) -> None:
+    """Before simulating: clean up after killed runs, and make sure the outputs can be written.
+
+    OUT (or, if it does not exist yet, its nearest existing parent) must be a writable folder;
+    OUT/results and OUT/plots, where they exist, writable folders holding only the kind of files
+    a run writes, since each run replaces them whole. Raises ConfigError on --out."""
+    if out.strip() == "":
+        raise ConfigError("--out", "must name a folder (use --out . for the current folder)")
+    for path in (out, *(os.path.join(out, n) for n in OWNED)):
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise ConfigError("--out", f"{path} exists and is not a folder")
+    probe = os.path.abspath(out)
+    while not os.path.exists(probe):  # the nearest existing ancestor must be a writable folder
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError("--out", f"cannot create or write {out} ({probe} is not a writable folder)")
+    if not os.path.isdir(out):
+        return
+    try:
+        recover(out)
+    except OSError as e:
+        raise ConfigError("--out", f"cannot clean up after an earlier run in {out}: "
+                                   f"{e.strerror or e}") from None
+    for name in OWNED:
+        folder = os.path.join(out, name)
+        if not os.path.isdir(folder):
+            continue
+        _check_folder(folder)
+        for entry in sorted(os.listdir(folder)):
+            path = os.path.join(folder, entry)
+            if not os.path.isfile(path) or os.path.islink(path) or not entry.endswith(OUTPUT_SUFFIXES):
+                raise ConfigError("--out", f"{path} is not an output of this tool, and each run "
+                                           f"replaces {folder} as a whole; move it or choose "
+                                           "another --out")
+
+
+def _write_file(path: str, data: bytes) -> None:
+    """A new file, folders as needed, with the permissions the umask gives (open's 0o666 & ~umask)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+class _SignalsDeferred:
+    """SIGINT and SIGTERM wait (are blocked) inside the block; delivered when it ends."""
+
+    SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+    def __enter__(self):
+        self._old = signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
+
+    def __exit__(self, *exc):
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+
+
+def publish(out: str, files: dict[str, bytes], after_commit=None) -> list[str]:
+    """Replace OUT/results and OUT/plots by `files` ({path relative to OUT: bytes}), as one set.
+
+    On an error before the commit (OSError: disk full, permissions) the staging folder is removed,
+    the previous outputs stay as they were, and the error propagates. `after_commit`, if given,
+    is called once the new set is final (before old folders are removed). Returns the paths
+    written, joined to OUT."""
+    names = sorted({rel.split("/", 1)[0] for rel in files})
+    if any(n not in OWNED for n in names):
+        raise ValueError(f"outputs must lie under {', '.join(OWNED)}: got {names}")
+    os.makedirs(out, exist_ok=True)
+    run_id = f"{os.getpid()}-{secrets.token_hex(4)}"
+    staging = os.path.join(out, f"{PREFIX}staging-{run_id}")
+    journal = os.path.join(out, f"{PREFIX}swap-{run_id}")
+    try:
+        os.mkdir(staging)
+        for rel, data in files.items():
+            _write_file(os.path.join(staging, rel), data)
+        swapped = [n for n in OWNED if n in names or os.path.isdir(os.path.join(out, n))]
+        with _SignalsDeferred():
+            with open(journal, "w") as f:
+                f.write("\n".join(swapped) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                for name in swapped:
+                    if os.path.isdir(os.path.join(out, name)):
+                        os.rename(os.path.join(out, name), os.path.join(out, f"{PREFIX}previous-{run_id}.{name}"))
+                    if name in names:
+                        os.rename(os.path.join(staging, name), os.path.join(out, name))
+            except BaseException:
+                _roll_back(out, run_id)
+                raise
+            os.remove(journal)  # commit
+            if after_commit:
+                after_commit()
+            for name in swapped:
+                _remove(os.path.join(out, f"{PREFIX}previous-{run_id}.{name}"))
+    finally:
+        if os.path.lexists(staging):
+            _remove(staging)
+    return [os.path.join(out, rel) for rel in files]

@@ -1,0 +1,102 @@
+"""Work in other processes that never outlives the run that started it.
+
+A child process ignores Ctrl-C (the parent handles it and ends the child) and ends when its parent
+ends, however the parent ends, SIGKILL included: on Linux the kernel sends it SIGKILL when the
+parent dies (prctl PR_SET_PDEATHSIG); elsewhere a thread in the child polls for its parent. The
+parent's side: `Background` runs one call in a child, `map_in_processes` a few calls side by side;
+both kill their children if the parent stops waiting (Ctrl-C, an error).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Call first thing in a child: ignore SIGINT, and end when the process parent_pid ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0:
+                if os.getppid() != parent_pid:  # the parent died before prctl took effect
+                    os._exit(1)
+                return
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _child(conn, parent_pid: int, fn: Callable, args: tuple) -> None:
+    die_with_parent(parent_pid)
+    try:
+        message = ("ok", fn(*args))
+    except BaseException as exc:  # the parent re-raises it
+        message = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    conn.send(message)
+    conn.close()
+
+
+class WorkerError(RuntimeError):
+    """The call in a child process raised; the message holds the child's traceback."""
+
+
+class Background:
+    """fn(*args) running in a child process; `result()` waits for it, `kill()` ends it."""
+
+    def __init__(self, fn: Callable, *args: Any):
+        self._receive, send = multiprocessing.Pipe(duplex=False)
+        self._process = multiprocessing.Process(target=_child, args=(send, os.getpid(), fn, args),
+                                                daemon=True)
+        self._process.start()
+        send.close()  # the child holds the only write end: its death reads as EOF here
+
+    def result(self) -> Any:
+        """fn's return value; WorkerError if it raised or the child died. Interruptible (Ctrl-C)."""
+        try:
+            status, value = self._receive.recv()
+        except EOFError:
+            self._process.join()
+            raise WorkerError(f"worker process ended without a result (exit code "
+                              f"{self._process.exitcode})") from None
+        self._process.join()
+        if status != "ok":
+            raise WorkerError(value)
+        return value
+
+    def kill(self) -> None:
+        """End the child now (no-op if it has finished)."""
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join()
+
+
+def map_in_processes(fn: Callable, arg_tuples: list[tuple], workers: int) -> list:
+    """[fn(*a) for a in arg_tuples], up to `workers` at a time in child processes, in order."""
+    results: list = []
+    for start in range(0, len(arg_tuples), workers):
+        jobs = []
+        try:
+            for args in arg_tuples[start:start + workers]:
+                jobs.append(Background(fn, *args))
+            results += [job.result() for job in jobs]
+        finally:
+            for job in jobs:
+                job.kill()
+    return results

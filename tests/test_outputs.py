@@ -1,0 +1,147 @@
+"""src/outputs.py: a run's outputs are replaced as one set, with the umask's permissions; a failed
+or killed run leaves the whole previous set."""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import run
+from src import outputs
+from src.config import ConfigError
+from src.reporting import write_atomic
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OLD = {"results/results.csv": b"old results\n", "results/stale.csv": b"from an older run\n",
+       "plots/a.png": b"old a"}
+NEW = {"results/results.csv": b"new results\n", "results/summary.txt": b"new summary\n",
+       "plots/a.png": b"new a", "plots/b.png": b"new b"}
+
+
+def tree(out) -> dict:
+    return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+def leftovers(out) -> list:
+    return [name for name in os.listdir(out) if name.startswith(outputs.PREFIX)]
+
+
+@pytest.fixture
+def old_set(tmp_path):
+    outputs.publish(str(tmp_path), OLD)
+    return tmp_path
+
+
+@pytest.fixture
+def umask_027():
+    previous = os.umask(0o027)
+    yield
+    os.umask(previous)
+
+
+def test_publish_replaces_both_folders_whole(old_set):
+    paths = outputs.publish(str(old_set), NEW)
+    assert tree(old_set) == NEW  # results/stale.csv of the older run is gone
+    assert sorted(paths) == sorted(os.path.join(str(old_set), rel) for rel in NEW)
+    assert leftovers(old_set) == []
+
+
+def test_outputs_get_the_permissions_the_umask_gives(tmp_path, umask_027):
+    outputs.publish(str(tmp_path / "out"), NEW)
+    for rel in NEW:
+        assert (tmp_path / "out" / rel).stat().st_mode & 0o777 == 0o640, rel
+    for folder in ("out", "out/results", "out/plots"):
+        assert (tmp_path / folder).stat().st_mode & 0o777 == 0o750, folder
+    readme = tmp_path / "README.md"
+    write_atomic(str(readme), b"new")
+    assert readme.stat().st_mode & 0o777 == 0o640
+    readme.chmod(0o644)
+    write_atomic(str(readme), b"newer")  # an existing file keeps its permissions
+    assert readme.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_failed_write_leaves_the_previous_set(old_set, monkeypatch):
+    real = outputs._write_file
+    calls = []
+
+    def disk_full_on_the_third_file(path, data):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        real(path, data)
+
+    monkeypatch.setattr(outputs, "_write_file", disk_full_on_the_third_file)
+    with pytest.raises(OSError):
+        outputs.publish(str(old_set), NEW)
+    assert tree(old_set) == OLD and leftovers(old_set) == []
+
+
+KILL_AT_RENAME = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from src import outputs
+real, calls = os.rename, []
+def rename(a, b):
+    calls.append(a)
+    if len(calls) == {n}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(a, b)
+outputs.os.rename = rename
+outputs.publish({out!r}, {files!r})
+"""
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4], ids=lambda n: f"killed-at-rename-{n}")
+def test_a_run_killed_inside_the_swap_is_rolled_back_to_the_previous_set(old_set, n):
+    code = KILL_AT_RENAME.format(root=ROOT, n=n, out=str(old_set), files=NEW)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    assert leftovers(old_set)  # the journal and folders of the killed run
+    outputs.prepare(str(old_set))
+    assert tree(old_set) == OLD and leftovers(old_set) == []
+
+
+KILL_AFTER_COMMIT = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from src import outputs
+outputs.publish({out!r}, {files!r}, after_commit=lambda: os.kill(os.getpid(), signal.SIGKILL))
+"""
+
+
+def test_leftovers_of_a_run_killed_after_the_commit_are_removed(old_set):
+    code = KILL_AFTER_COMMIT.format(root=ROOT, out=str(old_set), files=NEW)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert leftovers(old_set)  # the previous folders, not yet removed
+    outputs.prepare(str(old_set))
+    assert tree(old_set) == NEW and leftovers(old_set) == []
+
+
+@pytest.mark.parametrize("make", ["a file", "a folder"])
+def test_something_the_tool_did_not_write_in_results_is_refused(tmp_path, make):
+    (tmp_path / "results").mkdir()
+    if make == "a file":
+        (tmp_path / "results" / "notes.docx").write_bytes(b"mine")
+    else:
+        (tmp_path / "results" / "mine").mkdir()
+    with pytest.raises(ConfigError) as info:
+        outputs.prepare(str(tmp_path))
+    assert info.value.field_name == "--out" and "not an output of this tool" in str(info.value)
+
+
+def test_write_failure_after_the_simulation_is_one_line_exit_2(old_set, monkeypatch, capsys):
+    def disk_full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(outputs, "_write_file", disk_full)
+    code = run.main(["--scenario", "reference", "--batch-sizes", "1", "--gammas", "2", "--quality-modes",
+                     "homogeneous_mid", "--serving-modes", "static_batch", "--out", str(old_set), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: --out: could not write the outputs") and "No space left" in err
+    assert tree(old_set) == OLD and leftovers(old_set) == []
