@@ -104,3 +104,15 @@ def test_bad_measured_acceptance_is_one_line_exit_2_and_writes_nothing(tmp_path,
     assert code == 2
     assert captured.err.count("\n") == 1 and captured.err.startswith("error: ") and needle in captured.err
     assert captured.out == "" and not out.exists()
+
+
+def test_serve_refuses_a_per_position_mode_instead_of_running_it_as_iid(tmp_path, capsys):
+    """The serving-under-load engine samples i.i.d. acceptance only; a per-position mode there must
+    be refused, not silently run at its geometric-mean rate."""
+    path = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle.toml")
+    out = tmp_path / "out"
+    code = run.main(["serve", "--scenario", path, "--quality-mode", "eagle_mtbench_per_position",
+                     "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "is a per-position mode" in err
+    assert not out.exists()
