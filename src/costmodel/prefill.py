@@ -1,63 +1,58 @@
 """Mixed forward passes: prompt-prefill chunks beside decode/verification positions.
 
 A continuous-batching engine runs, in one forward pass, the new positions of every scheduled
-sequence: one (decode) or gamma + 1 (verification) per running sequence, and a chunk of its prompt
-per sequence still in prefill. `mixed_pass_physics_ms` prices such a pass from its sums, with the
-roofline coefficients of `pass_coefficients` (roofline.py):
+sequence: one (decode) or t = gamma + 1 (verification) per running sequence, and a chunk of its
+prompt per sequence still in prefill. `mixed_pass_physics_ms` prices such a pass with the pieces of
+roofline.py (so it follows whatever the GEMM, attention and all-reduce models are):
 
-    T = new positions in the pass; L = positions whose logits are computed (every decode and
-    verification position, the last position of a chunk that completes its prompt);
-    C = cached tokens read (sum of the sequences' contexts before the pass);
-    P = attention (query, key) pairs, n c + n (n + 1) / 2 per sequence (`causal_pairs`).
+    GEMMs (gemm_terms_s)  over T = S t + sum of chunk tokens rows; the LM head over the rows whose
+                          logits are computed (every decode/verification position and the last
+                          position of each chunk that completes its prompt)
+    attention (attention_s) of the decode part (S sequences, t positions, context sum C) plus that
+                          of the chunks, priced as P chunks of their mean length over their context
+                          sum (exact for equal chunks; causal within each chunk)
+    elementwise, kernel fixed times, verification kernels, all-reduces of T rows
 
-    time = sum over layer GEMMs of pnorm(weights + act(T), flops(T)) + elementwise(T) + kernels
-         + LM head over L rows + attention pnorm(KV bytes of C + T, 4 (H/TP) d P FLOPs)
-         + all-reduces of T rows
-
-For S sequences of t positions each, all sampled, it is exactly the GPU physics of
-`HardwareCostModel.target_pass_parts`. A batch of B prompts of n tokens with an empty cache
-(T = B n, L = B, C = 0, P = B n (n + 1) / 2) is a prefill-only step, what the H200 prefill
-measurements shipped with the calibration data time.
+For S sequences of t positions and no chunk it is the physics of
+`HardwareCostModel.target_pass_parts`; for P equal prompts and no decode part it is that of
+`HardwareCostModel.prefill_parts` (tests/test_costmodel_prefill.py pins both).
 """
-
 from __future__ import annotations
 
 import numpy as np
 
-from src.costmodel.roofline import PassCoefficients
+from src.costmodel.roofline import PassCoefficients, _pnorm, attention_s, gemm_terms_s
 
 
-def _pnorm(a, b, p):
-    return (a**p + b**p) ** (1.0 / p)
+def mixed_pass_physics_ms(c: PassCoefficients, dec_seqs, dec_positions, dec_context_sum,
+                          chunk_seqs=0, chunk_tokens=0, chunk_context_sum=0,
+                          chunk_logits=0) -> np.ndarray:
+    """GPU time (ms) of one mixed pass (module docstring); 0 where the pass has no position.
 
-
-def causal_pairs(new_tokens, cached_tokens):
-    """Attention pairs of n new positions over c cached ones (causal within the chunk):
-    n c + n (n + 1) / 2."""
-    n = np.asarray(new_tokens, dtype=float)
-    return n * np.asarray(cached_tokens, dtype=float) + n * (n + 1) * 0.5
-
-
-def mixed_pass_physics_ms(
-    c: PassCoefficients, tokens, logits_rows, cached_tokens, attention_pairs
-) -> np.ndarray:
-    """GPU time (ms) of one forward pass given by its sums (module docstring); 0 where T = 0."""
-    T, L, C, P = np.broadcast_arrays(
-        *(np.asarray(x, dtype=float) for x in (tokens, logits_rows, cached_tokens, attention_pairs))
-    )
-    p = c.sharpness_p
-    layer = c.gemm_selector[0] > 0
-    total = np.zeros(T.shape)
-    for g in range(c.gemm_weight_s.size):  # one roofline per GEMM kind
-        rows = T if layer[g] else L
-        total += _pnorm(
-            c.gemm_weight_s[g] + c.gemm_mem_per_token_s[g] * rows,
-            c.gemm_compute_per_token_s[g] * rows,
-            p,
-        )
-    total += c.layer_elementwise_per_token_s * T + c.layer_fixed_s
+    All arguments broadcast together: dec_seqs decoding sequences of dec_positions positions over
+    dec_context_sum cached tokens; chunk_seqs prompt chunks of chunk_tokens positions in all over
+    chunk_context_sum cached tokens, chunk_logits of them completing their prompt.
+    """
+    S, t, C, P, N, Cp, Lp = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (
+        dec_seqs, dec_positions, dec_context_sum, chunk_seqs, chunk_tokens, chunk_context_sum,
+        chunk_logits)))
+    T = S * t + N
+    L = S * t + Lp
+    G = len(c.gemm_weight_s)
+    rows = np.broadcast_to(T, (G,) + T.shape).copy()
+    rows[c.head_gemm_index] = L
+    mem_g, comp_g = gemm_terms_s(c, rows)
+    gemm = np.tensordot(c.gemm_selector, _pnorm(mem_g, comp_g, c.sharpness_p), axes=1)
+    total = gemm[0] + gemm[1]
+    total += c.layer_elementwise_per_token_s * T + c.layer_fixed_s + c.verify_fixed_s * (t > 1)
     total += c.head_elementwise_per_token_s * L + c.head_fixed_s
-    attn_mem = c.attn_read_per_ctx_token_s * (C + T) + c.attn_per_new_token_s * T
-    total += _pnorm(attn_mem, c.attn_compute_per_pair_s * P, p) + c.attn_fixed_s
-    total += c.comm_fixed_s + c.comm_per_token_s * T
+    total += np.where(S > 0, attention_s(c, S, np.maximum(t, 1), C), 0.0)
+    chunk_len = N / np.maximum(P, 1)
+    total += np.where(P > 0, attention_s(c, np.maximum(P, 1), np.maximum(chunk_len, 1), Cp,
+                                         prefill=True), 0.0)
+    total += c.attn_fixed_s
+    if c.comm_custom is None:
+        total += c.comm_fixed_s + c.comm_per_token_s * T
+    else:
+        total += c.comm_n_allreduce * c.comm_custom.time_s(T * c.comm_bytes_per_token)
     return np.where(T > 0, total * 1e3, 0.0)

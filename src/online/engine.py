@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from src.online.counter_rng import accepted_drafts
-from src.online.steptime import StepTimer, causal_pairs
+from src.online.steptime import StepTimer
 
 # ITL histogram: log-spaced bins from 0.01 ms to 100 s, 200 per decade (about 1.2% wide)
 ITL_BIN_EDGES_MS = np.logspace(-2, 5, 7 * 200 + 1)
@@ -480,12 +480,11 @@ class Engine:
         has_chunk = chunk > 0
         pf_after = s.pf[rows] - chunk
         completes = has_chunk & (pf_after == 0)
-        pf_sums = (
-            chunk.sum(axis=1),
-            completes.sum(axis=1),
-            (ctx * has_chunk).sum(axis=1),
-            causal_pairs(chunk, ctx).sum(axis=1),
+        pf_sums = (  # chunks, their tokens, their cached tokens, chunks completing a prompt
             has_chunk.sum(axis=1),
+            chunk.sum(axis=1),
+            (ctx * has_chunk).sum(axis=1),
+            completes.sum(axis=1),
         )
         target_ms, draft_ms = self._step_ms(rows, decoding, g, ctx, pf_sums)
         step_ms = target_ms + draft_ms

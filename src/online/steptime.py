@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from src.costmodel import HardwareCostModel, PassCoefficients, memory_usable_bytes
-from src.costmodel.prefill import causal_pairs, mixed_pass_physics_ms
+from src.costmodel.prefill import mixed_pass_physics_ms
 
 
 class StepTimer:
@@ -53,65 +53,32 @@ class StepTimer:
             return target, np.zeros_like(target)
         return target, self.cost.draft_passes_time(decoding, gamma, context)
 
-    def prefill_extra_ms(
-        self,
-        n_decode,
-        gamma,
-        decode_context_sum,
-        chunk_tokens,
-        chunk_logits,
-        chunk_cached,
-        chunk_pairs,
-        n_chunks,
-    ) -> np.ndarray:
+    def prefill_extra_ms(self, n_decode, gamma, decode_context_sum, chunk_seqs, chunk_tokens,
+                         chunk_context_sum, chunk_logits) -> np.ndarray:
         """What the prefill chunks of a step add to its decode/verification pass (module docstring).
 
         Per row: n_decode sequences verifying gamma + 1 positions over decode_context_sum cached
-        tokens; n_chunks prompt chunks with chunk_tokens new positions, chunk_logits of which are
-        sampled (chunks that finish their prompt), over chunk_cached cached tokens with chunk_pairs
-        attention pairs (`causal_pairs`). Includes the draft network's prefill of the same chunks.
+        tokens; chunk_seqs prompt chunks of chunk_tokens new positions in all over
+        chunk_context_sum cached tokens, chunk_logits of them finishing their prompt. Includes the
+        draft network's prefill of the same chunks.
         """
         t = np.asarray(gamma) + 1
-        dec_tokens = n_decode * t
-        dec_pairs = t * decode_context_sum + n_decode * t * (t + 1) * 0.5
         c = self.target_c
-        extra = mixed_pass_physics_ms(
-            c,
-            dec_tokens + chunk_tokens,
-            dec_tokens + chunk_logits,
-            decode_context_sum + chunk_cached,
-            dec_pairs + chunk_pairs,
-        ) - mixed_pass_physics_ms(c, dec_tokens, dec_tokens, decode_context_sum, dec_pairs)
+        extra = (mixed_pass_physics_ms(c, n_decode, t, decode_context_sum, chunk_seqs,
+                                       chunk_tokens, chunk_context_sum, chunk_logits)
+                 - mixed_pass_physics_ms(c, n_decode, t, decode_context_sum))
         e = self.engine
-        extra = extra + np.where(
-            n_chunks > 0,
-            e.step_cpu_per_seq_ms * n_chunks + np.where(n_decode > 0, 0.0, e.step_cpu_fixed_ms),
-            0.0,
-        )
-        return extra + self.draft_prefill_ms(chunk_tokens, chunk_logits, chunk_cached, chunk_pairs)
-
-    def draft_prefill_ms(self, chunk_tokens, chunk_logits, chunk_cached, chunk_pairs):
-        """The draft network's forward pass over the step's prompt chunks (0 without one)."""
-        if self.draft_c is None:
-            return np.zeros(np.shape(chunk_tokens))
-        return mixed_pass_physics_ms(
-            self.draft_c, chunk_tokens, chunk_logits, chunk_cached, chunk_pairs
-        )
+        extra = extra + np.where(chunk_seqs > 0, e.step_cpu_per_seq_ms * chunk_seqs
+                                 + np.where(n_decode > 0, 0.0, e.step_cpu_fixed_ms), 0.0)
+        if self.draft_c is not None:  # the draft network fills its KV cache with the same chunks
+            extra = extra + mixed_pass_physics_ms(self.draft_c, 0, 1, 0, chunk_seqs, chunk_tokens,
+                                                  chunk_context_sum, chunk_logits)
+        return extra
 
     def prefill_ms(self, batch: int, prompt_tokens: int) -> float:
         """A prefill-only step: `batch` prompts of `prompt_tokens` tokens each, empty cache, the LM
         head on each prompt's last position (what the H200 prefill measurements time)."""
-        extra = self.prefill_extra_ms(
-            0,
-            0,
-            0.0,
-            batch * prompt_tokens,
-            batch,
-            0.0,
-            batch * causal_pairs(prompt_tokens, 0),
-            batch,
-        )
-        return float(extra)
+        return float(self.prefill_extra_ms(0, 0, 0.0, batch, batch * prompt_tokens, 0.0, batch))
 
 
 def kv_capacity_tokens(cost: HardwareCostModel, max_num_seqs: int) -> int:

@@ -1,0 +1,67 @@
+"""Mixed passes (src/costmodel/prefill.py) agree with the cost model's own decode and prefill
+passes, under every engine profile; the prefill cost against the H200 prefill measurements
+shipped with the calibration data."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from src.costmodel import HardwareCostModel, load_engine_profiles
+from src.costmodel.prefill import mixed_pass_physics_ms
+from src.online.steptime import StepTimer
+
+PROFILES = sorted(load_engine_profiles())
+
+
+@pytest.mark.parametrize("engine", PROFILES)
+@pytest.mark.parametrize("gpu", ["h100-sxm", "h200"])
+def test_decode_only_and_prefill_only_passes_match_the_cost_model(engine, gpu):
+    cost = HardwareCostModel.from_presets(gpu, "llama-3.1-8b", draft="llama-3.2-1b", engine=engine)
+    active = np.ones((3, 16), bool)
+    active[1, 5:] = False
+    ctx = np.full((3, 16), 1500)
+    g = np.array([0, 3, 5])
+    physics, _ = cost.target_pass_parts(active, g + 1, ctx)
+    n = active.sum(axis=1)
+    mixed = mixed_pass_physics_ms(cost._target_c, n, g + 1, (ctx * active).sum(axis=1))
+    np.testing.assert_allclose(mixed, physics, rtol=1e-9)
+    prompts, tokens, cached = np.array([1, 4, 8]), np.array([512, 256, 2048]), np.array([0, 0, 512])
+    physics, _ = cost.prefill_parts(prompts, tokens, cached)
+    mixed = mixed_pass_physics_ms(cost._target_c, 0, 1, 0, prompts, prompts * tokens,
+                                  prompts * cached, prompts)
+    np.testing.assert_allclose(mixed, physics, rtol=1e-9)
+
+
+def test_chunks_add_to_a_decode_step_less_than_alone():
+    """A prefill chunk inside a decode step costs less than the same chunk as its own pass (the
+    weights are read once) and more than nothing."""
+    cost = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="ngram", engine="ideal")
+    timer = StepTimer(cost, speculative=False)
+    extra = timer.prefill_extra_ms(np.array([32]), np.array([0]), np.array([32 * 800]),
+                                   np.array([1]), np.array([512]), np.array([0]), np.array([1]))
+    alone = timer.prefill_ms(1, 512)
+    assert 0 < extra[0] < alone
+
+
+CALIBRATION = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "h200"
+
+
+@pytest.mark.skipif(not (CALIBRATION / "h200_prefill_times_ms.csv").is_file(),
+                    reason="the H200 calibration data are not present")
+@pytest.mark.skipif("pytorch-graphs" not in PROFILES,
+                    reason="needs the pytorch-graphs engine profile (the measured implementation)")
+def test_prefill_against_h200_measurements():
+    """Prompt prefill of Llama-3.1-8B and Llama-3.2-1B on an H200 (16-16384 tokens, batch 1-16),
+    the faster attention kernel per configuration: median error <= 10%, worst <= 25%."""
+    data = pd.read_csv(CALIBRATION / "h200_prefill_times_ms.csv")
+    data = data.groupby(["model", "batch", "positions"], as_index=False).median_ms.min()
+    errors = []
+    for model, rows in data.groupby("model"):
+        cost = HardwareCostModel.from_presets("h200", model, draft="ngram",
+                                              engine="pytorch-graphs")
+        timer = StepTimer(cost, speculative=False)
+        pred = np.array([timer.prefill_ms(b, n) for b, n in zip(rows.batch, rows.positions)])
+        errors.append(np.abs(pred / rows.median_ms.to_numpy() - 1))
+    errors = np.concatenate(errors)
+    assert np.median(errors) <= 0.10 and errors.max() <= 0.25, (np.median(errors), errors.max())
