@@ -27,6 +27,7 @@ from src.hardware.scenario import (
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "step-time": ("src.stepcalc", "forward-pass times of real GPUs and models"),
     "serve": ("src.online.cli", "serving under load: request rates, latency percentiles, policies"),
+    "recommend": ("src.online.recommend", "whether to speculate, with vLLM and SGLang settings"),
 }
 
 # StudyConfig field -> its command-line option

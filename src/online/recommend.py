@@ -1,0 +1,312 @@
+"""`python run.py recommend`: whether to speculate on a deployment, and the engine settings for it.
+
+    python run.py recommend --gpu h100-sxm --target llama-3.1-8b --draft llama-3.2-1b \
+        --acceptance 0.7 [--engine vllm-v1] [--rate 1,4,16 | --batch 1,8,64] [--context 2048]
+
+Prints, for a reader: the verdict, the gamma schedule as a ready-to-paste vLLM
+`--speculative-config` JSON (`num_speculative_tokens_per_batch_size`, checked against vLLM's own
+rules in src/online/policies.py) and the SGLang flags, the expected TPOT and throughput change with
+its range over the batch sizes or rates asked, and the assumptions behind the numbers.
+
+* --batch (default 1, 2, 4, ... up to what fits): the steady state of the hardware study, every
+  sequence at --context tokens: speedup = Omega(gamma) T_decode / (T_draft + T_verify);
+  TPOT changes by 1 / speedup - 1, throughput by speedup - 1.
+* --rate: the serving simulator (src/online/engine.py) on the --workload lengths, Poisson
+  arrivals, policies none, the printed schedule and SGLang's single gamma, on the same requests;
+  changes of TPOT p50 and output throughput with 95% intervals.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from src.config import ConfigError, OneLineArgumentParser, PointAlpha, check_alpha
+
+FIELD_FLAGS = {"scenario.gpu": "--gpu", "scenario.target": "--target", "scenario.draft": "--draft",
+               "scenario.tp": "--tp", "scenario.draft_tp": "--draft-tp"}
+SGLANG_ALGORITHM = {"model": "STANDALONE", "eagle": "EAGLE", "ngram": "NGRAM"}
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = OneLineArgumentParser(
+        prog="python run.py recommend",
+        description="Whether to speculate on a deployment, the gamma schedule as vLLM "
+                    "--speculative-config JSON and SGLang flags, and the expected TPOT and "
+                    "throughput change (steady state by batch size, or simulated by request rate).")
+    p.add_argument("--gpu", required=True, help="GPU preset id (python run.py step-time --list)")
+    p.add_argument("--target", required=True, help="target model preset id, e.g. llama-3.1-8b")
+    p.add_argument("--draft", required=True, help="draft model preset id, 'eagle' or 'ngram'")
+    p.add_argument("--acceptance", required=True,
+                   help="per-token acceptance probability of the draft, 0 < A < 1 (vLLM's "
+                        "accepted / draft tokens is a lower bound of it at gamma > 1)")
+    p.add_argument("--engine", help="engine profile (default vllm-v1 where it exists)")
+    p.add_argument("--tp", default="1", help="target tensor-parallel degree (default 1)")
+    p.add_argument("--draft-tp", default="1", help="draft model TP degree (default 1)")
+    p.add_argument("--rate", help="request rates (requests/s), comma-separated: simulate serving")
+    p.add_argument("--batch", help="batch sizes, comma-separated: steady state (default 1, 2, 4, "
+                                   "... up to what fits)")
+    p.add_argument("--context", help="tokens in each sequence's context for the schedule and the "
+                                     "steady state (default 2048 with --batch, the workload's mean "
+                                     "with --rate)")
+    p.add_argument("--workload", help="length preset for --rate (default sharegpt)")
+    p.add_argument("--max-num-seqs", default="1024", help="engine cap on running sequences "
+                                                          "(default 1024, vLLM V1's)")
+    p.add_argument("--max-gamma", default="8", help="largest gamma considered (default 8)")
+    p.add_argument("--draft-model-path", help="Hugging Face repository of the draft to print "
+                                              "(default: the preset's; required for --draft eagle)")
+    p.add_argument("--requests", default="300", help="requests per replication for --rate (300)")
+    return p
+
+
+def _ints(flag: str, text: str, low: int, high: int) -> list[int]:
+    from src.online.cli import _int
+    values = [_int(flag, v, low, high) for v in str(text).split(",") if v.strip()]
+    if not values:
+        raise ConfigError(flag, f"no value given; allowed: integers {low}..{high}")
+    if len(set(values)) != len(values):
+        raise ConfigError(flag, "a value is listed twice")
+    return sorted(values)
+
+
+def _scenario(args):
+    from src.costmodel import load_engine_profiles
+    from src.hardware.scenario import scenario_from_dict
+    profiles = load_engine_profiles()
+    engine = args.engine or ("vllm-v1" if "vllm-v1" in profiles else "vllm-2024")
+    if engine not in profiles:
+        raise ConfigError("--engine", f"unknown engine profile '{engine}'; known: "
+                                      f"{', '.join(sorted(profiles))}")
+    from src.online.cli import _int
+    table = {"scenario": {"name": "recommend", "gpu": args.gpu, "target": args.target,
+                          "draft": args.draft, "tp": _int("--tp", args.tp, 1, 64),
+                          "draft_tp": _int("--draft-tp", args.draft_tp, 1, 64),
+                          "engine_profiles": [engine]},
+             "study": {"batch_sizes": [1], "prompt_len": {"kind": "fixed", "tokens": 16},
+                       "output_len": {"kind": "fixed", "tokens": 16}}}
+    try:
+        return scenario_from_dict(table), engine
+    except ConfigError as e:
+        raise ConfigError(FIELD_FLAGS.get(e.field_name, e.field_name),
+                          str(e).split(": ", 1)[1]) from None
+
+
+def build(args):
+    """Validated inputs: (ServeConfig, batch sizes or None, rates or None, context or None)."""
+    from src.online.cli import _int, parse_rates
+    from src.online.config import ServeConfig
+    from src.online.engine import EngineLimits
+    from src.online.workloads import workload_preset
+    alpha = check_alpha("--acceptance", args.acceptance)
+    if args.rate is not None and args.batch is not None:
+        raise ConfigError("--rate", "give either --rate or --batch, not both")
+    if args.workload is not None and args.rate is None:
+        raise ConfigError("--workload", "only used with --rate")
+    scenario, engine = _scenario(args)
+    max_seqs = _int("--max-num-seqs", args.max_num_seqs, 1, 65536)
+    max_gamma = _int("--max-gamma", args.max_gamma, 1, 32)
+    context = _int("--context", args.context, 1, 10**7) if args.context is not None else None
+    rates = parse_rates("--rate", args.rate) if args.rate is not None else None
+    batches = _ints("--batch", args.batch, 1, max_seqs) if args.batch is not None else None
+    preset = workload_preset(args.workload or "sharegpt")
+    if args.draft == "eagle" and not args.draft_model_path:
+        raise ConfigError("--draft-model-path", "--draft eagle needs the EAGLE head's repository "
+                                                "(e.g. yuhuili/EAGLE-LLaMA3.1-Instruct-8B)")
+    cfg = ServeConfig(
+        scenario=scenario, engine_profile=engine, rates_per_s=rates or (1.0,),
+        policies="none,schedule,fixed", workload=preset.name, prompt_len=preset.prompt_len,
+        output_len=preset.output_len, workload_source=preset.source,
+        alpha_mode=f"alpha-{alpha:g}", alpha=PointAlpha(alpha),
+        requests_per_replication=_int("--requests", args.requests, 10, 100_000), replications=3,
+        limits=EngineLimits(max_seqs, max(8192, max_seqs)), max_gamma=max_gamma)
+    return cfg, batches, rates, context, alpha
+
+
+def schedule_at(cfg, context: float):
+    """(schedule, gamma per batch, speedup per batch, KV tokens) at one context."""
+    from src.online.policies import compress_schedule, steady_state_gammas
+    from src.online.study import deployments
+    deps = deployments(cfg)
+    kv = min(d.kv_capacity_blocks for d in deps) * cfg.limits.block_size_tokens
+    gammas, speedups = steady_state_gammas(deps[1].timer, deps[0].timer,
+                                           np.array([cfg.alpha.value]), context,
+                                           cfg.limits.max_num_seqs, cfg.max_gamma, kv_tokens=kv)
+    return compress_schedule(gammas, max(int(gammas.max()), 1)), gammas, speedups, kv
+
+
+def vllm_config(cfg, schedule, draft_path: str | None) -> dict:
+    """The --speculative-config object (vllm/config/speculative.py field names)."""
+    sc = cfg.scenario
+    out: dict = {}
+    if sc.draft == "ngram":
+        out.update(method="ngram", prompt_lookup_max=4, prompt_lookup_min=2)
+    elif sc.draft == "eagle":
+        out.update(method="eagle", model=draft_path)
+    else:
+        from src.costmodel import load_presets
+        out.update(method="draft_model",
+                   model=draft_path or load_presets().models[sc.draft].hf_name)
+        if sc.draft_tp != 1:
+            out["draft_tensor_parallel_size"] = sc.draft_tp
+    out["num_speculative_tokens"] = schedule.num_speculative_tokens
+    out["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule.ranges]
+    return out
+
+
+def sglang_flags(cfg, gamma: int, draft_path: str | None) -> str:
+    sc = cfg.scenario
+    kind = "ngram" if sc.draft == "ngram" else "eagle" if sc.draft == "eagle" else "model"
+    flags = [f"--speculative-algorithm {SGLANG_ALGORITHM[kind]}"]
+    if kind != "ngram":
+        from src.costmodel import load_presets
+        path = draft_path or load_presets().models[sc.draft].hf_name
+        flags.append(f"--speculative-draft-model-path {path}")
+    flags += [f"--speculative-num-steps {gamma}", "--speculative-eagle-topk 1",
+              f"--speculative-num-draft-tokens {gamma + 1}"]
+    return " ".join(flags)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.0f}%"
+
+
+def report(args) -> str:
+    from src.costmodel import load_presets
+    cfg, batches, rates, context, alpha = build(args)
+    sc = cfg.scenario
+    presets = load_presets()
+    if rates is not None and context is None:
+        from src.online.workloads import mean_length
+        context = int(round(mean_length(cfg.prompt_len) + mean_length(cfg.output_len) / 2))
+    context = context or 2048
+    schedule, gammas, speedups, kv = schedule_at(cfg, context)
+    fits = max(1, min(cfg.limits.max_num_seqs, kv // (context + cfg.max_gamma + 1)))
+    if batches is None and rates is None:
+        batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if b <= fits]
+    lines = []
+    head = (f"{presets.gpus[sc.gpu_id].name}, {sc.target_model_id} (tp {sc.tp}) with draft "
+            f"{sc.draft}, engine profile {cfg.engine_profile}, acceptance {alpha:g} per token")
+    off = np.nonzero(gammas[1:] == 0)[0]
+    last_on = int(off[0]) if off.size else cfg.limits.max_num_seqs
+    sglang_gamma = int(gammas[1]) or 1
+    rows, changes = [], []
+    if batches is not None:
+        over = [b for b in batches if b > fits]
+        if over:
+            raise ConfigError("--batch", f"batch {over[0]} at {context} tokens per sequence does "
+                                         f"not fit the KV cache ({kv} tokens); allowed: up to {fits}")
+        for b in batches:
+            g, s = int(gammas[b]), float(speedups[b])
+            rows.append([str(b), str(g), _pct(1 / s - 1) if g else "0%", _pct(s - 1) if g else "0%"])
+            changes.append((1 / s - 1 if g else 0.0, s - 1 if g else 0.0))
+        where = "batch sizes"
+        asked = f"{batches[0]}-{batches[-1]}" if len(batches) > 1 else str(batches[0])
+    else:
+        from src.online.study import run_serving
+        from dataclasses import replace
+        cfg = replace(cfg, policies=f"none,schedule,fixed:{sglang_gamma}",
+                      schedule_json=json.dumps([list(r) for r in schedule.ranges]))
+        t = run_serving(cfg, workers=None)["table"].set_index(["policy", "rate_per_s"])
+        for r in rates:
+            row = t.loc[("schedule", r)]
+            tpot = 1 / row.tpot_p50_speedup - 1
+            lo, hi = 1 / row.tpot_p50_speedup_ci_high - 1, 1 / row.tpot_p50_speedup_ci_low - 1
+            thr = row.output_throughput_tok_s_gain - 1
+            rows.append([f"{r:g}", f"{row.mean_gamma:.1f}", f"{_pct(tpot)} [{_pct(lo)}, {_pct(hi)}]",
+                         f"{_pct(thr)}", f"{row.mean_batch:.0f}"])
+            changes.append((tpot, thr))
+        where = "rates"
+        asked = f"{rates[0]:g}-{rates[-1]:g}/s" if len(rates) > 1 else f"{rates[0]:g}/s"
+    best_tpot = min(c[0] for c in changes)
+    speculate = best_tpot < -0.005 and schedule.ranges[0][2] > 0
+    if not speculate:
+        lines.append(f"Recommendation: do not speculate ({head}).")
+        lines.append(f"At the {where} asked ({asked}) no gamma lowers TPOT; serve without a draft.")
+    elif last_on >= cfg.limits.max_num_seqs:
+        lines.append(f"Recommendation: speculate at every batch size ({head}).")
+    else:
+        lines.append(f"Recommendation: speculate while at most {last_on} sequences run, off above "
+                     f"({head}).")
+    lines.append("")
+    if batches is not None:
+        lines.append(f"Expected change against no speculation (steady state, every sequence at "
+                     f"{context} tokens of context):")
+        header = ["batch", "gamma", "TPOT", "throughput"]
+    else:
+        lines.append(f"Expected change against no speculation (simulated: {cfg.workload} lengths, "
+                     f"Poisson arrivals, {cfg.replications} x {cfg.requests_per_replication} "
+                     "requests per rate; TPOT p50 with 95% interval, output throughput):")
+        header = ["rate/s", "mean gamma", "TPOT p50", "throughput", "mean batch"]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    for r in [header] + rows:
+        lines.append("  " + "  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
+    tp = [c[0] for c in changes]
+    th = [c[1] for c in changes]
+    lines.append(f"  Range over the {where} asked: TPOT {_pct(min(tp))} to {_pct(max(tp))}, "
+                 f"throughput {_pct(min(th))} to {_pct(max(th))}.")
+    if rates is not None:
+        worse = [f"{r:g}/s" for r, (dt, _) in zip(rates, changes) if dt > 0.005]
+        if worse:
+            lines.append(f"  At {', '.join(worse)} the schedule still costs TPOT: the draft's "
+                         "prefill and KV cache and the steps it still speculates in.")
+        lines.append("  Below capacity the output throughput follows the offered rate; it shows "
+                     "a gain only where the engine saturates.")
+    lines.append("")
+    if speculate:
+        spec_cfg = vllm_config(cfg, schedule, args.draft_model_path)
+        model = presets.models[sc.target_model_id].hf_name
+        tp_flag = f" --tensor-parallel-size {sc.tp}" if sc.tp > 1 else ""
+        lines.append("vLLM (V1 dynamic speculative decoding; gamma by the number of scheduled "
+                     "requests):")
+        lines.append(f"  vllm serve {model}{tp_flag} --speculative-config "
+                     f"'{json.dumps(spec_cfg)}'")
+        lines.append("")
+        lines.append(f"SGLang (one draft length for every batch: gamma {sglang_gamma}, the best at "
+                     "batch 1):")
+        tp_flag = f" --tp {sc.tp}" if sc.tp > 1 else ""
+        lines.append(f"  python -m sglang.launch_server --model-path {model}{tp_flag} "
+                     f"{sglang_flags(cfg, sglang_gamma, args.draft_model_path)}")
+        if last_on < cfg.limits.max_num_seqs:
+            lines.append(f"  (SGLang cannot switch speculation off by load: above {last_on} "
+                         "running sequences it costs throughput; SGLang caps running requests at "
+                         "48 with speculation unless --max-running-requests is set.)")
+        lines.append("")
+    lines.append("Assumptions:")
+    lines += [
+        f"  - acceptance: every draft token is accepted with probability {alpha:g}, independently "
+        "(i.i.d.; a draft whose later positions accept less makes deep gammas worth less)",
+        f"  - step times: the hardware cost model for {sc.gpu_id} with the {cfg.engine_profile} "
+        "engine profile (design.md, 'Hardware cost model', 'Engine profiles')",
+        f"  - schedule: the steady-state best gamma per batch size with every sequence at "
+        f"{context} tokens; batch sizes beyond what the KV cache holds at that context "
+        f"({fits}) keep the last gamma, as vLLM's lookup does",
+        "  - KV cache: GPU memory minus weights (target and draft) minus the 10% reserve of "
+        "vLLM's gpu_memory_utilization 0.9",
+    ]
+    if rates is not None:
+        lines.append(f"  - traffic: {cfg.workload} lengths ({cfg.workload_source.split('.')[0]}), "
+                     f"max_num_seqs {cfg.limits.max_num_seqs}, chunked prefill, "
+                     f"max_num_batched_tokens {cfg.limits.max_num_batched_tokens}")
+    if sc.draft == "ngram":
+        lines.append("  - n-gram drafting: prompt_lookup_max 4, prompt_lookup_min 2 (vLLM requires "
+                     "prompt_lookup_max for method ngram); acceptance depends on how much output "
+                     "repeats the prompt")
+    lines.append("  - vLLM's dynamic speculative decoding (num_speculative_tokens_per_batch_size) "
+                 "is documented as tested with EAGLE/EAGLE-3 and off for data parallel > 1")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        text = report(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        print(text)
+    except BrokenPipeError:  # the reader (e.g. `head`) stopped early
+        pass
+    return 0
