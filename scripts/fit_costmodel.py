@@ -2,8 +2,8 @@
 
 Usage:  python scripts/fit_costmodel.py [--calibration-dir DIR] [--out FILE] [--no-write]
 
-Reads (never copies) the calibration tables in ../shared/calibration (relative to the repository
-root; see its README.md):
+Reads (never copies) the calibration tables shipped beside the repository (--calibration-dir;
+see their README.md):
   vidur_nonattention_forward_ms.csv -> memory_bandwidth_efficiency_fraction,
       compute_efficiency_fraction, roofline_sharpness_p: ONE shared set for every
       (gpu, model, tp, num_tokens) row, fitted jointly with one kernel_fixed_us PER GPU (written as
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
 
     if not args.no_write:
-        header = ["Source: ../shared/calibration (vidur profiling data, microsoft/vidur).",
+        header = ["Source: the project's calibration data (vidur profiling data, microsoft/vidur).",
                   f"Non-attention fit over {len(all_err)} rows: median |rel. error| "
                   f"{pct(np.median(all_err))}, worst {pct(all_err.max())}."]
         write_params_toml(args.out, params, kernel_us, ar_fits, header)

@@ -19,21 +19,16 @@ from src.config import PerPositionAlpha, StudyConfig
 from src.hardware import plots as hardware_plots
 from src.hardware import report as hardware_report
 from src.hardware import schedules
+from src.metrics import best_gamma
 from src.mode_comparison import comparison_lines
 from src.outputs import publish
 from src.reporting import (
-    FONT_PT, MARKERS, csv_bytes, decorate_speedup_axis, describe_alpha, describe_length, legend_outside,
+    FONT_PT, MARKERS, csv_bytes, describe_alpha, describe_length, legend_outside,
     log2_batch_axis, md_table, ordered, plot_speedup_grid, png_bytes, reference_gamma, table,
 )
 
 
 # --- answers ----------------------------------------------------------------------------------------
-
-def best_gamma_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Row of highest speedup per (quality mode, serving mode, batch size)."""
-    idx = df.groupby(["quality_mode", "serving_mode", "batch_size"], sort=False)["speedup"].idxmax()
-    return df.loc[idx]
-
 
 def crossover_gamma(gammas: np.ndarray, speedups: np.ndarray) -> float | None:
     """Smallest gamma at which speedup falls below 1, linearly interpolated between grid gammas.
@@ -104,7 +99,7 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
     out.append("")
 
     # 1. gains beyond batch 1
-    best = best_gamma_rows(df)
+    best = best_gamma(df, ["quality_mode", "serving_mode", "batch_size"])
     out.append("1. Does speculative decoding keep its gains beyond batch size 1?")
     out.append("")
     out.append("   Speedup over greedy at each cell's best gamma (gamma in brackets), by batch size:")
@@ -355,7 +350,7 @@ def at_a_glance(reference: pd.DataFrame, hardware: pd.DataFrame) -> str:
     both = pd.concat([ref, hw.assign(engine_profile=hw.scenario + ", " + hw.engine_profile)], ignore_index=True)
     if both.empty:
         return ""
-    best = schedules.best_gamma(both, ["engine_profile", "quality_mode", "batch_size"])
+    best = best_gamma(both, ["engine_profile", "quality_mode", "batch_size"])
     batches = sorted(both.batch_size.unique())
     shown = [b for b in batches if b in (1, 8, 64) or b == batches[-1]]
     rows = []
@@ -408,7 +403,7 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
 
 # --- blocks of README.md and design.md generated from the committed results ------------------------
 
-# The seed README's published speedups (../shared/seed/seed-readme.txt, "reference study"): the
+# The seed README's published speedups (its "reference study" section): the
 # figures our flat-cost run is compared with in design.md. Batch size and serving mode unstated there.
 SEED_PUBLISHED = {
     "homogeneous_good": {2: 1.80, 4: 2.03, 6: 2.09, 8: 1.92, 12: 1.69, 16: 1.45},
@@ -419,7 +414,7 @@ SEED_PEAKS = {"homogeneous_good": 2.09, "homogeneous_mid": 1.50, "heterogeneous"
 
 def readme_headline(df: pd.DataFrame, comparison: pd.DataFrame) -> str:
     """The README's headline results, from the default run's tables."""
-    best = best_gamma_rows(df)
+    best = best_gamma(df, ["quality_mode", "serving_mode", "batch_size"])
     batches = sorted(df.batch_size.unique())
     b_lo, b_hi = batches[0], batches[-1]
     rows = []
@@ -451,7 +446,7 @@ def readme_hardware_headline(hw: pd.DataFrame) -> str:
     """The README's hardware table: best-gamma speedup by batch size per engine profile."""
     serving = "continuous_refill" if "continuous_refill" in set(hw.serving_mode) else hw.serving_mode.iloc[0]
     hw = hw[hw.serving_mode == serving]
-    best = schedules.best_gamma(hw, ["engine_profile", "quality_mode", "batch_size"])
+    best = best_gamma(hw, ["engine_profile", "quality_mode", "batch_size"])
     batches = sorted(hw.batch_size.unique())
     rows = []
     for (engine, mode), sub in best.groupby(["engine_profile", "quality_mode"], sort=False):
@@ -476,7 +471,7 @@ def seed_comparison(df: pd.DataFrame) -> str:
     header = ["quality mode", "gamma", "seed"] + [f"{s} B={b}" for s in ("static_batch", "continuous_refill")
                                                   for b in (batches[0], batches[-1])]
     peaks = []
-    best = best_gamma_rows(df)
+    best = best_gamma(df, ["quality_mode", "serving_mode", "batch_size"])
     for m, value in SEED_PEAKS.items():
         sub = best[best.quality_mode == m]
         peaks.append([m, f"{value:.2f}", f"{sub.speedup.min():.2f}..{sub.speedup.max():.2f}",

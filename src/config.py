@@ -230,21 +230,38 @@ class StudyConfig:
 
 # --- parsing and validation -----------------------------------------------------------------------
 
-def _number(name: str, value: Any, *, integer: bool = False) -> float | int:
+def _number(name: str, value: Any, *, integer: bool = False,
+            error: type[ConfigError] = ConfigError) -> float | int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         if isinstance(value, str):
             try:
                 value = int(value) if integer else float(value)
             except ValueError:
                 kind = "an integer" if integer else "a number"
-                raise ConfigError(name, f"expected {kind}, got {value!r}") from None
+                raise error(name, f"expected {kind}, got {value!r}") from None
         else:
-            raise ConfigError(name, f"expected a number, got {value!r}")
+            raise error(name, f"expected a number, got {value!r}")
     if integer and (not float(value).is_integer()):
-        raise ConfigError(name, f"expected an integer, got {value!r}")
+        raise error(name, f"expected an integer, got {value!r}")
     if not math.isfinite(float(value)):
-        raise ConfigError(name, f"expected a finite number, got {value!r}")
+        raise error(name, f"expected a finite number, got {value!r}")
     return int(value) if integer else float(value)
+
+
+def coerce(name: str, value: Any, kind: str, error: type[ConfigError] = ConfigError):
+    """The project's one conversion of a raw value (TOML or command line) to a field's type, kind
+    "int", "float", "bool" or "str" (a dataclass field's annotation); error(name, ...) if it is not
+    one. Numbers may come as text (the command line); they must be finite."""
+    kind = kind.removesuffix(" | None")  # an optional field: a given value is never None
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise error(name, f"expected true or false, got {value!r}")
+        return value
+    if kind == "str":
+        if not isinstance(value, str):
+            raise error(name, f"expected a string, got {value!r}")
+        return value
+    return _number(name, value, integer=kind == "int", error=error)
 
 
 def _int_list(name: str, value: Any, low: int, high: int) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ delta method for a ratio of means (e.g. Law, "Simulation Modeling and Analysis",
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 from src.serving import RunStats
@@ -52,3 +53,11 @@ def grid_point_metrics(greedy: RunStats, spec: RunStats, batch_size: int, level:
         "replications": spec.makespan.size,
         "requests": n_requests,
     }
+
+
+def best_gamma(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """The row of highest speedup per group of `by` (the first on ties), with schedule_gamma = its
+    gamma, or 0 (speculation off) where no gamma beats greedy (speedup <= 1). Groups sorted."""
+    best = df.loc[df.groupby(by, sort=True)["speedup"].idxmax()].copy()
+    best["schedule_gamma"] = np.where(best.speedup > 1.0, best.gamma, 0)
+    return best

@@ -19,9 +19,8 @@ import sys
 
 import numpy as np
 
-from src.config import OneLineArgumentParser
+from src.config import ConfigError, OneLineArgumentParser
 from src.costmodel import (
-    CostModelInputError,
     HardwareCostModel,
     forward_pass_breakdown,
     load_engine_profiles,
@@ -36,10 +35,6 @@ FLAG_OF_FIELD = {"gpu": "--gpu", "model": "--model", "tp": "--tp", "batch": "--b
                  "batch/context": "--batch/--context"}
 
 
-class _UsageError(Exception):
-    """A bad command-line value: message is `--flag: what is allowed`."""
-
-
 def _int_list(flag: str, text: str, minimum: int) -> list[int]:
     values = []
     for part in text.split(","):
@@ -47,10 +42,10 @@ def _int_list(flag: str, text: str, minimum: int) -> list[int]:
         try:
             value = int(part)
         except ValueError:
-            raise _UsageError(f"{flag}: '{part}' is not an integer; allowed: comma-separated "
+            raise ConfigError(flag, f"'{part}' is not an integer; allowed: comma-separated "
                               f"integers >= {minimum}, e.g. 1,8,64") from None
         if value < minimum:
-            raise _UsageError(f"{flag}: {value} is too small; allowed: integers >= {minimum}")
+            raise ConfigError(flag, f"{value} is too small; allowed: integers >= {minimum}")
         values.append(value)
     return values
 
@@ -97,15 +92,15 @@ def preset_listing(preset_paths: list[str]) -> str:
 def _rows(args) -> list[dict]:
     for flag, value in (("--gpu", args.gpu), ("--model", args.model)):
         if value is None:
-            raise _UsageError(f"{flag}: required; 'python run.py step-time --list' shows the ids")
+            raise ConfigError(flag, "required; 'python run.py step-time --list' shows the ids")
     (tp,) = _int_list("--tp", args.tp, 1) if "," not in args.tp else (None,)
     if tp is None:
-        raise _UsageError("--tp: one integer >= 1 is allowed")
+        raise ConfigError("--tp", "one integer >= 1 is allowed")
     batches = _int_list("--batch", args.batch, 1)
     positions = _int_list("--positions", args.positions, 1)
     context = _int_list("--context", args.context, 0)
     if len(context) != 1:
-        raise _UsageError("--context: one integer >= 0 is allowed")
+        raise ConfigError("--context", "one integer >= 0 is allowed")
     presets = load_presets(args.presets)
     gpu = presets.gpu(args.gpu)
     model = presets.model(args.model)
@@ -113,7 +108,7 @@ def _rows(args) -> list[dict]:
     if args.engine is not None:
         profiles = load_engine_profiles(extra_paths=args.presets)
         if args.engine not in profiles:
-            raise _UsageError(f"--engine: unknown '{args.engine}'; allowed: {', '.join(sorted(profiles))}")
+            raise ConfigError("--engine", f"unknown '{args.engine}'; allowed: {', '.join(sorted(profiles))}")
         profile = profiles[args.engine]
         engine = HardwareCostModel.from_presets(args.gpu, args.model, tp=tp, preset_paths=args.presets,
                                                 engine=profile)
@@ -161,17 +156,12 @@ def main(argv: list[str]) -> int:
             sys.stdout.write(preset_listing(args.presets))
             return 0
         rows = _rows(args)
-    except _UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except CostModelInputError as exc:
-        message = str(exc)
-        name, sep, rest = message.partition(": ")
-        flag = FLAG_OF_FIELD.get(name)
-        if flag is None and "." in name:  # a field inside a preset file
-            flag = "--presets"
-            rest = message
-        print(f"error: {flag or name}: {rest if sep else message}", file=sys.stderr)
+    except ConfigError as exc:  # a bad option, or a CostModelInputError naming a model field
+        flag = FLAG_OF_FIELD.get(exc.field_name)
+        if flag is None and "." in exc.field_name:  # a field inside a preset file
+            print(f"error: --presets: {exc}", file=sys.stderr)
+        else:
+            print(f"error: {flag or exc.field_name}: {exc.allowed}", file=sys.stderr)
         return 2
     sys.stdout.write(format_table(rows, args.csv))
     return 0

@@ -1,11 +1,10 @@
 """Tests of the hardware cost model (src/costmodel/).
 
-Measured figures are from the vidur profiling data, microsoft/vidur, via ../shared/calibration
-(vidur_nonattention_forward_ms.csv); tests that read that folder skip when it is absent.
+Measured figures are from the vidur profiling data, microsoft/vidur, in the project's calibration
+data (vidur_nonattention_forward_ms.csv); tests that read it skip when it is absent.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from src.costmodel import (
     KERNELS_PER_LAYER_NON_ATTENTION,
     FlatCostModel,
     HardwareCostModel,
+    engine_profile,
     forward_pass_breakdown,
     load_presets,
     non_attention_forward_ms,
@@ -29,7 +29,7 @@ from src.costmodel import (
 CALIBRATION = Path(__file__).resolve().parents[2] / "shared" / "calibration"
 needs_calibration = pytest.mark.skipif(
     not (CALIBRATION / "vidur_nonattention_forward_ms.csv").is_file(),
-    reason="../shared/calibration not present")
+    reason="the calibration data (vidur tables) is not present")
 
 # The fit's tolerance (scripts/fit_costmodel.py): worst |relative error| over all 3108 rows is
 # 22.7% (per-GPU kernel fixed time); the pinned points below are held to 20%.
@@ -47,7 +47,7 @@ def _na_ms(presets, gpu, model, tp, tokens):
 
 
 # ---------------------------------------------------------------- pinned measurements
-# vidur profiling data, microsoft/vidur, via ../shared/calibration:
+# vidur profiling data, microsoft/vidur (the calibration data):
 # forward_ms_non_attention by (gpu, model, tp, num_tokens)
 PINNED_MS = [
     ("h100-sxm", "llama-2-7b", 1, 1, 5.6),
@@ -67,7 +67,7 @@ VIDUR_NAMES = {"h100-sxm": "h100", "a100-80gb-sxm": "a100", "llama-2-7b": "Llama
 
 @pytest.mark.parametrize("gpu,model,tp,tokens,measured_ms", PINNED_MS)
 def test_pinned_nonattention_times(presets, gpu, model, tp, tokens, measured_ms):
-    # vidur profiling data, microsoft/vidur, via ../shared/calibration
+    # vidur profiling data, microsoft/vidur (the calibration data)
     predicted = float(_na_ms(presets, gpu, model, tp, [tokens])[0])
     assert predicted == pytest.approx(measured_ms, rel=PIN_TOLERANCE)
 
@@ -248,7 +248,7 @@ source = "mine"
     bad = tmp_path / "bad.toml"
     bad.write_text('[gpus."h100-sxm"]\nkernel_fixed_us = "fast"\n')
     with pytest.raises(CostModelInputError,
-                       match=r"gpus\.h100-sxm\.kernel_fixed_us: expected float"):
+                       match=r"gpus\.h100-sxm\.kernel_fixed_us: expected a number"):
         load_presets([bad])
     bad.write_text('[gpus."h100-sxm"]\nkernel_fixed_us = -1.0\n')
     with pytest.raises(CostModelInputError, match=r"kernel_fixed_us: must be >= 0"):
@@ -293,11 +293,15 @@ kernel_fixed_us = 5.0
     assert p.model("tiny").n_layers == 2
     assert p.params.kernel_fixed_us == 5.0
     assert "llama-3.1-8b" in p.models  # built-ins still there
-    m = HardwareCostModel.from_presets("my-gpu", "tiny", preset_paths=[user])
+    m = HardwareCostModel.from_presets("my-gpu", "tiny", engine="ideal", preset_paths=[user])
     assert m.target_pass_time(np.ones((2, 3), bool), 1, np.full((2, 3), 10)).shape == (2,)
 
 
 # ---------------------------------------------------------------- bad inputs
+def _build(*a, **kw):
+    return HardwareCostModel.from_presets(*a, engine="ideal", **kw)
+
+
 def _raises(match, fn, *a, **kw):
     with pytest.raises(CostModelInputError, match=match) as info:
         fn(*a, **kw)
@@ -306,25 +310,25 @@ def _raises(match, fn, *a, **kw):
 
 
 def test_unknown_names_list_the_known_ones(presets):
-    msg = _raises(r"^gpu: unknown GPU 'x100'; known: ", HardwareCostModel.from_presets, "x100",
+    msg = _raises(r"^gpu: unknown GPU 'x100'; known: ", _build, "x100",
                   "llama-3.1-8b")
     assert "h100-sxm" in msg and "mi300x" in msg
-    msg = _raises(r"^target: unknown model 'gpt-5'; known: ", HardwareCostModel.from_presets,
+    msg = _raises(r"^target: unknown model 'gpt-5'; known: ", _build,
                   "h100-sxm", "gpt-5")
     assert "llama-3.1-8b" in msg
-    _raises(r"^draft: unknown model", HardwareCostModel.from_presets, "h100-sxm", "llama-3.1-8b",
+    _raises(r"^draft: unknown model", _build, "h100-sxm", "llama-3.1-8b",
             draft="nope")
 
 
 def test_tp_must_divide_heads(presets):
-    msg = _raises(r"^tp: 3 does not divide", HardwareCostModel.from_presets, "h100-sxm",
+    msg = _raises(r"^tp: 3 does not divide", _build, "h100-sxm",
                   "llama-3.1-8b", tp=3)
     assert "allowed: 1, 2, 4, 8" in msg
-    _raises(r"^tp: 16 does not divide", HardwareCostModel.from_presets, "h100-sxm",
+    _raises(r"^tp: 16 does not divide", _build, "h100-sxm",
             "llama-3.1-8b", tp=16)
-    _raises(r"^tp: must be an integer >= 1", HardwareCostModel.from_presets, "h100-sxm",
+    _raises(r"^tp: must be an integer >= 1", _build, "h100-sxm",
             "llama-3.1-8b", tp=0)
-    _raises(r"^draft_tp: 4 does not divide", HardwareCostModel.from_presets, "h100-sxm",
+    _raises(r"^draft_tp: 4 does not divide", _build, "h100-sxm",
             "llama-3.1-8b", draft="qwen2.5-0.5b", draft_tp=4)
 
 
@@ -346,9 +350,9 @@ def test_does_not_fit_raises(presets):
     _raises(r"^batch/context: ", forward_pass_breakdown, gpu, presets.model("llama-3.1-8b"), 1,
             512, 1, 8192, p)  # 512 x 8k tokens x 128 KiB = 550 GB of KV cache
     forward_pass_breakdown(gpu, presets.model("llama-3.1-70b"), 4, 8, 1, 8192, p)  # fits
-    _raises(r"^tp: .*with draft", HardwareCostModel.from_presets, "l4",
+    _raises(r"^tp: .*with draft", _build, "l4",
             "llama-3.1-8b", draft="llama-3.2-3b")
-    m = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="llama-3.2-1b")
+    m = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", engine="ideal", draft="llama-3.2-1b")
     with pytest.raises(CostModelInputError, match="batch/context"):
         m.target_pass_time(np.ones((1, 256), bool), 1, np.full((1, 256), 4096))
 
@@ -362,7 +366,7 @@ def test_bad_preset_files(tmp_path):
     bad.write_text('[gpus."h100-sxm"]\nmemory_gb = -1.0\n')
     _raises(r"^gpus\.h100-sxm\.memory_gb: must be > 0", load_presets, [bad])
     bad.write_text('[models."llama-3.1-8b"]\nn_layers = "many"\n')
-    _raises(r"^models\.llama-3.1-8b\.n_layers: expected int", load_presets, [bad])
+    _raises(r"^models\.llama-3.1-8b\.n_layers: expected an integer", load_presets, [bad])
     bad.write_text("[gpu]\nx = 1\n")
     _raises(r"^presets: .* unknown table\(s\) gpu; allowed: ", load_presets, [bad])
     _raises(r"^presets: file not found", load_presets, [tmp_path / "missing.toml"])
@@ -371,7 +375,8 @@ def test_bad_preset_files(tmp_path):
 # ---------------------------------------------------------------- engine protocol
 @pytest.fixture(scope="module")
 def model_draft():
-    return HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", tp=1, draft="llama-3.2-1b")
+    return HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", engine="ideal", tp=1,
+                                          draft="llama-3.2-1b")
 
 
 def _batch(R=4, B=8, seed=0):
@@ -398,7 +403,8 @@ def test_engine_path_matches_breakdown(model_draft, presets):
     active = np.ones((1, B), bool)
     ctx = np.full((1, B), ctx_len)
     bd = forward_pass_breakdown(presets.gpu("h100-sxm"), presets.model("llama-3.1-8b"), 1, B, t,
-                                ctx_len, presets.params, presets.allreduce)
+                                ctx_len, presets.params, presets.allreduce,
+                                include_step_overhead=False)  # the ideal engine has none
     assert model_draft.target_pass_time(active, t, ctx)[0] == pytest.approx(bd.total_ms, rel=1e-9)
 
 
@@ -432,28 +438,17 @@ def test_target_grows_with_batch_positions_and_context(model_draft):
 
 def test_draft_kinds(presets):
     active, ctx = _batch(R=2, B=16)
-    cost = {kind: HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft=kind)
+    engine = engine_profile("vllm-2024")
+    cost = {kind: HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", engine=engine, draft=kind)
             for kind in ("ngram", "eagle", "llama-68m", "llama-3.2-1b")}
     d = {k: m.draft_passes_time(active, 4, ctx)[0] for k, m in cost.items()}
     t = cost["ngram"].target_pass_time(active, 1, ctx)[0]
-    p = presets.params
-    assert d["ngram"] == pytest.approx(4 * p.ngram_pass_cpu_ms)
+    assert d["ngram"] == pytest.approx(4 * engine.ngram_pass_cpu_ms)
     assert d["ngram"] < d["llama-68m"] < d["eagle"] < 4 * t
     assert d["llama-68m"] < d["llama-3.2-1b"] < 4 * t
     # EAGLE: one target-shaped layer + the target's LM head per pass
     eagle = cost["eagle"]
     assert eagle.draft == DraftSpec(kind="eagle", tp=1)
-
-
-def test_cost_model_is_cheap_relative_to_flat(model_draft):
-    import timeit
-    active, ctx = _batch(R=16, B=64)
-    flat = FlatCostModel()
-    n = 200
-    hw = timeit.timeit(lambda: model_draft.target_pass_time(active, 5, ctx), number=n) / n
-    fl = timeit.timeit(lambda: flat.target_pass_time(active, 5, ctx), number=n) / n
-    assert hw < 1e-3  # well under a millisecond per call (about 25 us measured)
-    assert math.isfinite(hw / fl)
 
 
 # ---------------------------------------------------------------- engine implementations

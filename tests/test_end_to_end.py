@@ -1,5 +1,7 @@
 """The whole pipeline: files, their contents, the summary's answers, determinism, subset-invariance."""
 import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import pandas as pd
@@ -8,6 +10,7 @@ import pytest
 import run
 from src.config import StudyConfig
 from src.costmodel import FlatCostModel
+from src.hardware.scenario import default_hardware_scenario
 from src.sweep import run_grid
 from tests.helpers import assert_rows_match
 
@@ -106,3 +109,25 @@ def test_committed_results_are_what_the_code_regenerates():
     cfg = replace(StudyConfig(), batch_sizes=(4,), gammas=(2, 8), quality_modes=("heterogeneous",),
                   serving_modes=("static_batch",))
     assert_rows_match(run_grid(cfg, FlatCostModel(0.2)), committed[committed.scenario == "reference"], 2)
+
+
+def test_default_command_runs_the_reference_and_the_hardware_worker(tmp_path):
+    """`python run.py` as a user runs it (a subprocess, the default path: the reference study, and
+    the default hardware scenario in a worker process beside it), on a reduced grid."""
+    argv = [sys.executable, "run.py", "--batch-sizes", "1,4", "--gammas", "2", "--quality-modes",
+            "homogeneous_mid", "--serving-modes", "continuous_refill", "--out", str(tmp_path)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    if (os.cpu_count() or 1) > 1:
+        assert "running in a second process" in done.stderr
+    df = pd.read_csv(tmp_path / "results/results.csv", dtype=str)
+    sc = default_hardware_scenario()
+    assert set(df.scenario) == {"reference", sc.name}
+    hw = df[df.scenario == sc.name]
+    assert set(hw.engine_profile) == set(sc.engine_profiles) and len(hw) == 2 * len(sc.engine_profiles)
+    # the worker process gives the numbers an in-process run gives
+    cfg = replace(sc.study, batch_sizes=(4,), gammas=(2,), quality_modes=("homogeneous_mid",))
+    assert_rows_match(run_grid(cfg, sc.cost_model("vllm-2024")), hw[hw.engine_profile == "vllm-2024"], 1)
+    text = (tmp_path / "results/summary.txt").read_text()
+    assert text.startswith("At a glance") and f"Hardware scenario: {sc.name}" in text
+    assert len(list((tmp_path / "plots").glob("*.png"))) == 8

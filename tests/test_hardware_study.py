@@ -102,12 +102,6 @@ def test_crossover_batch_is_the_first_batch_below_one():
     assert schedules.crossover_batch(np.array([1, 2]), np.array([1.4, 1.1])) is None
 
 
-def test_best_gamma_turns_speculation_off_when_nothing_beats_greedy():
-    df = pd.DataFrame({"batch_size": [1, 1, 64, 64], "gamma": [2, 4, 2, 4], "speedup": [1.5, 1.7, 0.9, 0.8]})
-    best = schedules.best_gamma(df, ["batch_size"]).set_index("batch_size")
-    assert best.loc[1, "schedule_gamma"] == 4 and best.loc[64, "schedule_gamma"] == 0
-
-
 def test_context_rules_merge_contexts_then_batches():
     rows = [(b, c, g) for b, c, g in [(1, 512, 4), (1, 2048, 4), (2, 512, 4), (2, 2048, 4),
                                       (64, 512, 3), (64, 2048, 2)]]

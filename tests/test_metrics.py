@@ -1,8 +1,9 @@
-"""src/metrics.py: the ratio estimator and its delta-method confidence interval."""
+"""src/metrics.py: the ratio estimator and its delta-method confidence interval; best gamma."""
 import numpy as np
+import pandas as pd
 import pytest
 
-from src.metrics import ratio_ci
+from src.metrics import best_gamma, ratio_ci
 
 
 def test_exact_ratio_has_zero_width():
@@ -28,3 +29,9 @@ def test_interval_covers_the_true_ratio_about_95_percent_of_the_time():
         _, low, high = ratio_ci(num, den, 0.95)
         hits += low <= 1.5 <= high
     assert 0.93 <= hits / trials <= 0.97
+
+
+def test_best_gamma_turns_speculation_off_when_nothing_beats_greedy():
+    df = pd.DataFrame({"batch_size": [1, 1, 64, 64], "gamma": [2, 4, 2, 4], "speedup": [1.5, 1.7, 0.9, 0.8]})
+    best = best_gamma(df, ["batch_size"]).set_index("batch_size")
+    assert best.loc[1, "schedule_gamma"] == 4 and best.loc[64, "schedule_gamma"] == 0

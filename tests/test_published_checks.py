@@ -1,4 +1,4 @@
-"""Checks of the hardware cost model + engine profiles against published measurements (issue 5).
+"""Checks of the hardware cost model + engine profiles against published measurements.
 
 The computations and sources live in src/hardware/published_checks.py
 (`python -m src.hardware.published_checks`

@@ -10,6 +10,7 @@ draft passes. Files, one idea each:
     memory.py    whether weights and KV cache fit in GPU memory
     engines.py   engine overhead profiles (src/presets/engines.toml)
     allreduce.py tensor-parallel all-reduce: NCCL and vLLM's / SGLang's custom kernels
+    attention.py attention kernels as tiles of work on the GPU's multiprocessors
     hardware.py  HardwareCostModel: physics + engine overhead, the hardware CostModel
 
 Every public name is importable from `src.costmodel`.
@@ -19,7 +20,7 @@ from src.costmodel.allreduce import (
     allreduce_coefficients, allreduce_cost, custom_allreduce_supported, load_custom_allreduce,
 )
 from src.costmodel.engines import (
-    DRAFT_KINDS, ENGINE_PROFILES_FILE, IDEAL_ENGINE, LEGACY_ENGINE_NAME, EngineProfile,
+    DRAFT_KINDS, ENGINE_PROFILES_FILE, IDEAL_ENGINE, EngineProfile,
     engine_profile, load_engine_profiles,
 )
 from src.costmodel.flat import CostModel, FlatCostModel
@@ -41,7 +42,7 @@ __all__ = [
     "CustomAllReduceParams", "allreduce_cost", "custom_allreduce_supported",
     "load_custom_allreduce",
     "ATTENTION_KERNELS_PER_LAYER", "BUILTIN_PRESET_FILES", "BYTES_PER_VALUE", "DRAFT_KINDS",
-    "ENGINE_PROFILES_FILE", "IDEAL_ENGINE", "KERNELS_PER_LAYER_NON_ATTENTION", "LEGACY_ENGINE_NAME",
+    "ENGINE_PROFILES_FILE", "IDEAL_ENGINE", "KERNELS_PER_LAYER_NON_ATTENTION",
     "LM_HEAD_KERNELS", "PRESETS_DIR", "AllReduceFit", "CostModel", "CostModelInputError",
     "CostModelParams", "DraftSpec", "EngineProfile", "FlatCostModel", "GpuSpec",
     "HardwareCostModel", "ModelSpec", "PassBreakdown", "PassCoefficients", "Presets",

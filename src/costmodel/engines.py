@@ -8,22 +8,19 @@ verified positions, the n-gram proposer called once per step, and the all-reduce
 """
 from __future__ import annotations
 
-import math
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Iterable
 
-from src.config import read_toml
+from src.config import coerce, read_toml
 from src.costmodel.allreduce import ALLREDUCE_IMPLEMENTATIONS
 from src.costmodel.presets import (
     BUILTIN_PRESET_FILES,
     PRESETS_DIR,
     CostModelInputError,
-    CostModelParams,
 )
 
 ENGINE_PROFILES_FILE = PRESETS_DIR / "engines.toml"
-LEGACY_ENGINE_NAME = "params"  # the profile made from CostModelParams' CPU fields
 DRAFT_KINDS = ("model", "eagle", "ngram", "self")  # how drafts are made (hardware.DraftSpec)
 # attention_kernel values: the GPU's roofline, a kernel fitted on that GPU (src/costmodel/
 # attention.py; `python run.py calibrate`), or the faster of the fitted ones per pass. A GPU
@@ -134,23 +131,6 @@ class EngineProfile:
                 and not self.draft_first_pass_covers_verified
                 and self.verification_attention_slowdown_factor == 1.0 and self.cuda_graphs)
 
-    @classmethod
-    def from_params(cls, params: CostModelParams) -> "EngineProfile":
-        """CostModelParams' per-pass CPU figures (vidur's A100 profiles), no speculation extras."""
-        return cls(
-            name=LEGACY_ENGINE_NAME,
-            description="CPU figures of CostModelParams (vidur A100, Llama-2-7B TP1); no "
-                        "speculation-specific overheads",
-            step_cpu_fixed_ms=params.step_cpu_fixed_ms,
-            step_cpu_per_seq_ms=params.step_cpu_per_seq_ms,
-            draft_pass_cpu_fixed_ms=params.draft_pass_cpu_fixed_ms,
-            draft_pass_cpu_per_seq_ms=params.draft_pass_cpu_per_seq_ms,
-            ngram_pass_cpu_ms=params.ngram_pass_cpu_ms,
-            rejection_sampling_per_position_ms=0.0,
-            kv_bookkeeping_per_seq_ms=0.0,
-            draft_catchup_positions_per_seq=0,
-            verification_attention_slowdown_factor=1.0,
-        )
 
 
 IDEAL_ENGINE = EngineProfile(
@@ -207,24 +187,12 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
         for key, kind in wanted.items():
             if key not in raw:
                 continue
-            value = raw[key]
-            kind = kind if isinstance(kind, str) else kind.__name__
             if kind.startswith("tuple"):
-                values[key] = _draft_kinds(f"{where}.{key}", value)
+                values[key] = _draft_kinds(f"{where}.{key}", raw[key])
                 continue
-            if kind == "bool":
-                if not isinstance(value, bool):
-                    raise CostModelInputError(f"{where}.{key}", f"expected true or false, got {value!r}")
-            elif kind == "str":
-                if not isinstance(value, str):
-                    raise CostModelInputError(f"{where}.{key}", f"expected a string, got {value!r}")
-            elif isinstance(value, bool) or not isinstance(value, (int, float)) or (
-                    kind == "int" and int(value) != value) or not math.isfinite(value):
-                raise CostModelInputError(f"{where}.{key}", f"expected {kind}, got {value!r}")
-            elif value < 0:
-                raise CostModelInputError(f"{where}.{key}", f"must be >= 0, got {value}")
-            values[key] = int(value) if kind == "int" else (float(value) if kind == "float"
-                                                              else value)
+            values[key] = coerce(f"{where}.{key}", raw[key], kind, CostModelInputError)
+            if not isinstance(values[key], (bool, str)) and values[key] < 0:
+                raise CostModelInputError(f"{where}.{key}", f"must be >= 0, got {values[key]}")
         if values.get("allreduce", "nccl") not in ALLREDUCE_IMPLEMENTATIONS:
             raise CostModelInputError(f"{where}.allreduce", f"unknown '{values['allreduce']}'; "
                                       f"allowed: {', '.join(ALLREDUCE_IMPLEMENTATIONS)}")

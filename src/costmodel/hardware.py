@@ -101,20 +101,18 @@ class HardwareCostModel:
     the overhead formulas). Both reduce the [R, B] inputs to per-replication sums (active count S,
     context sum C) first and then work on [R] arrays, so a call costs a few dozen numpy operations
     on [R]. Every call also checks that weights + KV cache fit (raises CostModelInputError).
-    engine None = CostModelParams' CPU figures, `EngineProfile.from_params`).
     Build one with `HardwareCostModel.from_presets(...)`.
     """
 
     gpu: GpuSpec
     target: ModelSpec
+    engine: EngineProfile  # the serving engine's implementation and overheads (engines.toml)
     tp: int = 1
     draft: DraftSpec = DraftSpec(kind="ngram")
     params: CostModelParams = CostModelParams()
     allreduce: tuple[AllReduceFit, ...] = ()
-    engine: EngineProfile | None = None
     attention_fits: tuple[AttentionKernelFit, ...] = ()  # fitted attention kernels (Presets)
     time_unit: str = "ms"
-    _engine: EngineProfile = field(init=False, repr=False, compare=False)
     _target_c: PassCoefficients = field(init=False, repr=False, compare=False)
     _draft_c: PassCoefficients | None = field(init=False, repr=False, compare=False)
     _weight_bytes_gpu0: float = field(init=False, repr=False, compare=False)
@@ -127,12 +125,10 @@ class HardwareCostModel:
         check_tp(self.target, self.tp)
         p = self.params
         set_ = object.__setattr__
-        set_(self, "_engine", self.engine if self.engine is not None
-             else EngineProfile.from_params(p))
         # physics only: the engine's CPU overhead is added by _target_parts / _draft_parts; the
         # engine picks the all-reduce implementation, which is physics at TP > 1
         # its implementation (kernel counts, attention kernel, launches) shapes the physics too
-        ar = {"allreduce_implementation": self._engine.allreduce, "engine": self._engine,
+        ar = {"allreduce_implementation": self.engine.allreduce, "engine": self.engine,
               "attention_fits": self.attention_fits}
         set_(self, "_target_c", pass_coefficients(self.gpu, self.target, self.tp, p,
                                                   self.allreduce, **ar))
@@ -194,18 +190,19 @@ class HardwareCostModel:
         cls,
         gpu: str,
         target: str,
+        *,
+        engine: EngineProfile | str,
         tp: int = 1,
         draft: str | None = "ngram",
         draft_tp: int = 1,
         preset_paths: Iterable[str | Path] = (),
         params: CostModelParams | None = None,
-        engine: EngineProfile | str | None = None,
         draft_kv_budget_tokens: int | None = None,
     ) -> "HardwareCostModel":
         """Build from preset ids. draft: a model id (stand-alone draft), "eagle", "ngram", "self"
         (self-speculation: draft_tp is taken as tp) or None (= "ngram"). params: overrides the
-        loaded fitted parameters. engine: an EngineProfile, a profile name of
-        src/presets/engines.toml, or None (the CostModelParams CPU figures)."""
+        loaded fitted parameters. engine: an EngineProfile or a profile name of
+        src/presets/engines.toml (or of a preset file)."""
         preset_paths = tuple(preset_paths)
         presets = load_presets(preset_paths)
         gpu_spec = presets.gpu(gpu)
@@ -226,11 +223,6 @@ class HardwareCostModel:
                    params=presets.params if params is None else params,
                    allreduce=presets.allreduce, engine=engine, attention_fits=presets.attention)
 
-    @property
-    def engine_profile(self) -> EngineProfile:
-        """The engine profile in use (the CostModelParams one when `engine` is None)."""
-        return self._engine
-
     def _what(self) -> str:
         d = self.draft
         name = d.model.model_id if d.kind == "model" else d.kind
@@ -243,6 +235,15 @@ class HardwareCostModel:
                 + self._kv_bytes_per_seq_gpu0 * batch)
         usable = memory_usable_bytes(self.gpu, self.params)
         return need <= usable, need / 1e9, usable / 1e9
+
+    def largest_batch_that_fits(self, tokens_per_seq: int, limit: int = 8192) -> int:
+        """Largest batch in 0..limit whose weights and KV caches fit with every sequence holding
+        tokens_per_seq cached tokens (bisection: the memory needed grows with the batch)."""
+        lo, hi = 0, limit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if self.kv_fits(mid, tokens_per_seq)[0] else (lo, mid - 1)
+        return lo
 
     def _check_fits(self, kv_tokens: np.ndarray, n_seqs: np.ndarray | None = None) -> None:
         if not kv_tokens.size:
@@ -304,7 +305,7 @@ class HardwareCostModel:
         table = self._table_ms("target", active.shape[1], int(t.max()))
         attention = self._attention_pnorm_ms(self._target_c, n_seqs, tokens, t, sum_ctx)
         physics = table.ravel().take(n_seqs * table.shape[1] + t) + attention
-        e = self._engine
+        e = self.engine
         verify = t > 1
         per_seq = e.step_cpu_per_seq_ms + verify * (
             e.rejection_sampling_per_position_ms * t + e.kv_bookkeeping_per_seq_ms)
@@ -333,7 +334,7 @@ class HardwareCostModel:
         verification, the gamma = t - 1 draft passes' - costs only max(0, CPU - GPU of the step).
         """
         physics, cpu, gpu = self._target_parts(active, positions_per_seq, context_len_tokens)
-        e = self._engine
+        e = self.engine
         overlap_spec = self.draft.kind in e.cpu_overlap_draft_kinds
         if not (e.cpu_overlap_decode or overlap_spec):
             return physics, cpu + gpu
@@ -368,7 +369,7 @@ class HardwareCostModel:
         draft_passes_parts."""
         n_seqs = np.count_nonzero(active, axis=1)
         g = np.asarray(gamma)
-        e = self._engine
+        e = self.engine
         if self._draft_c is None:  # n-gram / prompt lookup: host-side string matching only
             zero = np.zeros(n_seqs.shape)
             calls = (g > 0) if e.ngram_one_call_per_step else g
@@ -412,7 +413,7 @@ class HardwareCostModel:
         and only the catch-up (GPU work) stays here.
         """
         physics, cpu, gpu = self._draft_parts(active, gamma, context_len_tokens)
-        if self.draft.kind in self._engine.cpu_overlap_draft_kinds:
+        if self.draft.kind in self.engine.cpu_overlap_draft_kinds:
             return physics, gpu
         return physics, cpu + gpu
 
@@ -443,7 +444,7 @@ class HardwareCostModel:
         comp = pass_components_s(c, S, t, S * ctx, prefill=True)
         physics = (comp["layers_non_attention"] + comp["attention"] + comp["lm_head"]
                    + comp["communication"]) * 1e3
-        e = self._engine
+        e = self.engine
         cpu = (e.step_cpu_fixed_ms + e.step_cpu_per_seq_ms * S if network == "target"
                else e.draft_pass_cpu_fixed_ms + e.draft_pass_cpu_per_seq_ms * S)
         overhead = cpu + comp["launch"] * 1e3

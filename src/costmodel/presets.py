@@ -10,7 +10,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from src.config import ConfigError, read_toml
+from src.config import ConfigError, coerce, read_toml
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
 BUILTIN_PRESET_FILES = (
@@ -239,29 +239,8 @@ def _coerce_fields(cls, table_name: str, entry_id: str, raw: Mapping, partial: b
         if missing:
             raise CostModelInputError(
                 where, f"missing field(s) {', '.join(missing)}; required: {', '.join(required)}")
-    out = {}
-    for name, value in raw.items():
-        kind = wanted[name].type
-        kind = kind if isinstance(kind, str) else kind.__name__
-        kind = kind.removesuffix(" | None")  # optional fields: a TOML value is never None
-        try:
-            if kind == "bool":
-                if not isinstance(value, bool):
-                    raise TypeError
-                out[name] = value
-            elif kind == "int":
-                if isinstance(value, bool) or int(value) != value:
-                    raise TypeError
-                out[name] = int(value)
-            elif kind == "float":
-                if isinstance(value, bool):
-                    raise TypeError
-                out[name] = float(value)
-            else:
-                out[name] = str(value)
-        except (TypeError, ValueError):
-            raise CostModelInputError(f"{where}.{name}", f"expected {kind}, got {value!r}") from None
-    return out
+    return {name: coerce(f"{where}.{name}", value, wanted[name].type, CostModelInputError)
+            for name, value in raw.items()}
 
 
 def _check_positive_fields(table_name: str, entry_id: str, values: Mapping) -> None:

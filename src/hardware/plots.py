@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.lines import Line2D
 
-from src.hardware.schedules import best_gamma, best_rows
+from src.metrics import best_gamma
 from src.reporting import (
     FONT_PT, MARKERS, decorate_speedup_axis, legend_outside, ordered, plot_speedup_grid, png_bytes,
 )
@@ -25,7 +25,8 @@ def plot_optimal_gamma(hw: dict):
     simulated pick in each cell, and in brackets the steady-state closed form's where it differs."""
     sim, steady = hw["results"], hw["steady"]
     serving = hw["scenario"].study.serving_modes[-1]
-    best = best_rows(sim[sim.serving_mode == serving])
+    best = best_gamma(sim[sim.serving_mode == serving],
+                      ["engine_profile", "quality_mode", "serving_mode", "batch_size"])
     modes, engine_names = ordered(sim, "quality_mode"), ordered(sim, "engine_profile")
     batches = sorted(set(best.batch_size))
     top = int(max(best.schedule_gamma.max(), 1))

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from src.costmodel import PRESETS_DIR, load_engine_profiles, load_presets
+from src.costmodel import IDEAL_ENGINE, PRESETS_DIR, load_engine_profiles, load_presets
 from src.hardware import schedules
-from src.hardware.schedules import best_rows
+from src.metrics import best_gamma
 from src.mode_comparison import comparison_lines
 from src.reporting import describe_alpha, describe_length, ordered, table
 
@@ -27,17 +27,6 @@ def fit_error_summary() -> str:
 
 def _table(header, rows, indent="   "):
     return table(header, rows, indent)
-
-
-def largest_fitting_batch(scenario, limit: int = 8192) -> int:
-    """Largest batch whose weights and KV cache fit with every sequence at its longest (bisection)."""
-    cost = scenario.cost_model(scenario.engine_profiles[0])
-    tokens = scenario.max_tokens_per_seq()
-    lo, hi = 0, limit
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if cost.kv_fits(mid, tokens)[0] else (lo, mid - 1)
-    return lo
 
 
 def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
@@ -60,8 +49,10 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
                f"draft {draft} (draft TP {sc.draft_tp}){budget}")
     for name in engine_names:
         out.append(f"  engine       {name}: {engines[name].description}")
+    tokens = sc.max_tokens_per_seq()
+    largest = sc.cost_model(IDEAL_ENGINE).largest_batch_that_fits(tokens)  # memory: engine-free
     out.append(f"  memory       {gpu.memory_gb:g} GB per GPU; the largest batch whose KV cache fits with every sequence at its "
-               f"longest ({sc.max_tokens_per_seq()} tokens) is {largest_fitting_batch(sc)}")
+               f"longest ({tokens} tokens) is {largest}")
     out.append(f"  context      prompts {describe_length(cfg.prompt_len)}; outputs {describe_length(cfg.output_len)}; "
                f"the KV cache grows as tokens")
     out.append(f"               are generated (mean context during decoding {hw['mean_context']:.0f} tokens)")
@@ -78,13 +69,13 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     out.append("               speedups and tokens/s are those of the decode phase; no preemption, no prefill interference")
     out.append("")
 
-    best = best_rows(sim)
+    best = best_gamma(sim, ["engine_profile", "quality_mode", "serving_mode", "batch_size"])
     serving = cfg.serving_modes[-1]
     out.append(f"H1. Does the gain survive batching on this hardware? Best-gamma speedup (gamma) by batch size, {serving}:")
     rows = []
     for m in modes:
         if reference is not None and m in set(reference.quality_mode):
-            ref = schedules.best_gamma(reference[reference.serving_mode == serving],
+            ref = best_gamma(reference[reference.serving_mode == serving],
                                             ["quality_mode", "batch_size"])
             ref = ref[ref.quality_mode == m].set_index("batch_size")
             rows.append([f"{m}, flat reference"] + [f"{ref.loc[b, 'speedup']:.2f} (g{ref.loc[b, 'gamma']})"
@@ -154,7 +145,7 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     for e in engine_names:
         for m in modes:
             sub = steady[(steady.engine_profile == e) & (steady.quality_mode == m) & ~steady.mean_context]
-            rules = schedules.context_rules(schedules.best_gamma(sub, ["batch_size", "context_len_tokens"]))
+            rules = schedules.context_rules(best_gamma(sub, ["batch_size", "context_len_tokens"]))
             varies = any(len({r[4] for r in rules if r[0] <= b <= r[1]}) > 1 for b in sub.batch_size.unique())
             rows = [[f"{lo}-{hi}" if lo != hi else str(lo), f"{clo}-{chi}" if clo != chi else str(clo), g]
                     for lo, hi, clo, chi, g in rules]
@@ -174,7 +165,7 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     out.append(f"H5. Speedup vs batch size per context length ({m0}, best gamma, steady state):")
     for e in engine_names:
         sub = steady[(steady.engine_profile == e) & (steady.quality_mode == m0) & ~steady.mean_context]
-        bst = schedules.best_gamma(sub, ["batch_size", "context_len_tokens"])
+        bst = best_gamma(sub, ["batch_size", "context_len_tokens"])
         piv = bst.pivot_table(index="batch_size", columns="context_len_tokens", values="speedup")
         rows = [[b] + [("." if c not in piv.columns or pd.isna(piv.loc[b, c]) else f"{piv.loc[b, c]:.2f}")
                        for c in contexts] for b in piv.index]

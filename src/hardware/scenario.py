@@ -1,31 +1,10 @@
 """Deployment scenarios: one GPU, target, draft, parallelism, engine and study grid.
 
-A scenario file (configs/scenarios/*.toml) has two tables:
-
-    [scenario]                       # the deployment
-    name = "h100-llama8b-1b"          # required: short id
-    description = "..."               # what a reader should recognise
-    gpu = "h100-sxm"                  # required: GPU preset id (src/presets/gpus.toml)
-    target = "llama-3.1-8b"           # required: model preset id (src/presets/models.toml)
-    draft = "llama-3.2-1b"            # required: model id | "eagle" | "ngram" | "self"
-    tp = 1                            # target tensor-parallel degree (default 1)
-    draft_tp = 1                      # draft-model TP (default 1; eagle and self run at tp)
-    engine_profiles = ["ideal", "vllm-2024"]   # src/presets/engines.toml names; first = default
-    draft_kv_budget_tokens = 512      # optional: the draft reads at most this many cached tokens
-                                      # per sequence (MagicDec-style compressed draft KV)
-    memory_reserve_fraction = 0.1     # optional: GPU memory kept free (default: the preset's 0.10,
-                                      # vLLM's gpu_memory_utilization 0.9); 0 for static-cache engines
-    acceptance_source = "..."         # where the [study] alpha modes come from
-
-    [study]                           # any StudyConfig field, through src.config.build_config
-    batch_sizes = [1, 2, 4]
-    ...
-
-`load_scenario(path)` validates everything once and raises `src.config.ConfigError` naming the key
-(`scenario.gpu`, `study.gammas`, ...) for unknown keys, unknown presets, a bad TP, and a
-deployment that does not fit in GPU memory: the weights (named `scenario.tp`) or the KV cache of
-the largest batch at the longest prompt + output + gamma + 1 tokens (named `study.batch_sizes`).
-`Scenario.cost_model(engine_profile)` builds the HardwareCostModel with that engine's overheads.
+A scenario file (configs/scenarios/*.toml) has a [scenario] table (the deployment; design.md,
+"Scenarios", lists its keys) and a [study] table (any StudyConfig field). `load_scenario(path)`
+validates everything once and raises ConfigError naming the key (`scenario.gpu`, `study.gammas`,
+...), also for a deployment that does not fit in GPU memory. `Scenario.cost_model(engine)` builds
+the HardwareCostModel with that engine's overheads.
 """
 from __future__ import annotations
 
@@ -215,7 +194,7 @@ def check_memory(scenario: Scenario) -> None:
     batch = max(scenario.study.batch_sizes)
     fits, need_gb, usable_gb = cost.kv_fits(batch, tokens)
     if not fits:
-        largest = max((b for b in range(1, batch) if cost.kv_fits(b, tokens)[0]), default=0)
+        largest = cost.largest_batch_that_fits(tokens, limit=batch - 1)
         raise ConfigError(
             "study.batch_sizes",
             f"batch {batch} x {tokens} tokens per sequence (longest prompt + output + gamma + 1) "

@@ -8,12 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 
-
-def best_gamma(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Per group: the gamma with the highest speedup, or 0 (speculation off) if none beats 1.0."""
-    best = df.loc[df.groupby(by, sort=True)["speedup"].idxmax()].copy()
-    best["schedule_gamma"] = np.where(best.speedup > 1.0, best.gamma, 0)
-    return best
+from src.metrics import best_gamma
 
 
 def crossover_batch(batches: np.ndarray, speedups: np.ndarray) -> int | None:
@@ -81,15 +76,10 @@ def context_rules(best_by_batch_context: pd.DataFrame) -> list[tuple[int, int, i
     return rules
 
 
-def best_rows(sim: pd.DataFrame) -> pd.DataFrame:
-    """Best gamma per (engine, quality mode, serving mode, batch); schedule_gamma 0 where none beats 1."""
-    return best_gamma(sim, ["engine_profile", "quality_mode", "serving_mode", "batch_size"])
-
-
 def schedules(sim: pd.DataFrame) -> list[dict]:
     """One vLLM schedule per (engine, quality mode, serving mode), with its gains."""
     out = []
-    best = best_rows(sim)
+    best = best_gamma(sim, ["engine_profile", "quality_mode", "serving_mode", "batch_size"])
     for (engine, mode, serving), sub in best.groupby(["engine_profile", "quality_mode", "serving_mode"], sort=False):
         sub = sub.sort_values("batch_size")
         batches, gammas = sub.batch_size.tolist(), sub.schedule_gamma.tolist()

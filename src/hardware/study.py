@@ -11,6 +11,7 @@ from src.costmodel import load_engine_profiles
 from src.hardware import steady_state
 from src.hardware.plots import render_plots
 from src.hardware.scenario import Scenario
+from src.metrics import best_gamma
 from src.processes import map_in_processes
 from src.reporting import reference_gamma
 from src.sweep import progress_printer, run_grid
@@ -86,8 +87,8 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> di
         for label, variant_cost in [("physics only", physics_only)] + [(f"+ {p}", c) for p, c in variant_costs]:
             times = steady_state.step_times_ms(variant_cost, [b_hi], cfg.gammas, ctx_mean)
             for m in cfg.quality_modes:
-                t = times.assign(speedup=steady_state.steady_state_speedups(times, omega[m]))
-                best = t.loc[t.speedup.idxmax()]
+                t = times.assign(quality_mode=m, speedup=steady_state.steady_state_speedups(times, omega[m]))
+                best = best_gamma(t, ["quality_mode"]).iloc[0]
                 attribution.append({"engine_profile": engine, "quality_mode": m, "batch_size": b_hi,
                                     "context_len_tokens": ctx_mean, "variant": label, "gamma": int(best.gamma),
                                     "speedup": float(best.speedup)})
