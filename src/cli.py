@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "step-time": ("src.stepcalc", "forward-pass times of real GPUs and models"),
     "serve": ("src.online.cli", "serving under load: request rates, latency percentiles, policies"),
     "recommend": ("src.online.recommend", "whether to speculate, with vLLM and SGLang settings"),
+    "measure": ("src.measure.cli", "time real forward steps on your GPU (needs PyTorch)"),
 }
 
 # StudyConfig field -> its command-line option
