@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Measure forward-step times of llama-3.1-8b and llama-3.2-1b on one CUDA GPU with
+# `python run.py measure`, within a wall-clock budget, for fitting and checking the cost model.
+#
+#   scripts/gpu_measure.sh                      # CSVs + environment JSON into $OUT (./measure-out)
+#   MEASURE_DRY_RUN=1 scripts/gpu_measure.sh    # plan and time estimate only (no torch needed)
+#   MEASURE_TINY=1 scripts/gpu_measure.sh       # the same runs on the CPU with a tiny model
+#
+# Environment: OUT (output folder), PYTHON (default python), MEASURE_BUDGET_S (wall-clock limit
+# for the measuring runs, default 320 s). Each run gets --time-budget-s = the time left minus what the
+# runs after it are estimated to need, so one slow run cannot starve the rest; a run that still
+# overruns is stopped by `timeout` (SIGTERM: measure writes the rows it has and exits).
+# Runs, most valuable first (memory-limited configurations are skipped by measure itself):
+#   forward-grid     both models, CUDA graphs, flash + cudnn attention: batch 1..256 (powers of
+#                    2) x positions 1,2,3,5,9 x context 512,2048,8192
+#   forward-context  contexts 1024,4096,16384 (positions 1,3,5)
+#   forward-batch    batch sizes between the powers of 2 (3..192), positions 1,3,5, context 2048
+#   eager            eager execution, flash, batch 1,4,16,64,256 x positions 1,5, context 2048
+#   attention        attention_only rows of the 8B, both kernels, contexts 2048,4096,16384
+#   prefill-1        prefill at batch 1, prompts 16..16384
+#   prefill-batch    prefill at batch 2,4,8,16, prompts 256,1024,2048, flash only (the two
+#                    kernels' prefill times differ by under 1% in the H200 data shipped with
+#                    the calibration data, and these are the most expensive steps)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-./measure-out}"
+PY="${PYTHON:-python}"
+BUDGET_S="${MEASURE_BUDGET_S:-320}"
+STARTUP_S=8  # per run: Python, torch import, CUDA context, GPU rate checks (not in the estimate)
+MODELS=llama-3.1-8b,llama-3.2-1b
+POW2=1,2,4,8,16,32,64,128,256
+
+NAMES=(forward-grid forward-context forward-batch eager attention prefill-1 prefill-batch)
+ARGS=(
+  "--model $MODELS --mode graph --attention flash,cudnn --batch $POW2 --positions 1,2,3,5,9 --context 512,2048,8192"
+  "--model $MODELS --mode graph --attention flash,cudnn --batch $POW2 --positions 1,3,5 --context 1024,4096,16384"
+  "--model $MODELS --mode graph --attention flash,cudnn --batch 3,6,12,24,48,96,192 --positions 1,3,5 --context 2048"
+  "--model $MODELS --mode eager --attention flash --batch 1,4,16,64,256 --positions 1,5 --context 2048"
+  "--model llama-3.1-8b --what attention_only --mode graph --attention flash,cudnn --batch 1,16,64,256 --positions 1,5 --context 2048,4096,16384"
+  "--model $MODELS --what prefill --mode graph --attention flash,cudnn --prefill-batch 1 --prefill 16,32,64,128,256,512,1024,2048,4096,8192,16384 --min-reps 3 --warmup 1"
+  "--model $MODELS --what prefill --mode graph --attention flash --prefill-batch 2,4,8,16 --prefill 256,1024,2048 --min-reps 3 --warmup 1"
+)
+COMMON="--target-ms 40 --min-reps 5 --max-reps 100 --warmup 2"
+if [ -n "${MEASURE_TINY:-}" ]; then
+  # CPU smoke test of the same runs: tiny model, eager timing, one repetition
+  COMMON="--target-ms 1 --min-reps 1 --max-reps 1 --warmup 1"
+  for i in "${!ARGS[@]}"; do
+    ARGS[$i]="${ARGS[$i]/--mode graph/--mode eager} --device cpu"
+    ARGS[$i]="${ARGS[$i]/--min-reps 3 --warmup 1/}"
+  done
+fi
+
+# run.py imports the study's plotting dependencies; a GPU machine may have only torch and numpy,
+# and `python -m src.measure` is the same command without them
+if "$PY" -c "import matplotlib, scipy, pandas" >/dev/null 2>&1; then
+  MEASURE=(run.py measure)
+else
+  MEASURE=(-m src.measure)
+  echo "note: no matplotlib/scipy/pandas here; running python -m src.measure (the same code)" >&2
+fi
+mkdir -p "$OUT" || { echo "error: cannot create $OUT" >&2; exit 2; }
+
+# --- plan: configuration count and time estimate of every run (dry runs: no torch, and
+# `python -m src.measure` skips run.py's study imports) ------------------------------------
+EST=()
+TOTAL_CONFIGS=0
+TOTAL_EST=0
+for i in "${!NAMES[@]}"; do
+  # shellcheck disable=SC2086
+  plan=$("$PY" -m src.measure $COMMON ${ARGS[$i]} --out "$OUT/${NAMES[$i]}.csv" --dry-run) || {
+    echo "error: the plan of run ${NAMES[$i]} failed" >&2; exit 2; }
+  line=$(printf '%s\n' "$plan" | grep '^plan:')
+  n=$(printf '%s\n' "$line" | sed -E 's/^plan: ([0-9]+) configurations.*/\1/')
+  s=$(printf '%s\n' "$line" | sed -E 's/.*estimated ([0-9]+) s.*/\1/')
+  EST+=("$((s + STARTUP_S))")
+  TOTAL_CONFIGS=$((TOTAL_CONFIGS + n))
+  TOTAL_EST=$((TOTAL_EST + s + STARTUP_S))
+  echo "run ${NAMES[$i]}: $n configurations, estimated $((s + STARTUP_S)) s"
+done
+echo "total: $TOTAL_CONFIGS configurations, estimated $TOTAL_EST s (wall-clock budget $BUDGET_S s)"
+if [ -n "${MEASURE_DRY_RUN:-}" ]; then
+  exit 0
+fi
+
+# --- environment ---------------------------------------------------------------------------
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,power.limit,driver_version --format=csv
+"$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'gpu', torch.cuda.is_available() and torch.cuda.get_device_name())" || true
+
+# --- measure -------------------------------------------------------------------------------
+START=$(date +%s)
+FAILED=0
+for i in "${!NAMES[@]}"; do
+  now=$(date +%s)
+  later=0
+  for ((j = i + 1; j < ${#NAMES[@]}; j++)); do later=$((later + EST[j])); done
+  left=$((START + BUDGET_S - now))
+  budget=$((left - later - STARTUP_S))
+  if [ "$budget" -lt 5 ]; then
+    budget=5
+  fi
+  if [ "$left" -lt 20 ]; then
+    echo "=== ${NAMES[$i]}: skipped, ${left} s left of the budget" >&2
+    continue
+  fi
+  echo "=== ${NAMES[$i]} ($(( now - START )) s elapsed; this run may take up to ${budget} s)" >&2
+  # shellcheck disable=SC2086
+  timeout --signal=TERM --kill-after=15 "$((budget + 30))" \
+    "$PY" "${MEASURE[@]}" $COMMON ${ARGS[$i]} --time-budget-s "$budget" \
+    --out "$OUT/${NAMES[$i]}.csv"
+  rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "=== ${NAMES[$i]}: exit status $rc" >&2
+    FAILED=$((FAILED + 1))
+  fi
+done
+
+# --- one file for decode/verification steps, one for prefill ---------------------------------
+combine() {  # combine OUTPUT INPUT...: the first header, then every input's rows
+  local target=$1; shift
+  local first=""
+  for f in "$@"; do [ -s "$f" ] && { first=$f; break; }; done
+  [ -n "$first" ] || return 0
+  { head -n 1 "$first"; for f in "$@"; do [ -s "$f" ] && tail -n +2 "$f"; done; } > "$target.tmp" \
+    && mv "$target.tmp" "$target"
+}
+combine "$OUT/step_times_ms.csv" "$OUT"/forward-grid.csv "$OUT"/forward-context.csv \
+  "$OUT"/forward-batch.csv "$OUT"/eager.csv "$OUT"/attention.csv
+combine "$OUT/prefill_times_ms.csv" "$OUT"/prefill-1.csv "$OUT"/prefill-batch.csv
+echo "done in $(( $(date +%s) - START )) s; $FAILED run(s) with a non-zero exit status"
+for f in "$OUT"/*.csv; do echo "  $f: $(( $(wc -l < "$f") - 1 )) rows"; done
+exit 0
