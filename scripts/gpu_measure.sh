@@ -2,15 +2,21 @@
 # Measure forward-step times of llama-3.1-8b and llama-3.2-1b on one CUDA GPU with
 # `python run.py measure`, within a wall-clock budget, for fitting and checking the cost model.
 #
-#   scripts/gpu_measure.sh                      # CSVs + environment JSON into $OUT (./measure-out)
+#   scripts/gpu_measure.sh                      # results into $OUT (default ./measure-out)
 #   MEASURE_DRY_RUN=1 scripts/gpu_measure.sh    # plan and time estimate only (no torch needed)
 #   MEASURE_TINY=1 scripts/gpu_measure.sh       # the same runs on the CPU with a tiny model
 #
-# Environment: OUT (output folder), PYTHON (default python), MEASURE_BUDGET_S (wall-clock limit
-# for the measuring runs, default 320 s). Each run gets --time-budget-s = the time left minus what the
-# runs after it are estimated to need, so one slow run cannot starve the rest; a run that still
-# overruns is stopped by `timeout` (SIGTERM: measure writes the rows it has and exits).
-# Runs, most valuable first (memory-limited configurations are skipped by measure itself):
+# $OUT receives four files, rewritten after every run (so a stopped session keeps what it has):
+#   step_times_ms.csv      decode/verification rows (forward, attention_only; graph and eager)
+#   prefill_times_ms.csv   prefill rows
+#   environment.json       per run: GPU, versions, clocks, copy/matmul rates, skipped configs
+#   gpu_measure.log        everything printed
+# Environment: OUT, PYTHON (default python), MEASURE_BUDGET_S (wall-clock limit of the measuring
+# runs, default 320 s), MEASURE_WORK (folder for per-run files, default a fresh one in /tmp).
+# Each run gets --time-budget-s = the time left minus what the runs after it are estimated to
+# need, so one slow run cannot starve the rest; a run that still overruns is stopped by `timeout`
+# (SIGTERM: measure writes the rows it has and exits).
+# Runs, most valuable first (configurations that do not fit in memory are skipped by measure):
 #   forward-grid     both models, CUDA graphs, flash + cudnn attention: batch 1..256 (powers of
 #                    2) x positions 1,2,3,5,9 x context 512,2048,8192
 #   forward-context  contexts 1024,4096,16384 (positions 1,3,5)
@@ -23,6 +29,7 @@
 #                    the calibration data, and these are the most expensive steps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
 OUT="${OUT:-./measure-out}"
 PY="${PYTHON:-python}"
 BUDGET_S="${MEASURE_BUDGET_S:-320}"
@@ -31,6 +38,8 @@ MODELS=llama-3.1-8b,llama-3.2-1b
 POW2=1,2,4,8,16,32,64,128,256
 
 NAMES=(forward-grid forward-context forward-batch eager attention prefill-1 prefill-batch)
+STEP_RUNS=(forward-grid forward-context forward-batch eager attention)
+PREFILL_RUNS=(prefill-1 prefill-batch)
 ARGS=(
   "--model $MODELS --mode graph --attention flash,cudnn --batch $POW2 --positions 1,2,3,5,9 --context 512,2048,8192"
   "--model $MODELS --mode graph --attention flash,cudnn --batch $POW2 --positions 1,3,5 --context 1024,4096,16384"
@@ -50,15 +59,12 @@ if [ -n "${MEASURE_TINY:-}" ]; then
   done
 fi
 
-# run.py imports the study's plotting dependencies; a GPU machine may have only torch and numpy,
-# and `python -m src.measure` is the same command without them
-if "$PY" -c "import matplotlib, scipy, pandas" >/dev/null 2>&1; then
-  MEASURE=(run.py measure)
-else
-  MEASURE=(-m src.measure)
-  echo "note: no matplotlib/scipy/pandas here; running python -m src.measure (the same code)" >&2
-fi
 mkdir -p "$OUT" || { echo "error: cannot create $OUT" >&2; exit 2; }
+if [ -z "${MEASURE_DRY_RUN:-}" ]; then
+  exec 3>&1 4>&2
+  exec > >(tee -a "$OUT/gpu_measure.log") 2>&1
+  TEE_PID=$!
+fi
 
 # --- plan: configuration count and time estimate of every run (dry runs: no torch, and
 # `python -m src.measure` skips run.py's study imports) ------------------------------------
@@ -67,7 +73,7 @@ TOTAL_CONFIGS=0
 TOTAL_EST=0
 for i in "${!NAMES[@]}"; do
   # shellcheck disable=SC2086
-  plan=$("$PY" -m src.measure $COMMON ${ARGS[$i]} --out "$OUT/${NAMES[$i]}.csv" --dry-run) || {
+  plan=$("$PY" -m src.measure $COMMON ${ARGS[$i]} --dry-run) || {
     echo "error: the plan of run ${NAMES[$i]} failed" >&2; exit 2; }
   line=$(printf '%s\n' "$plan" | grep '^plan:')
   n=$(printf '%s\n' "$line" | sed -E 's/^plan: ([0-9]+) configurations.*/\1/')
@@ -81,6 +87,47 @@ echo "total: $TOTAL_CONFIGS configurations, estimated $TOTAL_EST s (wall-clock b
 if [ -n "${MEASURE_DRY_RUN:-}" ]; then
   exit 0
 fi
+
+WORK="${MEASURE_WORK:-$(mktemp -d /tmp/gpu_measure.XXXXXX)}"
+mkdir -p "$WORK" || { echo "error: cannot create $WORK" >&2; exit 2; }
+
+# run.py imports the whole study (matplotlib, scipy, pandas); a GPU machine may have only torch
+# and numpy, and `python -m src.measure` is the same command without them
+if "$PY" run.py measure --help >/dev/null 2>&1; then
+  MEASURE=(run.py measure)
+else
+  MEASURE=(-m src.measure)
+  echo "note: run.py cannot start here (study dependencies missing); using python -m src.measure"
+fi
+
+# --- collect: the per-run files of $WORK into the four files of $OUT -------------------------
+combine() {  # combine OUTPUT RUN...: the first header, then every run's rows
+  local target=$1; shift
+  local files=() f
+  for f in "$@"; do [ -s "$WORK/$f.csv" ] && files+=("$WORK/$f.csv"); done
+  [ "${#files[@]}" -gt 0 ] || return 0
+  { head -n 1 "${files[0]}"; for f in "${files[@]}"; do tail -n +2 "$f"; done; } \
+    > "$target.part" && mv "$target.part" "$target"
+}
+collect() {
+  combine "$OUT/step_times_ms.csv" "${STEP_RUNS[@]}"
+  combine "$OUT/prefill_times_ms.csv" "${PREFILL_RUNS[@]}"
+  "$PY" - "$OUT/environment.json" "$WORK" "${NAMES[@]}" <<'PYEOF'
+import json, os, sys
+target, work, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+env = {}
+for name in names:
+    path = os.path.join(work, name + ".env.json")
+    if os.path.exists(path):
+        with open(path) as fh:
+            env[name] = json.load(fh)
+if env:
+    with open(target + ".part", "w") as fh:
+        json.dump(env, fh, indent=1)
+    os.replace(target + ".part", target)
+PYEOF
+}
+trap collect EXIT
 
 # --- environment ---------------------------------------------------------------------------
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,power.limit,driver_version --format=csv
@@ -99,33 +146,24 @@ for i in "${!NAMES[@]}"; do
     budget=5
   fi
   if [ "$left" -lt 20 ]; then
-    echo "=== ${NAMES[$i]}: skipped, ${left} s left of the budget" >&2
+    echo "=== ${NAMES[$i]}: skipped, ${left} s left of the budget"
     continue
   fi
-  echo "=== ${NAMES[$i]} ($(( now - START )) s elapsed; this run may take up to ${budget} s)" >&2
+  echo "=== ${NAMES[$i]} ($(( now - START )) s elapsed; this run may take up to ${budget} s)"
   # shellcheck disable=SC2086
   timeout --signal=TERM --kill-after=15 "$((budget + 30))" \
     "$PY" "${MEASURE[@]}" $COMMON ${ARGS[$i]} --time-budget-s "$budget" \
-    --out "$OUT/${NAMES[$i]}.csv"
+    --out "$WORK/${NAMES[$i]}.csv"
   rc=$?
   if [ "$rc" -ne 0 ]; then
-    echo "=== ${NAMES[$i]}: exit status $rc" >&2
+    echo "=== ${NAMES[$i]}: exit status $rc"
     FAILED=$((FAILED + 1))
   fi
+  collect
 done
 
-# --- one file for decode/verification steps, one for prefill ---------------------------------
-combine() {  # combine OUTPUT INPUT...: the first header, then every input's rows
-  local target=$1; shift
-  local first=""
-  for f in "$@"; do [ -s "$f" ] && { first=$f; break; }; done
-  [ -n "$first" ] || return 0
-  { head -n 1 "$first"; for f in "$@"; do [ -s "$f" ] && tail -n +2 "$f"; done; } > "$target.tmp" \
-    && mv "$target.tmp" "$target"
-}
-combine "$OUT/step_times_ms.csv" "$OUT"/forward-grid.csv "$OUT"/forward-context.csv \
-  "$OUT"/forward-batch.csv "$OUT"/eager.csv "$OUT"/attention.csv
-combine "$OUT/prefill_times_ms.csv" "$OUT"/prefill-1.csv "$OUT"/prefill-batch.csv
 echo "done in $(( $(date +%s) - START )) s; $FAILED run(s) with a non-zero exit status"
-for f in "$OUT"/*.csv; do echo "  $f: $(( $(wc -l < "$f") - 1 )) rows"; done
+for f in "$OUT"/*.csv; do [ -e "$f" ] && echo "  $f: $(( $(wc -l < "$f") - 1 )) rows"; done
+exec 1>&3 2>&4 3>&- 4>&-
+wait "$TEE_PID" 2>/dev/null
 exit 0

@@ -262,6 +262,9 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", newline="") as fh:
             fh.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a plain open() would (mkstemp makes it private)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -354,7 +357,7 @@ def model_deadlines_s(req: MeasureRequest) -> dict[str, float | None]:
     """Seconds after the start by which each model's configurations must have started: the time
     budget split in proportion to each model's planning estimate, cumulatively (time a model
     leaves unused passes to the next), so an overrun cuts every model's tail, not the last
-    model entirely."""
+    model entirely. Each model still measures its first configuration (a bounded overrun)."""
     if req.time_budget_s is None:
         return {m: None for m, _ in req.models}
     presets = load_presets(req.presets)
@@ -404,8 +407,9 @@ def _measure_model(run: _Run, model: str, configs: list[Config], deadline_s: flo
     cache_bytes = max((kv_cache_bytes(spec, c) for c in fitting), default=0)
     cache = KVCache(spec, cache_bytes, device, req.seed)
     run.say(f"{model}: KV cache of {cache_bytes / GIB:.2f} GiB; {len(fitting)} configurations")
+    measured = 0
     for c in fitting:
-        if run.over_budget(deadline_s):
+        if measured and run.over_budget(deadline_s):  # every model gets at least one row
             run.skip(c, f"time budget: {model}'s share ({deadline_s:.0f} s) of "
                         f"--time-budget-s {req.time_budget_s:g} spent")
             continue
@@ -443,6 +447,7 @@ def _measure_model(run: _Run, model: str, configs: list[Config], deadline_s: flo
                                       - torch.cuda.memory_allocated(device)) > TRIM_CACHE_BYTES:
             torch.cuda.empty_cache()  # released graph pools: return them before they pile up
         run.done += 1
+        measured += 1
         run.rows.append({"model": c.model, "mode": c.mode, "what": c.what,
                          "attention_backend": c.attention, "batch": c.batch,
                          "positions": c.positions, "context": c.context, "tokens": c.tokens,
@@ -500,6 +505,16 @@ def measure(req: MeasureRequest, argv: list[str]) -> int:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # tiny smoke-run steps: waking more threads costs more
+    try:
+        return _measure_on(req, argv, torch, device)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure_on(req: MeasureRequest, argv: list[str], torch, device) -> int:
     from src.measure.machine import describe, gpu_rates, smi_snapshot
 
     env = {"started_utc": _now(), "arguments": list(argv), **describe(device)}
