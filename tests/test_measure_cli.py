@@ -157,7 +157,7 @@ def test_cpu_smoke_run_writes_the_calibration_format(tmp_path, capsys):
     assert env["complete"] is True and env["rows"] == len(rows) and env["device"] == "cpu"
     assert env["torch"] and env["rep_policy"]["min_reps"] == 2
     assert env["kernels"]["forward"]["per_layer"] == env["kernels"]["prefill"]["per_layer"] > 20
-    assert env["kernels"]["attention_only"] == {"per_layer": 3, "fixed": 0}
+    assert env["kernels"]["attention_only"] == {"per_layer": 3, "fixed": 11}
     assert len(env["skipped"]) == len(rows) // 2  # every cudnn configuration, with its reason
     assert all(s["attention"] == "cudnn" and "could not run" in s["reason"]
                for s in env["skipped"])

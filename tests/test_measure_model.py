@@ -63,12 +63,17 @@ def test_prefill_fills_the_prompt_and_scores_one_position_per_prompt():
     assert (cache.buffer != before).float().mean() > 0.9
 
 
-def test_attention_only_runs_every_layer_on_the_folded_queries():
+def test_attention_only_writes_the_cache_and_scores_every_position():
     batch, positions, context = 2, 2, 9
     cache = cache_for(batch, context + positions)
-    o = attention_only_step(SPEC, cache, batch, positions, context, CPU, seed=0)()
-    group = SPEC.n_heads // SPEC.n_kv_heads
-    assert o.shape == (batch, SPEC.n_kv_heads, positions * group, SPEC.head_dim)
+    before = cache.buffer.clone()
+    w = random_weights(SPEC, CPU, seed=1)
+    out = attention_only_step(w, SPEC, cache, batch, positions, context, CPU, seed=0)()
+    assert out.shape == (batch * positions,)
+    view = cache.view(batch, context + positions)
+    old = before[:view.numel()].view_as(view)
+    assert torch.equal(view[..., :context, :], old[..., :context, :])
+    assert (view[..., context:, :] != old[..., context:, :]).float().mean() > 0.9
 
 
 def test_tied_presets_share_the_embedding_as_lm_head():
@@ -93,5 +98,5 @@ def test_the_planning_kernel_count_is_the_counted_one():
     assert counted == {"per_layer": plan.KERNELS_PER_LAYER, "fixed": 11}
     cfg = plan.Config(SPEC.model_id, "graph", "forward", "flash", 1, 1, 8)
     assert plan.kernels_per_step(SPEC, cfg) == SPEC.n_layers * 34 + 11
-    assert kernels_per_step(SPEC, "attention_only", CPU) == {"per_layer": 3, "fixed": 0}
+    assert kernels_per_step(SPEC, "attention_only", CPU) == {"per_layer": 3, "fixed": 11}
     assert kernels_per_step(SPEC, "prefill", CPU)["per_layer"] == plan.KERNELS_PER_LAYER

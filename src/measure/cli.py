@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "flash,cudnn (flash on --device cpu). A backend that cannot run a "
                          "configuration is skipped with a note")
     ap.add_argument("--what", default=None,
-                    help="forward (the whole step), attention_only (per layer KV write + "
+                    help="forward (the whole step), attention_only (layers reduced to KV write + "
                          "attention), prefill; default forward, plus prefill with --prefill")
     ap.add_argument("--prefill", default=None, metavar="LENGTHS",
                     help="prompt lengths of prefill rows, e.g. 128,1024,8192")
@@ -423,8 +423,8 @@ def _measure_model(run: _Run, model: str, configs: list[Config], deadline_s: flo
                     step = forward_step(weights, spec, cache, c.batch, c.positions, c.context,
                                         device, req.seed)
                 elif c.what == "attention_only":
-                    step = attention_only_step(spec, cache, c.batch, c.positions, c.context,
-                                               device, req.seed)
+                    step = attention_only_step(weights, spec, cache, c.batch, c.positions,
+                                               c.context, device, req.seed)
                 else:
                     step = prefill_step(weights, spec, cache, c.batch, c.positions, device,
                                         req.seed)

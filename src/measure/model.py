@@ -28,9 +28,10 @@ The new positions attend to all context + P keys without a causal mask among the
 bytes moved; FLOPs differ by at most P / context). The backend is whatever
 `torch.nn.attention.sdpa_kernel` allows around the call (flash, cudnn, ...).
 
-`attention_only`: per layer only the KV-cache write and the attention call, with Q, K, V fixed
-random inputs; no embedding, GEMMs, norms or LM head. forward minus attention_only approximates
-the rest of the step.
+`attention_only`: the step with each layer reduced to its KV-cache write and attention call (Q,
+K, V fixed random inputs; no GEMMs, norms, rotary or residuals in the layers); the embedding,
+final RMSNorm, LM head and argmax stay. forward minus attention_only approximates the layers'
+non-attention work (what vidur calls forward_ms_non_attention).
 
 `prefill`: `batch` prompts of P tokens, empty cache. As forward, except that attention is causal
 over the prompt with K and V repeated to the query heads (the causal mask cannot fold GQA into
@@ -202,11 +203,13 @@ def forward_step(w: Weights, spec: ModelSpec, cache: KVCache, batch: int, positi
     return step
 
 
-def attention_only_step(spec: ModelSpec, cache: KVCache, batch: int, positions: int,
-                        context: int, device: torch.device, seed: int
+def attention_only_step(w: Weights, spec: ModelSpec, cache: KVCache, batch: int,
+                        positions: int, context: int, device: torch.device, seed: int
                         ) -> Callable[[], torch.Tensor]:
-    """Per layer only the KV-cache write and the attention call, on fixed random Q, K, V."""
+    """The step with each layer reduced to its KV-cache write and attention call, on fixed random
+    Q, K, V; embedding, final norm, LM head and argmax as in forward_step."""
     gen = torch.Generator(device=device).manual_seed(seed)
+    ids = torch.randint(0, spec.vocab_size, (batch * positions,), device=device, generator=gen)
     q = torch.empty(batch, positions, spec.n_heads, spec.head_dim, dtype=DTYPE, device=device)
     k = torch.empty(batch, positions, spec.n_kv_heads, spec.head_dim, dtype=DTYPE, device=device)
     v = torch.empty_like(k)
@@ -216,13 +219,14 @@ def attention_only_step(spec: ModelSpec, cache: KVCache, batch: int, positions: 
     kv = cache.view(batch, context + positions)
 
     def step() -> torch.Tensor:
-        o = q_folded
+        x = w.embed[ids]
         for layer in range(spec.n_layers):
             k_cache, v_cache = kv[layer, 0], kv[layer, 1]
             k_cache[:, :, context:].copy_(k.transpose(1, 2))
             v_cache[:, :, context:].copy_(v.transpose(1, 2))
-            o = F.scaled_dot_product_attention(q_folded, k_cache, v_cache)
-        return o
+            F.scaled_dot_product_attention(q_folded, k_cache, v_cache)
+        logits = rms_norm(x, w.norm) @ w.lm_head.t()
+        return logits.argmax(dim=-1)
 
     return step
 
@@ -289,11 +293,12 @@ def kernels_per_step(spec: ModelSpec, what: str, device: torch.device) -> dict[s
     for layers in (1, 2):
         small = replace(tiny_spec(spec), n_layers=layers)
         cache = KVCache(small, 2 * layers * 2 * small.kv_width * 8, device, seed=0)  # 8 slots
+        w = random_weights(small, device, seed=0)
         if what == "attention_only":
-            step = attention_only_step(small, cache, 1, 2, 4, device, seed=0)
+            step = attention_only_step(w, small, cache, 1, 2, 4, device, seed=0)
+        elif what == "prefill":
+            step = prefill_step(w, small, cache, 1, 6, device, seed=0)
         else:
-            w = random_weights(small, device, seed=0)
-            step = (prefill_step(w, small, cache, 1, 6, device, seed=0) if what == "prefill"
-                    else forward_step(w, small, cache, 1, 2, 4, device, seed=0))
+            step = forward_step(w, small, cache, 1, 2, 4, device, seed=0)
         counts.append(count_kernels(step))
     return {"per_layer": counts[1] - counts[0], "fixed": 2 * counts[0] - counts[1]}

@@ -142,12 +142,13 @@ def activation_bytes(spec: ModelSpec, config: Config) -> int:
     query-wide BF16 (attention input/output), 4 MLP-wide BF16 (gate/up is 2 wide, SiLU, product).
     Layers run one after another, so one layer's worth is live. Plus the logits (every position
     for forward, the last prompt position for prefill) and, for prefill, K and V repeated to
-    the query heads for causal attention. attention_only keeps only Q, K, V and the output."""
+    the query heads for causal attention. attention_only's layers keep only Q, K, V and the
+    output, beside the hidden state, the final norm and the logits."""
     tokens = config.tokens
     h, q, kv, inter = spec.hidden_size, spec.q_width, spec.kv_width, spec.intermediate_size
     if config.what == "attention_only":
-        per_token = (2 * q + 2 * kv) * BYTES_PER_VALUE
-        return int(1.5 * tokens * per_token)
+        per_token = 4 * h * 4 + (2 * q + 2 * kv + 2 * h) * BYTES_PER_VALUE
+        return int(1.5 * tokens * (per_token + spec.vocab_size * BYTES_PER_VALUE))
     per_token = 6 * h * 4 + (6 * h + 8 * (q + 2 * kv) + 4 * q + 4 * inter) * BYTES_PER_VALUE
     logit_rows = config.batch if config.what == "prefill" else tokens
     total = tokens * per_token + logit_rows * spec.vocab_size * BYTES_PER_VALUE
@@ -193,7 +194,7 @@ def estimate_step_ms(spec: ModelSpec, config: Config, gpu: GpuSpec, params: Cost
     try:
         b = forward_pass_breakdown(gpu, spec, 1, config.batch, config.positions, config.context,
                                    params, include_step_overhead=False)
-        ms = b.attention_ms if config.what == "attention_only" else b.total_ms
+        ms = b.attention_ms + b.lm_head_ms if config.what == "attention_only" else b.total_ms
     except CostModelInputError:  # beyond the preset GPU's memory: weights + KV at the bandwidth
         moved = spec.weight_bytes + kv_cache_bytes(spec, config)
         ms = moved / gpu.memory_bandwidth_bytes_per_s * 1e3
@@ -207,9 +208,8 @@ def estimate_step_ms(spec: ModelSpec, config: Config, gpu: GpuSpec, params: Cost
 def kernels_per_step(spec: ModelSpec, config: Config) -> int:
     """Kernels of one step: KERNELS_PER_LAYER per layer plus 11 outside the layers (embedding,
     final RMSNorm, LM head, argmax); 3 per layer for attention_only (two cache writes, SDPA)."""
-    if config.what == "attention_only":
-        return spec.n_layers * 3
-    return spec.n_layers * KERNELS_PER_LAYER + 11
+    per_layer = 3 if config.what == "attention_only" else KERNELS_PER_LAYER
+    return spec.n_layers * per_layer + 11
 
 
 def estimate_config_s(spec: ModelSpec, config: Config, policy: RepPolicy, step_ms: float
