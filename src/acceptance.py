@@ -57,6 +57,24 @@ def accepted_drafts_from_exponentials(exp_draws: np.ndarray, alpha: np.ndarray, 
     return np.minimum(accepted, gamma, out=accepted)
 
 
+def accepted_drafts_from_exponential(exp_draw: float, hazard_scale: float,
+                                     hazard_profile: np.ndarray, gamma: int) -> int:
+    """One step's K from one Exp(1) variate E: the engine's inner loop compiles and calls this
+    (src/step_engine.py), so keep it to scalar arithmetic numba can compile.
+
+    The scalar form of accepted_drafts_from_exponentials, hazard_scale = -ln(alpha):
+    K = #{i <= gamma : D_i <= E / hazard_scale}; an empty hazard_profile means i.i.d. acceptance
+    (D_i = i), i.e. min(floor(E / -ln alpha), gamma).
+    """
+    x = exp_draw / hazard_scale
+    if hazard_profile.size == 0:
+        return int(min(x, gamma))  # branch-free min(floor(x), gamma) for x >= 0
+    k = 0
+    while k < gamma and hazard_profile[k] <= x:
+        k += 1
+    return k
+
+
 def sample_accepted_drafts(rng: np.random.Generator, alpha: np.ndarray, gamma,
                            hazard_profile: np.ndarray | None = None) -> np.ndarray:
     """K = min(Geometric(1 - alpha) - 1, gamma) for every entry of alpha (or its per-position law)."""

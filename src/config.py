@@ -217,7 +217,7 @@ class StudyConfig:
     requests_per_slot: int = setting(
         4, "requests per replication = requests_per_slot x batch size", _COUNT)
     slot_rows_per_block: int = setting(
-        1024, "replications per block = max(min_replications_per_block, this // batch)", _COUNT)
+        256, "replications per block = max(min_replications_per_block, this // batch)", _COUNT)
     min_replications_per_block: int = setting(8, "fewest replications simulated together", _COUNT)
     ci_half_width: float = setting(
         0.015, "add replication blocks until the speedup CI half-width is this tight", _OPEN_UNIT)

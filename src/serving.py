@@ -1,44 +1,27 @@
-"""The engine loop shared by greedy and speculative decoding: slots, queue, serving mode, clock.
+"""Serving R independent replications of a queue of requests: slots, queue, serving mode, clock.
 
-R independent replications run side by side as rows of [R, B] slot arrays (B = batch size). Each
-replication serves its own queue of N requests, all present at time 0 (an offline batch workload):
+Each replication serves its own queue of N requests, all present at time 0 (an offline batch
+workload), on B slots (B = batch size):
 
 * static_batch: requests are taken B at a time; a batch starts together and the next batch is
   admitted only once every slot is empty, so finished slots idle until the batch's last request ends.
 * continuous_refill: a slot freed at a step takes the next queued request before the next step
   (Orca-style iteration-level scheduling, Yu et al. 2022).
 
-Per step the decoder (greedy or speculative) says how many tokens each active slot commits and how
-long the step took; the loop advances the clock, retires finished requests and refills slots. The
-loop never computes a time itself: that is the decoder's cost model.
+Two stages. src/step_engine.py runs the loop in step space (which request is active at which step
+and what it commits: the decoder, the acceptance draws and the serving mode decide this, never the
+step times). Then `price_steps` hands every step's totals (active sequences, summed context) to the
+cost model in one vectorised call and adds up the clock: makespan, latencies, time shares.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from src.workload import Requests
 
-
-@dataclass(frozen=True)
-class StepOutcome:
-    """What one decoding step did, per slot [R, B] or per replication [R]."""
-
-    committed_tokens: np.ndarray  # [R, B] tokens appended to each slot's sequence (0 if inactive)
-    accepted_drafts: np.ndarray  # [R] draft tokens the verifier accepted
-    proposed_drafts: np.ndarray  # [R] draft tokens proposed
-    draft_time: np.ndarray  # [R] time in draft passes
-    verify_time: np.ndarray  # [R] time in the target pass (verification, or the greedy decode)
-    rejected_draft_time: np.ndarray  # [R] share of draft_time spent on drafts not committed
-
-
-# decoder(rows [R'] int, active [R',B] bool, n_active [R'] int, alpha [R',B], remaining_tokens [R',B],
-#         context_len_tokens [R',B]) -> outcome. The loop drops finished replications from its
-# arrays, so row i of every array is replication rows[i]; a decoder with per-replication state
-# (random streams, gammas) looks it up through rows.
-Decoder = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], StepOutcome]
+DECODERS = ("greedy", "ragged", "lockstep")  # codes 0, 1, 2 of src.step_engine
 
 
 @dataclass(frozen=True)
@@ -58,92 +41,118 @@ class RunStats:
     requests: int  # requests per replication
 
 
-_SUMMED = ("steps", "active_slot_steps", "accepted_drafts", "proposed_drafts", "draft_time", "verify_time",
-           "rejected_draft_time")
+@dataclass(frozen=True)
+class StepRecord:
+    """What src.step_engine recorded; steps are stored back to back, replication after replication."""
+
+    first_step: np.ndarray  # [R, N] flat index of each request's first step
+    last_step: np.ndarray  # [R, N] flat index of each request's last step
+    rep_first_step: np.ndarray  # [R] flat index of each replication's first step
+    rep_steps: np.ndarray  # [R] steps of each replication
+    rep_slot_steps: np.ndarray  # [R] sum over steps of active sequences
+    rep_kept_share: np.ndarray  # [R] sum over steps of (committed tokens - active) / active
+    accepted_drafts: np.ndarray  # [R]
+    # per step, only when asked for (a cost model whose step times vary needs them)
+    seqs: np.ndarray | None = None  # [T] active sequences at each step
+    tokens: np.ndarray | None = None  # [T] tokens committed at each step
+    context: np.ndarray | None = None  # [T] summed context of the active sequences before the step
+    draft_mid_context: np.ndarray | None = None  # [T] draft KV budget b: sum min(ctx + (g-1)/2, b)
+    draft_start_context: np.ndarray | None = None  # [T] draft KV budget b: sum min(ctx, b)
 
 
-def serve(requests: Requests, batch_size: int, serving_mode: str, decoder: Decoder) -> RunStats:
-    """Run every replication's queue to completion under `serving_mode`."""
+def simulate_steps(requests: Requests, batch_size: int, serving_mode: str, decoder: str,
+                   gamma: int = 0, rng: np.random.Generator | None = None,
+                   store_steps: bool = True, draft_budget_tokens: int | None = None) -> StepRecord:
+    """Run the step-space loop (src/step_engine.py) for every replication of `requests`."""
+    from src import step_engine  # imports numba: only when something is simulated, not for --help
     R, N = requests.shape
-    B = batch_size
-    rows = np.arange(R)  # replication of each row of the working arrays
-    # [R, B] state in Fortran (slot-major) order: the per-replication reductions over slots that
-    # every step needs are then contiguous, which is 3-10x faster for small B than C order
-    slot_request = np.zeros((R, B), dtype=np.int64, order="F")  # index into the replication's requests
-    remaining = np.zeros((R, B), dtype=np.int64, order="F")  # tokens still to generate; 0 = empty slot
-    context = np.zeros((R, B), dtype=np.int64, order="F")
-    alpha = np.full((R, B), 0.5, order="F")  # any valid value; inactive slots are ignored
-    next_request = np.zeros(R, dtype=np.int64)  # head of each replication's queue
-    clock = np.zeros(R)
-    makespan = np.zeros(R)
-    admitted_at = np.zeros((R, N))
-    finished_at = np.zeros((R, N))
-    totals = {k: np.zeros(R) for k in _SUMMED}
-    epoch: list[tuple] = []  # (n_active, StepOutcome) per step since the arrays were last compacted
+    output_len = np.ascontiguousarray(requests.output_len_tokens, dtype=np.int64)
+    prompt_len = np.ascontiguousarray(requests.prompt_len_tokens, dtype=np.int64)
+    alpha = np.ascontiguousarray(requests.alpha, dtype=np.float64)
+    if decoder == "greedy":
+        rng = rng or np.random.default_rng(0)  # not drawn from
+    hazard_scale = -np.log(alpha)
+    profile = np.empty(0) if requests.hazard_profile is None or decoder == "greedy" else (
+        np.ascontiguousarray(requests.hazard_profile[:gamma], dtype=np.float64))
+    capacity = int(output_len.sum()) if store_steps else 0  # each step commits >= 1 token
+    budget = -1 if draft_budget_tokens is None else int(draft_budget_tokens)
+    with_budget = capacity if budget >= 0 else 0
+    seqs, tokens = np.empty(capacity, np.int32), np.empty(capacity, np.int32)
+    context, mid, start = np.empty(capacity, np.int64), np.empty(with_budget), np.empty(with_budget)
+    first_step, last_step = np.empty((R, N), np.int64), np.empty((R, N), np.int64)
+    rep = {k: np.empty(R, np.int64) for k in ("first", "steps", "slot_steps", "accepted")}
+    kept_share = np.empty(R)
+    T = step_engine.run_steps(
+        rng, DECODERS.index(decoder), serving_mode == "continuous_refill",
+        batch_size, gamma, profile, output_len, prompt_len, hazard_scale, budget, (gamma - 1) * 0.5,
+        store_steps, seqs, tokens, context, mid, start, first_step, last_step, rep["first"], rep["steps"], rep["slot_steps"], kept_share,
+        rep["accepted"])
+    per_step = {}
+    if store_steps:
+        per_step = dict(seqs=seqs[:T], tokens=tokens[:T], context=context[:T])
+        if with_budget:
+            per_step.update(draft_mid_context=mid[:T], draft_start_context=start[:T])
+    return StepRecord(first_step, last_step, rep["first"], rep["steps"], rep["slot_steps"],
+                      kept_share, rep["accepted"], **per_step)
 
-    def flush():  # add the epoch's per-step figures to the totals of its rows
-        if epoch:
-            n_active = np.array([e[0] for e in epoch])
-            totals["steps"][rows] += (n_active > 0).sum(axis=0)
-            totals["active_slot_steps"][rows] += n_active.sum(axis=0)
-            for key in _SUMMED[2:]:
-                totals[key][rows] += np.sum([getattr(e[1], key) for e in epoch], axis=0)
-            epoch.clear()
 
-    # slots to fill before the next step, as (row, slot, rank of the slot among its row's new
-    # admissions); at the start every slot of every row
-    fill_r, fill_s = np.repeat(np.arange(R), B), np.tile(np.arange(B), R)
-    fill_rank = fill_s
-    while True:
-        if fill_r.size:
-            req = next_request[fill_r] + fill_rank
-            ok = req < N
-            r_idx, s_idx, req = fill_r[ok], fill_s[ok], req[ok]
-            rep = rows[r_idx]
-            slot_request[r_idx, s_idx] = req
-            remaining[r_idx, s_idx] = requests.output_len_tokens[rep, req]
-            context[r_idx, s_idx] = requests.prompt_len_tokens[rep, req]
-            alpha[r_idx, s_idx] = requests.alpha[rep, req]
-            admitted_at[rep, req] = clock[r_idx]
-            next_request += np.bincount(r_idx, minlength=rows.size)
-        active = remaining > 0
-        n_active = active.sum(axis=1)
-        live = n_active > 0
-        n_live = np.count_nonzero(live)
-        if n_live == 0:
-            break
-        if 2 * n_live <= rows.size:  # half the rows are done: drop them (every array keeps row order)
-            flush()
-            makespan[rows[~live]] = clock[~live]
-            rows, next_request, clock, n_active = (x[live] for x in (rows, next_request, clock, n_active))
-            slot_request, remaining, context, alpha, active = (
-                x.T[:, live].T for x in (slot_request, remaining, context, alpha, active))  # stay F-ordered
-        out = decoder(rows, active, n_active, alpha, remaining, context)
-        clock += out.draft_time + out.verify_time  # zero for replications with no active slot
-        remaining -= out.committed_tokens
-        context += out.committed_tokens
-        epoch.append((n_active, out))
-        r_idx, s_idx = np.nonzero(active & (remaining == 0))  # requests that just finished
-        finished_at[rows[r_idx], slot_request[r_idx, s_idx]] = clock[r_idx]
-        if serving_mode == "continuous_refill":  # each freed slot takes the next queued request
-            fill_r, fill_s = r_idx, s_idx
-            fill_rank = np.arange(r_idx.size) - np.searchsorted(r_idx, r_idx)  # nonzero sorts by row
-        elif r_idx.size:  # static_batch: a row admits its next batch only once all its slots are empty
-            emptied = np.unique(r_idx)
-            emptied = emptied[~remaining[emptied].any(axis=1)]
-            fill_r, fill_s = np.repeat(emptied, B), np.tile(np.arange(B), emptied.size)
-            fill_rank = fill_s
-        else:
-            fill_r = r_idx  # nothing finished, nothing to admit
-    flush()
-    makespan[rows] = clock
+def price_steps(record: StepRecord, requests: Requests, cost, gamma: int) -> RunStats:
+    """Step times from the cost model (gamma 0: greedy decode passes), then per-replication totals.
+
+    verify_t = target pass of gamma + 1 positions, draft_t = gamma draft passes; the clock is their
+    cumulative sum. A step's rejected draft time is draft_t x (1 - kept drafts / proposed drafts),
+    kept drafts = committed tokens - active sequences (each sequence's last token is the target's).
+    A cost model with `fixed_pass_times` (the same times for every step) is priced from the
+    per-replication totals alone: every request is active for its n consecutive steps, so its
+    latency is n step times.
+    """
+    steps, slot_steps = record.rep_steps.astype(float), record.rep_slot_steps.astype(float)
+    fixed = getattr(cost, "fixed_pass_times", None)
+    if fixed is not None:
+        verify_step, draft_step = fixed(gamma)
+        verify, draft = steps * verify_step, steps * draft_step
+        rejected = draft_step * (steps - record.rep_kept_share / max(gamma, 1))
+        makespan, latency = verify + draft, slot_steps * (verify_step + draft_step)
+    else:
+        n, ctx = record.seqs, record.context
+        capped = (record.draft_mid_context, record.draft_start_context)
+        per_step = [np.asarray(cost.target_pass_time_totals(n, ctx, gamma + 1, *capped),
+                               dtype=float)]
+        if gamma:
+            draft_t = np.asarray(cost.draft_passes_time_totals(n, ctx, gamma, *capped),
+                                 dtype=float)
+            per_step += [draft_t, draft_t * (1.0 - (record.tokens - n) / (gamma * n))]
+        step_time = per_step[0] + per_step[1] if gamma else per_step[0]
+        sums = np.add.reduceat(np.vstack(per_step), record.rep_first_step, axis=1)
+        verify = sums[0]
+        draft, rejected = (sums[1], sums[2]) if gamma else (np.zeros_like(verify),) * 2
+        makespan = verify + draft
+        clock = np.cumsum(step_time)
+        admitted_at = clock[record.first_step] - step_time[record.first_step]
+        latency = (clock[record.last_step] - admitted_at).sum(axis=1)
     return RunStats(
         makespan=makespan,
+        steps=steps,
+        active_slot_steps=slot_steps,
         committed_tokens=requests.output_len_tokens.sum(axis=1).astype(float),
-        latency_sum=(finished_at - admitted_at).sum(axis=1),
-        requests=N,
-        **totals,
+        accepted_drafts=record.accepted_drafts.astype(float),
+        proposed_drafts=gamma * slot_steps,
+        draft_time=draft,
+        verify_time=verify,
+        rejected_draft_time=rejected,
+        latency_sum=latency,
+        requests=requests.shape[1],
     )
+
+
+def serve(requests: Requests, batch_size: int, serving_mode: str, cost, decoder: str = "greedy",
+          gamma: int = 0, rng: np.random.Generator | None = None) -> RunStats:
+    """Run every replication's queue to completion under `serving_mode` with `decoder` (greedy,
+    ragged or lockstep speculative decoding with gamma drafts, drawing from rng)."""
+    record = simulate_steps(requests, batch_size, serving_mode, decoder, gamma, rng,
+                            store_steps=getattr(cost, "fixed_pass_times", None) is None,
+                            draft_budget_tokens=getattr(cost, "draft_kv_budget_tokens", None))
+    return price_steps(record, requests, cost, 0 if decoder == "greedy" else gamma)
 
 
 def split_rows(stats: RunStats, parts: int) -> list[RunStats]:

@@ -48,35 +48,54 @@ class Sweep:
             self._greedy[key] = simulate_greedy(self.requests(mode, batch_size, block), batch_size, serving, self.cost)
         return self._greedy[key]
 
+    def speculative(self, mode: str, serving: str, batch_size: int, block: int, gamma: int,
+                    verification: str):
+        """Block `block` of one grid point, from its own stream (..., gamma, verification, block)."""
+        rng = stream(self.cfg.seed, "accept", mode, serving, batch_size, gamma, verification, block)
+        (stats,) = simulate_speculative(self.requests(mode, batch_size, block), batch_size, serving,
+                                        self.cost, [gamma], verification, [rng])
+        return stats
+
     def grid_points(self, mode: str, serving: str, batch_size: int, gammas: tuple[int, ...],
                     verification: str) -> list[dict]:
         """Rows for every gamma of one (mode, serving mode, batch size).
 
-        Block b of gamma g uses the requests of block b and the stream keyed (..., g, b); a gamma
-        stops taking blocks once its CI is tight enough, so its numbers do not depend on which
-        other gammas run beside it.
+        Block b of gamma g uses the requests of block b and the stream keyed (..., g, b). A gamma
+        whose CI is still too wide takes as many further blocks as its own variance says it needs
+        (blocks_to_add) and is checked again; it depends only on its own blocks, so its numbers do
+        not depend on which other gammas run beside it.
         """
         cfg = self.cfg
-        blocks: dict[int, list] = {g: [] for g in gammas}  # gamma -> [(greedy, speculative) per block]
-        rows: dict[int, dict] = {}
-        block = 0
-        while len(rows) < len(gammas):
-            todo = [g for g in gammas if g not in rows]
-            rngs = [stream(cfg.seed, "accept", mode, serving, batch_size, g, verification, block) for g in todo]
-            greedy = self.greedy(mode, serving, batch_size, block)
-            specs = simulate_speculative(self.requests(mode, batch_size, block), batch_size, serving,
-                                         self.cost, todo, verification, rngs)
-            for g, spec in zip(todo, specs):
-                blocks[g].append((greedy, spec))
-                row = grid_point_metrics(concat_stats([b[0] for b in blocks[g]]),
-                                         concat_stats([b[1] for b in blocks[g]]), batch_size, cfg.confidence)
+        block_reps = cfg.replications_per_block(batch_size)
+        rows = {}
+        for g in gammas:
+            greedy, spec = [], []
+            wanted = 1
+            while g not in rows:
+                for block in range(len(spec), wanted):
+                    greedy.append(self.greedy(mode, serving, batch_size, block))
+                    spec.append(self.speculative(mode, serving, batch_size, block, g, verification))
+                row = grid_point_metrics(concat_stats(greedy), concat_stats(spec), batch_size,
+                                         cfg.confidence)
                 half_width = (row["speedup_ci_high"] - row["speedup_ci_low"]) / 2
                 if half_width <= cfg.ci_half_width or row["replications"] >= cfg.max_replications:
                     rows[g] = row
-            block += 1
+                wanted += blocks_to_add(half_width, cfg.ci_half_width, row["replications"],
+                                        block_reps, cfg.max_replications)
         alpha_mean = float(self.requests(mode, batch_size, 0).alpha.mean())
         return [{"quality_mode": mode, "serving_mode": serving, "batch_size": batch_size, "gamma": g,
                  "verification": verification, "alpha_mean": alpha_mean, **rows[g]} for g in gammas]
+
+
+def blocks_to_add(half_width: float, target: float, replications: int, block_reps: int,
+                  max_replications: int) -> int:
+    """Further blocks a grid point needs for a CI half-width of `target`: the half-width shrinks
+    as 1 / sqrt(replications), so n (half_width / target)^2 replications are needed, here with a
+    20% margin (an estimate from few replications is rough), at least one block and no more than
+    max_replications allow."""
+    needed = 1.2 * replications * (half_width / target) ** 2 - replications
+    room = -(-(max_replications - replications) // block_reps)
+    return int(min(max(1, -(-needed // block_reps)), max(room, 1)))
 
 
 def run_grid(cfg: StudyConfig, cost: CostModel, verification: str | None = None,

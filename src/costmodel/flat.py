@@ -1,7 +1,7 @@
 """The cost-model protocol the engine asks for step times, and the flat reference model.
 
-The engine loop (src/serving.py) never computes a time itself; it asks a cost model, through the
-two methods of `CostModel`, for the time of
+The engine (src/serving.py) never computes a time itself; it asks a cost model, through the
+methods of `CostModel`, for the time of
 
 * one target pass over `positions_per_seq` positions of every active sequence
   (greedy decode: 1 position; verification of gamma drafts: gamma + 1 positions), and
@@ -40,6 +40,21 @@ class CostModel(Protocol):
         self, active: np.ndarray, gamma: int, context_len_tokens: np.ndarray
     ) -> np.ndarray: ...
 
+    # The same times from per-pass totals: the engine (src/serving.py) prices every simulated step
+    # in one call, with n_seqs[T] active sequences and sum_context_tokens[T] their summed context
+    # (plus, for a draft KV cache capped at b tokens, sum min(ctx + (gamma - 1) / 2, b) and
+    # sum min(ctx, b)). A model whose step times never vary may instead offer
+    # fixed_pass_times(gamma) -> (target pass, gamma draft passes).
+    def target_pass_time_totals(
+        self, n_seqs: np.ndarray, sum_context_tokens: np.ndarray, positions_per_seq: int,
+        draft_mid_context: np.ndarray | None = None, draft_start_context: np.ndarray | None = None,
+    ) -> np.ndarray: ...
+
+    def draft_passes_time_totals(
+        self, n_seqs: np.ndarray, sum_context_tokens: np.ndarray, gamma: int,
+        draft_mid_context: np.ndarray | None = None, draft_start_context: np.ndarray | None = None,
+    ) -> np.ndarray: ...
+
 
 @dataclass(frozen=True)
 class FlatCostModel:
@@ -59,3 +74,15 @@ class FlatCostModel:
 
     def draft_passes_time(self, active, gamma, context_len_tokens):
         return active.any(axis=1) * (gamma * self.draft_cost_ratio)
+
+    def fixed_pass_times(self, gamma: int) -> tuple[float, float]:
+        """(target pass, gamma draft passes): the same at every step with an active sequence."""
+        return 1.0, gamma * self.draft_cost_ratio
+
+    def target_pass_time_totals(self, n_seqs, sum_context_tokens, positions_per_seq,
+                                draft_mid_context=None, draft_start_context=None):
+        return (np.asarray(n_seqs) > 0).astype(np.float64)
+
+    def draft_passes_time_totals(self, n_seqs, sum_context_tokens, gamma, draft_mid_context=None,
+                                 draft_start_context=None):
+        return (np.asarray(n_seqs) > 0) * (gamma * self.draft_cost_ratio)

@@ -91,6 +91,47 @@ class StepBreakdown:
 
 
 @dataclass(frozen=True)
+class PassLoad:
+    """What a pass's time depends on, per replication (mask calls) or per simulated step (totals).
+
+    A pass costs the same for any sequences with the same count and summed context (every term
+    of the model is linear in the per-sequence contexts), except the reads of a draft KV cache
+    capped at b tokens, which need sum_i min(ctx_i + shift, b). From masks those are computed; in
+    totals form the caller supplies them for the one gamma it prices.
+    """
+
+    n_seqs: np.ndarray  # active sequences
+    sum_ctx: np.ndarray  # their summed context (tokens cached before the pass)
+    max_seqs: int  # largest n_seqs the lookup tables must cover
+    active: np.ndarray | None = None  # [R, B] mask and contexts, when known per sequence
+    context: np.ndarray | None = None
+    capped_mid_ctx: np.ndarray | None = None  # totals form: sum_i min(ctx_i + (gamma - 1) / 2, b)
+    capped_start_ctx: np.ndarray | None = None  # totals form: sum_i min(ctx_i, b)
+
+    @classmethod
+    def from_masks(cls, active, context_len_tokens) -> "PassLoad":
+        return cls(np.count_nonzero(active, axis=1), (context_len_tokens * active).sum(axis=1),
+                   active.shape[1], active, context_len_tokens)
+
+    @classmethod
+    def from_totals(cls, n_seqs, sum_ctx, capped_mid_ctx=None, capped_start_ctx=None) -> "PassLoad":
+        n_seqs = np.asarray(n_seqs)
+        return cls(n_seqs, np.asarray(sum_ctx), int(n_seqs.max(initial=0)),
+                   capped_mid_ctx=capped_mid_ctx, capped_start_ctx=capped_start_ctx)
+
+    def capped_ctx(self, budget: int, shift) -> np.ndarray:
+        """sum over active sequences of min(ctx + shift, budget) (shift: scalar or [R])."""
+        if self.active is not None:
+            grown = self.context + (np.asarray(shift, dtype=float)).reshape(-1, 1)
+            return (np.minimum(grown, budget) * self.active).sum(axis=1)
+        given = self.capped_start_ctx if np.all(np.asarray(shift) == 0) else self.capped_mid_ctx
+        if given is None:
+            raise ValueError("a draft KV budget needs the capped context sums (src/serving.py "
+                             "records them per step)")
+        return given
+
+
+@dataclass(frozen=True)
 class HardwareCostModel:
     """Step times in ms from the physical model plus an engine profile (implements `CostModel`).
 
@@ -263,15 +304,18 @@ class HardwareCostModel:
 
     def _table_ms(self, which: str, max_seqs: int, max_positions: int) -> np.ndarray:
         """Cached pass_time_table_ms (+ the attention kernels' fixed time; row S = 0 zeroed) of
-        the target or draft, physics only; grown when a call needs more positions."""
-        key = (which, max_seqs)
-        table = self._tables.get(key)
-        if table is None or table.shape[1] <= max_positions:
+        the target or draft, physics only; grown when a call needs more sequences or positions
+        (an entry does not depend on the table's size)."""
+        table = self._tables.get(which)
+        if table is None or table.shape[0] <= max_seqs or table.shape[1] <= max_positions:
             coeffs = self._target_c if which == "target" else self._draft_c
-            table = pass_time_table_ms(coeffs, max_seqs, max(max_positions, 17))
+            have_seqs, have_positions = (0, 0) if table is None else (table.shape[0] - 1,
+                                                                      table.shape[1] - 1)
+            table = pass_time_table_ms(coeffs, max(max_seqs, have_seqs),
+                                       max(max_positions, have_positions, 17))
             table += coeffs.attn_fixed_s * 1e3
             table[0, :] = 0.0  # no active sequence, no pass
-            self._tables[key] = table
+            self._tables[which] = table
         return table
 
     @staticmethod
@@ -295,14 +339,13 @@ class HardwareCostModel:
         ratio = compute_ms / np.maximum(memory_ms, 1e-300) + 1e-300
         return memory_ms * np.exp(np.log1p(np.exp(p * np.log(ratio))) * (1.0 / p))
 
-    def _target_parts(self, active, positions_per_seq, context_len_tokens):
+    def _target_parts(self, load: PassLoad, positions_per_seq):
         """(physics_ms, cpu_ms, gpu_overhead_ms) [R] of one target pass; see target_pass_parts."""
-        n_seqs = np.count_nonzero(active, axis=1)
-        sum_ctx = (context_len_tokens * active).sum(axis=1)
+        n_seqs, sum_ctx = load.n_seqs, load.sum_ctx
         t = np.asarray(positions_per_seq)
         tokens = n_seqs * t
         self._check_fits(sum_ctx + tokens, n_seqs)
-        table = self._table_ms("target", active.shape[1], int(t.max()))
+        table = self._table_ms("target", load.max_seqs, int(t.max()))
         attention = self._attention_pnorm_ms(self._target_c, n_seqs, tokens, t, sum_ctx)
         physics = table.ravel().take(n_seqs * table.shape[1] + t) + attention
         e = self.engine
@@ -333,7 +376,11 @@ class HardwareCostModel:
         CPU with GPU (asynchronous scheduling), the CPU of the whole step - this pass's and, for a
         verification, the gamma = t - 1 draft passes' - costs only max(0, CPU - GPU of the step).
         """
-        physics, cpu, gpu = self._target_parts(active, positions_per_seq, context_len_tokens)
+        return self._target_pass_parts(PassLoad.from_masks(active, context_len_tokens),
+                                       positions_per_seq)
+
+    def _target_pass_parts(self, load: PassLoad, positions_per_seq):
+        physics, cpu, gpu = self._target_parts(load, positions_per_seq)
         e = self.engine
         overlap_spec = self.draft.kind in e.cpu_overlap_draft_kinds
         if not (e.cpu_overlap_decode or overlap_spec):
@@ -342,8 +389,7 @@ class HardwareCostModel:
         verify = t > 1
         step_cpu, step_gpu = cpu, physics + gpu
         if overlap_spec and np.any(verify):
-            d_phys, d_cpu, d_gpu = self._draft_parts(active, np.where(verify, t - 1, 0),
-                                                     context_len_tokens)
+            d_phys, d_cpu, d_gpu = self._draft_parts(load, np.where(verify, t - 1, 0))
             step_cpu = step_cpu + d_cpu
             step_gpu = step_gpu + d_phys + d_gpu
         overlap = np.where(verify, overlap_spec, e.cpu_overlap_decode)
@@ -355,33 +401,47 @@ class HardwareCostModel:
         physics, overhead = self.target_pass_parts(active, positions_per_seq, context_len_tokens)
         return physics + overhead
 
-    def _draft_sum_ctx(self, active, context_len_tokens, g):
+    def target_pass_time_totals(self, n_seqs, sum_context_tokens, positions_per_seq,
+                                draft_mid_context=None, draft_start_context=None):
+        """target_pass_time from per-pass totals: n_seqs active sequences and their summed
+        context (arrays of one shape, e.g. one entry per simulated step). With a draft KV budget
+        (and an engine that books the draft's CPU on this pass) the capped sums of PassLoad too."""
+        load = PassLoad.from_totals(n_seqs, sum_context_tokens, draft_mid_context,
+                                    draft_start_context)
+        physics, overhead = self._target_pass_parts(load, positions_per_seq)
+        return physics + overhead
+
+    @property
+    def draft_kv_budget_tokens(self) -> int | None:
+        """Cached tokens a draft pass reads per sequence at most (None: no cap)."""
+        return self.draft.kv_budget_tokens
+
+    def _draft_sum_ctx(self, load: PassLoad, g):
         """Sum over active sequences of the context the mean draft pass reads: C + S (g-1)/2,
         or with a KV budget b, sum_i min(ctx_i + (g-1)/2, b)."""
         b = self.draft.kv_budget_tokens
         if b is None:
             return None
-        grown = context_len_tokens + ((np.asarray(g) - 1) * 0.5).reshape(-1, 1)
-        return (np.minimum(grown, b) * active).sum(axis=1)
+        return load.capped_ctx(b, (np.asarray(g) - 1) * 0.5)
 
-    def _draft_parts(self, active, gamma, context_len_tokens):
+    def _draft_parts(self, load: PassLoad, gamma):
         """(physics_ms, cpu_ms, gpu_overhead_ms) [R] of gamma draft passes; see
         draft_passes_parts."""
-        n_seqs = np.count_nonzero(active, axis=1)
+        n_seqs = load.n_seqs
         g = np.asarray(gamma)
         e = self.engine
         if self._draft_c is None:  # n-gram / prompt lookup: host-side string matching only
             zero = np.zeros(n_seqs.shape)
             calls = (g > 0) if e.ngram_one_call_per_step else g
             return zero, np.where(n_seqs > 0, calls * e.ngram_pass_cpu_ms, 0.0), zero
-        sum_ctx = (context_len_tokens * active).sum(axis=1)
+        sum_ctx = load.sum_ctx
         self._check_fits(sum_ctx + n_seqs * (g + 1), n_seqs)
         # extra positions of the first draft pass: all verified ones but one, or a fixed catch-up
         catchup = g if e.draft_first_pass_covers_verified else np.asarray(
             e.draft_catchup_positions_per_seq)
         max_catchup = int(np.max(catchup)) if np.size(catchup) else 0
-        table = self._table_ms("draft", active.shape[1], 1 + max_catchup)
-        capped = self._draft_sum_ctx(active, context_len_tokens, g)
+        table = self._table_ms("draft", load.max_seqs, 1 + max_catchup)
+        capped = self._draft_sum_ctx(load, g)
         mid_ctx = sum_ctx + n_seqs * ((g - 1) * 0.5) if capped is None else capped
         per_pass_ms = table[:, 1].take(n_seqs) + self._attention_pnorm_ms(
             self._draft_c, n_seqs, n_seqs, 1, mid_ctx)
@@ -391,8 +451,7 @@ class HardwareCostModel:
         gpu = g * launch_overhead_s(self._draft_c, per_pass_ms * 1e-3, 1) * 1e3
         if max_catchup:
             b = self.draft.kv_budget_tokens
-            ctx0 = sum_ctx if b is None else (
-                np.minimum(context_len_tokens, b) * active).sum(axis=1)
+            ctx0 = sum_ctx if b is None else load.capped_ctx(b, 0)
             wide = 1 + catchup
             extra = (table.ravel().take(n_seqs * table.shape[1] + wide) - table[:, 1].take(n_seqs)
                      + self._attention_pnorm_ms(self._draft_c, n_seqs, n_seqs * wide, wide, ctx0)
@@ -412,7 +471,10 @@ class HardwareCostModel:
         CPU with GPU for this draft kind, the CPU is booked on the target pass (target_pass_parts)
         and only the catch-up (GPU work) stays here.
         """
-        physics, cpu, gpu = self._draft_parts(active, gamma, context_len_tokens)
+        return self._draft_passes_parts(PassLoad.from_masks(active, context_len_tokens), gamma)
+
+    def _draft_passes_parts(self, load: PassLoad, gamma):
+        physics, cpu, gpu = self._draft_parts(load, gamma)
         if self.draft.kind in self.engine.cpu_overlap_draft_kinds:
             return physics, gpu
         return physics, cpu + gpu
@@ -421,6 +483,14 @@ class HardwareCostModel:
         """float[R] ms of gamma sequential one-position draft passes (gamma: int or int[R]),
         physics + engine overhead; see draft_passes_parts."""
         physics, overhead = self.draft_passes_parts(active, gamma, context_len_tokens)
+        return physics + overhead
+
+    def draft_passes_time_totals(self, n_seqs, sum_context_tokens, gamma, draft_mid_context=None,
+                                 draft_start_context=None):
+        """draft_passes_time from per-pass totals (see target_pass_time_totals)."""
+        load = PassLoad.from_totals(n_seqs, sum_context_tokens, draft_mid_context,
+                                    draft_start_context)
+        physics, overhead = self._draft_passes_parts(load, gamma)
         return physics + overhead
 
     def prefill_parts(self, n_prompts, prompt_tokens, context_tokens=0, network: str = "target"):
