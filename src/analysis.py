@@ -396,6 +396,12 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
     first = ["scenario", "engine_profile", "time_unit"]  # same column order whichever parts ran
     table = table[first + [c for c in table.columns if c not in first]]
     files[os.path.join(out_dir, "results", "results.csv")] = csv_bytes(table)
+    # the serve command's outputs and summary section are kept: this run replaces OUT as a set
+    from src.online.report import serving_outputs
+    kept, section = serving_outputs(out_dir)
+    files.update({os.path.join(out_dir, rel): data for rel, data in kept.items()})
+    if section is not None:
+        summary.append(section)
     files[os.path.join(out_dir, "results", "summary.txt")] = ("\n\n".join(summary)).encode()
     return publish(out_dir, {os.path.relpath(path, out_dir): data for path, data in files.items()},
                    after_commit=after_commit)

@@ -151,3 +151,24 @@ def test_value_parsers():
     assert parse_rates("--rates", "4,1,2") == (1.0, 2.0, 4.0)
     with pytest.raises(ConfigError, match="twice"):
         parse_rates("--rates", "1,1")
+
+
+def test_the_study_and_serve_keep_each_others_outputs(tmp_path):
+    """Each command replaces OUT/results and OUT/plots as one set; neither drops the other's files
+    or summary section."""
+    out = str(tmp_path)
+    study = [sys.executable, os.path.join(ROOT, "run.py"), "--scenario", "reference",
+             "--batch-sizes", "1,2", "--gammas", "2", "--quality-modes", "homogeneous_good",
+             "--serving-modes", "continuous_refill", "--quiet", "--out", out]
+    assert subprocess.run(study, capture_output=True, cwd=ROOT).returncode == 0
+    p = run("--rates", "4", "--requests", "20", "--replications", "2", "--policies",
+            "none,fixed:2", "--workers", "1", "--quiet", "--out", out)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "results" / "results.csv").is_file()
+    assert (tmp_path / "plots" / "speedup_vs_batch.png").is_file()
+    assert subprocess.run(study, capture_output=True, cwd=ROOT).returncode == 0
+    assert (tmp_path / "results" / "serving.csv").is_file()
+    assert (tmp_path / "plots" / "serving_goodput.png").is_file()
+    text = (tmp_path / "results" / "summary.txt").read_text()
+    assert text.count("SERVING UNDER LOAD (python run.py serve)") == 1
+    assert text.index("SERVING UNDER LOAD") > 0  # after the study's own sections

@@ -358,53 +358,32 @@ def config_from_args(args: argparse.Namespace):
     return cfg
 
 
-def check_out_dir(out: str) -> None:
-    """Refuse an output folder that cannot be written, before any simulation runs."""
-    if out == "":
-        raise ConfigError("--out", "empty path; give a folder, e.g. --out runs/serving")
-    for path in (out, os.path.join(out, "results"), os.path.join(out, "plots")):
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise ConfigError("--out", f"{path} exists and is not a folder")
-        if os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):
-            raise ConfigError("--out", f"{path} is not writable")
-    probe = out
-    while not os.path.exists(probe):
-        probe = os.path.dirname(os.path.abspath(probe))
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(
-            "--out", f"cannot create or write {out} ({probe} is not a writable folder)"
-        )
-
-
 def main(argv: list[str]) -> int:
     args = make_parser().parse_args(argv)
     out = "." if args.out is None else args.out
     try:
         cfg = config_from_args(args)
-        check_out_dir(out)
+        from src.outputs import prepare as prepare_out
+        prepare_out(out)
         workers = _int("--workers", args.workers, 1, 256) if args.workers is not None else None
         from src.online.study import prepare
-
         prepare(cfg)  # every check that needs the cost model, before any simulation
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from src.online import report
     from src.online.study import benchmark_line, run_serving
-    from src.reporting import write_atomic
-
+    from src.outputs import publish
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     result = run_serving(cfg, workers=workers, say=say)
-    summary_path = os.path.join(out, "results", "summary.txt")
-    existing = ""
-    if os.path.isfile(summary_path):
-        with open(summary_path, encoding="utf-8") as fh:
-            existing = fh.read()
-    files = report.render(result, cfg, out, existing)
-    for path, data in files.items():
-        write_atomic(path, data)
+    # OUT/results and OUT/plots are replaced as one set: keep what other commands wrote there
+    files = report.existing_outputs(out)
+    summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
+    new = report.render(result, cfg, summary)
+    files.update(new)
+    publish(out, files)
     say(benchmark_line(result))
-    say(f"wrote {', '.join(files)}")
+    say(f"wrote {', '.join(os.path.join(out, k) for k in new)}")
     return 0
 
 

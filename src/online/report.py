@@ -340,20 +340,48 @@ def plot_goodput(t: pd.DataFrame, cfg) -> bytes:
     return _png(fig)
 
 
-def render(result: dict, cfg, out_dir: str, existing_summary: str) -> dict[str, bytes]:
-    """Every output file of the sweep: path -> bytes."""
+def render(result: dict, cfg, existing_summary: str) -> dict[str, bytes]:
+    """Every output file of the sweep: path relative to OUT -> bytes. summary.txt is the existing
+    one (the study's) with its serving section replaced."""
     t = result["table"]
     section = summary_section(result, cfg)
     return {
-        os.path.join(out_dir, "results", "serving.csv"): t.to_csv(
-            index=False, float_format="%.6g"
-        ).encode(),
-        os.path.join(out_dir, "results", "summary.txt"): replace_section(
-            existing_summary, section
-        ).encode(),
-        os.path.join(out_dir, "plots", "serving_latency_vs_rate.png"): plot_latency_vs_rate(t, cfg),
-        os.path.join(out_dir, "plots", "serving_throughput_latency.png"): plot_throughput_latency(
-            t, cfg
-        ),
-        os.path.join(out_dir, "plots", "serving_goodput.png"): plot_goodput(t, cfg),
+        "results/serving.csv": t.to_csv(index=False, float_format="%.6g",
+                                        lineterminator="\n").encode(),
+        "results/summary.txt": replace_section(existing_summary, section).encode(),
+        "plots/serving_latency_vs_rate.png": plot_latency_vs_rate(t, cfg),
+        "plots/serving_throughput_latency.png": plot_throughput_latency(t, cfg),
+        "plots/serving_goodput.png": plot_goodput(t, cfg),
     }
+
+
+SERVING_FILES = ("results/serving.csv", "plots/serving_latency_vs_rate.png",
+                 "plots/serving_throughput_latency.png", "plots/serving_goodput.png",
+                 "plots/serving_vllm_blog_check.png", "results/serving_vllm_blog_check.csv")
+
+
+def existing_outputs(out_dir: str) -> dict[str, bytes]:
+    """Every file now in OUT/results and OUT/plots (path relative to OUT -> bytes)."""
+    files = {}
+    for folder in ("results", "plots"):
+        path = os.path.join(out_dir, folder)
+        if os.path.isdir(path):
+            for name in sorted(os.listdir(path)):
+                full = os.path.join(path, name)
+                if os.path.isfile(full) and not name.startswith("."):
+                    with open(full, "rb") as fh:
+                        files[f"{folder}/{name}"] = fh.read()
+    return files
+
+
+def serving_outputs(out_dir: str) -> tuple[dict[str, bytes], str | None]:
+    """The serve command's files in OUT and the serving section of OUT/results/summary.txt, for a
+    study run that replaces OUT's outputs as a set to keep (they come from another command)."""
+    old = existing_outputs(out_dir)
+    files = {k: v for k, v in old.items() if k in SERVING_FILES}
+    summary = old.get("results/summary.txt", b"").decode("utf-8", "replace")
+    section = None
+    if SECTION_BEGIN in summary and SECTION_END in summary:
+        body = summary.split(SECTION_BEGIN, 1)[1].split(SECTION_END, 1)[0]
+        section = SECTION_BEGIN + body + SECTION_END
+    return files, section

@@ -31,7 +31,7 @@ class StepTimer:
     def __init__(self, cost: HardwareCostModel, speculative: bool):
         self.cost = cost
         self.speculative = speculative
-        self.engine = cost.engine_profile
+        self.engine = cost.engine
         self.target_c: PassCoefficients = cost._target_c
         self.draft_c: PassCoefficients | None = cost._draft_c if speculative else None
 
