@@ -40,22 +40,28 @@ POW2=1,2,4,8,16,32,64,128,256
 NAMES=(forward-grid forward-context forward-batch eager attention prefill-1 prefill-batch)
 STEP_RUNS=(forward-grid forward-context forward-batch eager attention)
 PREFILL_RUNS=(prefill-1 prefill-batch)
-ARGS=(
-  "--model $MODELS --mode graph --attention flash,cudnn --batch $POW2 --positions 1,2,3,5,9 --context 512,2048,8192"
-  "--model $MODELS --mode graph --attention flash,cudnn --batch $POW2 --positions 1,3,5 --context 1024,4096,16384"
-  "--model $MODELS --mode graph --attention flash,cudnn --batch 3,6,12,24,48,96,192 --positions 1,3,5 --context 2048"
-  "--model $MODELS --mode eager --attention flash --batch 1,4,16,64,256 --positions 1,5 --context 2048"
-  "--model llama-3.1-8b --what attention_only --mode graph --attention flash,cudnn --batch 1,16,64,256 --positions 1,5 --context 2048,4096,16384"
-  "--model $MODELS --what prefill --mode graph --attention flash,cudnn --prefill-batch 1 --prefill 16,32,64,128,256,512,1024,2048,4096,8192,16384 --min-reps 3 --warmup 1"
-  "--model $MODELS --what prefill --mode graph --attention flash --prefill-batch 2,4,8,16 --prefill 256,1024,2048 --min-reps 3 --warmup 1"
-)
-COMMON="--target-ms 40 --min-reps 5 --max-reps 100 --warmup 2"
+# repetitions (measure refuses an option given twice, so each run names its own)
+REPS="--min-reps 5 --warmup 2"
+PREFILL_REPS="--min-reps 3 --warmup 1"  # long prefills: 0.1-1 s per step
+COMMON="--target-ms 40 --max-reps 100"
 if [ -n "${MEASURE_TINY:-}" ]; then
   # CPU smoke test of the same runs: tiny model, eager timing, one repetition
-  COMMON="--target-ms 1 --min-reps 1 --max-reps 1 --warmup 1"
+  REPS="--min-reps 1 --warmup 1"
+  PREFILL_REPS="$REPS"
+  COMMON="--target-ms 1 --max-reps 1"
+fi
+ARGS=(
+  "--model $MODELS --mode graph --attention flash,cudnn --batch $POW2 --positions 1,2,3,5,9 --context 512,2048,8192 $REPS"
+  "--model $MODELS --mode graph --attention flash,cudnn --batch $POW2 --positions 1,3,5 --context 1024,4096,16384 $REPS"
+  "--model $MODELS --mode graph --attention flash,cudnn --batch 3,6,12,24,48,96,192 --positions 1,3,5 --context 2048 $REPS"
+  "--model $MODELS --mode eager --attention flash --batch 1,4,16,64,256 --positions 1,5 --context 2048 $REPS"
+  "--model llama-3.1-8b --what attention_only --mode graph --attention flash,cudnn --batch 1,16,64,256 --positions 1,5 --context 2048,4096,16384 $REPS"
+  "--model $MODELS --what prefill --mode graph --attention flash,cudnn --prefill-batch 1 --prefill 16,32,64,128,256,512,1024,2048,4096,8192,16384 $PREFILL_REPS"
+  "--model $MODELS --what prefill --mode graph --attention flash --prefill-batch 2,4,8,16 --prefill 256,1024,2048 $PREFILL_REPS"
+)
+if [ -n "${MEASURE_TINY:-}" ]; then
   for i in "${!ARGS[@]}"; do
     ARGS[$i]="${ARGS[$i]/--mode graph/--mode eager} --device cpu"
-    ARGS[$i]="${ARGS[$i]/--min-reps 3 --warmup 1/}"
   done
 fi
 
