@@ -32,6 +32,14 @@ runpy.run_module("src.measure", run_name="__main__", alter_sys=True)
 SMALL = ["--model", "llama-3.1-8b", "--batch", "1,2", "--positions", "1,3", "--context", "16"]
 
 
+def exit_status(argv: list[str]) -> int:
+    """cli.main's return value, or the status argparse exits with."""
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
 def run_blocked(blocked: str, args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", BLOCKING_RUNNER, blocked, *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
@@ -55,12 +63,13 @@ def run_blocked(blocked: str, args: list[str]) -> subprocess.CompletedProcess:
     (["--time-budget-s", "nan"], "--time-budget-s"),
     (["--estimate-gpu", "h900"], "--estimate-gpu"),
     (["--draft", "llama-3.1-8b"], "--draft"),
+    (["--batch", "1", "--batch", "2"], "--batch"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, args, flag):
     out = tmp_path / "steps.csv"
     out.write_text("previous\n")
-    argv = ["--model", "llama-3.1-8b", "--out", str(out)] + args
-    assert cli.main(argv) == 2
+    model = [] if "--model" in args else ["--model", "llama-3.1-8b"]
+    assert exit_status(model + ["--out", str(out)] + args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {flag}")
     assert out.read_text() == "previous\n"
@@ -72,7 +81,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, args
 def test_bad_out_paths(tmp_path, capsys, monkeypatch, out, message):
     monkeypatch.chdir(tmp_path)
     argv = SMALL + (["--out", out] if out else [])
-    assert cli.main(argv) == 2
+    assert exit_status(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --out") and message in err and err.count("\n") == 1
 
