@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from src.acceptance import expected_tokens_per_step
 from src.online.counter_rng import accepted_drafts
 from src.online.steptime import StepTimer
 
@@ -220,6 +221,7 @@ class Engine:
         self.stat = {k: np.zeros(R) for k in ("steps", "busy", "run_int", "kv_int", "acc", "prop")}
         self.gamma_steps = np.zeros((R, max_gamma + 1))
         self.itl = np.zeros((R, ITL_BIN_EDGES_MS.size - 1))
+        self.last_step_ms = np.full(R, 10.0)  # the row's latest step time (stretch lengths)
         self.pool_acc = np.zeros(R)
         self.pool_tested = np.zeros(R)
         self.arrival_ms = requests.arrival_s * 1e3
@@ -488,6 +490,7 @@ class Engine:
         )
         target_ms, draft_ms = self._step_ms(rows, decoding, g, ctx, pf_sums)
         step_ms = target_ms + draft_ms
+        self.last_step_ms[rows] = np.where(step_ms > 0, step_ms, self.last_step_ms[rows])
         end = start + step_ms
         # outcomes of the decoding sequences
         rr, cc = np.nonzero(decoding)
@@ -560,7 +563,19 @@ class Engine:
         order = np.argsort(~running, axis=1, kind="stable")[:, :w]  # running slots first
         act = np.take_along_axis(running, order, axis=1)
         m = rows.size
-        K = int(np.clip(self.segment_work // (m * w), 1, self.max_segment_steps))
+        take = lambda a: np.take_along_axis(a[rows], order, axis=1)  # noqa: E731
+        ctx0, rem0, alpha, key, steps0 = (take(x) for x in (s.ctx, s.rem, s.alpha, s.key, s.steps))
+        # how many steps to draw: enough for most rows to reach their next event (an arrival they
+        # can admit, or a sequence finishing), predicted from the last step time and the expected
+        # tokens per step; a row whose stretch is longer continues next iteration (any K gives
+        # the same numbers, only the work differs)
+        per_step = expected_tokens_per_step(alpha, gamma[:, None])
+        to_finish = np.where(act, rem0 / per_step, np.inf).min(axis=1)
+        to_arrival = np.where(free_slot, (next_arrival_ms - self.clock[rows])
+                              / np.maximum(self.last_step_ms[rows], 1e-3), np.inf)
+        predicted = np.minimum(to_finish, to_arrival)
+        K = int(np.clip(1.25 * np.percentile(predicted, 75) + 2, 1,
+                        min(self.max_segment_steps, max(self.segment_work // (m * w), 1))))
         cap_steps = np.full(m, K)
         pols = self.row_policy[rows]
         for g_ in self.groups:
@@ -568,8 +583,6 @@ class Engine:
             if limit is not None:
                 cap_steps = np.where(pols == g_.policy, np.minimum(cap_steps, limit), cap_steps)
         K = int(cap_steps.max())
-        take = lambda a: np.take_along_axis(a[rows], order, axis=1)
-        ctx0, rem0, alpha, key, steps0 = (take(x) for x in (s.ctx, s.rem, s.alpha, s.key, s.steps))
         j = np.arange(K)
         gcol = gamma[:, None, None]
         k = accepted_drafts(key[:, :, None], steps0[:, :, None] + j, alpha[:, :, None], gcol)
@@ -624,6 +637,7 @@ class Engine:
             w_steps = np.where(in_seg & (j[None, :] > 0), n[:, None], 0).astype(float)
             self._itl_add(np.broadcast_to(rows[:, None], times.shape), times, w_steps)
         end_last = ends[mi, last]
+        self.last_step_ms[rows] = times[mi, last]
         put(s.last_emit, np.broadcast_to(end_last[:, None], order.shape))
         seg_ms = np.where(in_seg, times, 0.0).sum(axis=1)
         self.stat["steps"][rows] += n_steps

@@ -237,6 +237,15 @@ def _policy_lines(ax, t, key, scale, colors, label=True):
             ax.fill_between(g.rate_per_s, lo, hi, color=colors[p], alpha=0.15, lw=0)
 
 
+def _plain_log_axis(ax, axis: str = "y") -> None:
+    """Tick labels of a log axis as plain numbers (12, 20, 50), not powers of ten."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
@@ -266,6 +275,7 @@ def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
         _policy_lines(ax, t, key, 1e3, colors)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        _plain_log_axis(ax)
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
         rates = sorted(t.rate_per_s.unique())
@@ -279,6 +289,7 @@ def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
     fig.suptitle(
         f"Latency against request rate (bands: 95% CI; dotted: SLO)\n{_title(cfg)}", fontsize=10
     )
+    fig.tight_layout()
     return _png(fig)
 
 
@@ -311,6 +322,7 @@ def plot_throughput_latency(t: pd.DataFrame, cfg) -> bytes:
     ax.set_xlabel("output throughput (tokens/s)")
     ax.set_ylabel("TPOT p50 (ms)")
     ax.set_yscale("log")
+    _plain_log_axis(ax)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=9, title="policy (points: rates)", title_fontsize=9)
     ax.set_title(f"Latency-throughput trade-off\n{_title(cfg)}", fontsize=10)
@@ -325,7 +337,8 @@ def plot_goodput(t: pd.DataFrame, cfg) -> bytes:
     rates = sorted(t.rate_per_s.unique())
     ax.plot(rates, rates, color="grey", lw=1, ls=":", label="offered rate")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
+    ax.set_yscale("log")
+    _plain_log_axis(ax)
     ax.set_xticks(rates)
     ax.set_xticklabels([f"{r:g}" for r in rates])
     ax.set_xlabel("request rate (requests/s)")
