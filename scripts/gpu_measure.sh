@@ -11,7 +11,7 @@
 #   prefill_times_ms.csv   prefill rows
 #   environment.json       per run: GPU, versions, clocks, copy/matmul rates, skipped configs
 #   gpu_measure.log        everything printed
-# Environment: OUT, PYTHON (default python), MEASURE_BUDGET_S (wall-clock limit of the measuring
+# Environment: OUT, PYTHON (default python3), MEASURE_BUDGET_S (wall-clock limit of the measuring
 # runs, default 320 s), MEASURE_WORK (folder for per-run files, default a fresh one in /tmp).
 # Each run gets --time-budget-s = the time left minus what the runs after it are estimated to
 # need, so one slow run cannot starve the rest; a run that still overruns is stopped by `timeout`
@@ -31,7 +31,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 OUT="${OUT:-./measure-out}"
-PY="${PYTHON:-python}"
+PY="${PYTHON:-python3}"  # the GPU image holds PyTorch in python3
 BUDGET_S="${MEASURE_BUDGET_S:-320}"
 STARTUP_S=8  # per run: Python, torch import, CUDA context, GPU rate checks (not in the estimate)
 MODELS=llama-3.1-8b,llama-3.2-1b
