@@ -136,7 +136,7 @@ def test_scenario_run_writes_its_files_and_answers(hardware_run):
                 "plots/hardware_step_breakdown.png"):
         assert (hardware_run / rel).stat().st_size > 0, rel
     df = pd.read_csv(hardware_run / "results/results.csv")
-    assert set(df.scenario) == {"h100-llama8b-1b"} and set(df.engine_profile) == {"ideal", "vllm-2024"}
+    assert set(df.scenario) == {"h100-llama8b-1b"} and set(df.engine_profile) == {"ideal", "vllm-v1"}
     assert len(df) == 2 * 3 * 2 * 2 and (df.time_unit == "ms").all()
     assert np.allclose(df.speculative_throughput_tokens_per_s / df.greedy_throughput_tokens_per_s, df.speedup, rtol=1e-4)
     text = (hardware_run / "results/summary.txt").read_text()
@@ -148,9 +148,14 @@ def test_scenario_run_writes_its_files_and_answers(hardware_run):
     for cfg in configs:
         assert vllm_schedule_problems(cfg) == []
         assert cfg["num_speculative_tokens"] == max(k for _, _, k in cfg["num_speculative_tokens_per_batch_size"])
-    # the engine's overhead only ever costs speedup
-    piv = df.pivot_table(index=["quality_mode", "batch_size", "gamma"], columns="engine_profile", values="speedup")
-    assert (piv["vllm-2024"] < piv["ideal"] + 0.02).all()
+    # vllm-v1 against ideal: its fused kernels (8 per layer, not 10) help most at small batch,
+    # its first draft pass over all verified positions costs most at large batch, so its edge
+    # over ideal shrinks with batch and turns into a loss at batch 128
+    piv = df.pivot_table(index=["quality_mode", "gamma", "batch_size"], columns="engine_profile",
+                         values="speedup")
+    edge = (piv["vllm-v1"] - piv["ideal"]).unstack("batch_size")
+    assert (np.diff(edge.to_numpy(), axis=1) < 0).all() and (edge[128] < 0).all()
+    assert (edge.abs() < 0.1).all().all()
 
 
 def test_closed_form_agrees_with_the_simulation_at_the_mean_context(hardware_run):
@@ -184,6 +189,6 @@ def test_committed_hardware_results_are_what_the_code_regenerates():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     committed = pd.read_csv(os.path.join(root, "results", "results.csv"), dtype=str)
     sc = default_hardware_scenario()
-    committed = committed[(committed.scenario == sc.name) & (committed.engine_profile == "vllm-2024")]
+    committed = committed[(committed.scenario == sc.name) & (committed.engine_profile == "vllm-v1")]
     cfg = replace(sc.study, batch_sizes=(16,), gammas=(3,), quality_modes=("bimodal",))
-    assert_rows_match(run_grid(cfg, sc.cost_model("vllm-2024")), committed, 1)
+    assert_rows_match(run_grid(cfg, sc.cost_model("vllm-v1")), committed, 1)

@@ -89,7 +89,7 @@ def _raises(field, path, match=""):
 
 def test_good_minimal_file_loads(tmp_path):
     s = load_scenario(_write(tmp_path, GOOD))
-    assert s.engine_profiles == ("ideal", "vllm-2024") and s.draft_tp == 1
+    assert s.engine_profiles == ("ideal", "vllm-v1") and s.draft_tp == 1
 
 
 def test_unknown_keys(tmp_path):

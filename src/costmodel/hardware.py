@@ -389,9 +389,11 @@ class HardwareCostModel:
         verify = t > 1
         step_cpu, step_gpu = cpu, physics + gpu
         if overlap_spec and np.any(verify):
-            d_phys, d_cpu, d_gpu = self._draft_parts(load, np.where(verify, t - 1, 0))
-            step_cpu = step_cpu + d_cpu
-            step_gpu = step_gpu + d_phys + d_gpu
+            g = np.where(verify, t - 1, 0)
+            step_cpu = step_cpu + self._draft_cpu_ms(load.n_seqs, g)
+            if np.any(step_cpu > step_gpu):  # only then can the drafts' GPU time matter
+                d_phys, _, d_gpu = self._draft_parts(load, g)
+                step_gpu = step_gpu + d_phys + d_gpu
         overlap = np.where(verify, overlap_spec, e.cpu_overlap_decode)
         return physics, gpu + np.where(overlap, np.maximum(step_cpu - step_gpu, 0.0), cpu)
 
@@ -424,16 +426,25 @@ class HardwareCostModel:
             return None
         return load.capped_ctx(b, (np.asarray(g) - 1) * 0.5)
 
+    def _draft_cpu_ms(self, n_seqs, g):
+        """CPU ms [R] of gamma draft passes over n_seqs sequences (n-gram: the proposer calls)."""
+        e = self.engine
+        if self._draft_c is None:
+            calls = (g > 0) if e.ngram_one_call_per_step else g
+            return np.where(n_seqs > 0, calls * e.ngram_pass_cpu_ms, 0.0)
+        return g * (np.where(n_seqs > 0, e.draft_pass_cpu_fixed_ms, 0.0)
+                    + e.draft_pass_cpu_per_seq_ms * n_seqs)
+
     def _draft_parts(self, load: PassLoad, gamma):
         """(physics_ms, cpu_ms, gpu_overhead_ms) [R] of gamma draft passes; see
         draft_passes_parts."""
         n_seqs = load.n_seqs
         g = np.asarray(gamma)
         e = self.engine
+        cpu = self._draft_cpu_ms(n_seqs, g)
         if self._draft_c is None:  # n-gram / prompt lookup: host-side string matching only
             zero = np.zeros(n_seqs.shape)
-            calls = (g > 0) if e.ngram_one_call_per_step else g
-            return zero, np.where(n_seqs > 0, calls * e.ngram_pass_cpu_ms, 0.0), zero
+            return zero, cpu, zero
         sum_ctx = load.sum_ctx
         self._check_fits(sum_ctx + n_seqs * (g + 1), n_seqs)
         # extra positions of the first draft pass: all verified ones but one, or a fixed catch-up
@@ -446,8 +457,6 @@ class HardwareCostModel:
         per_pass_ms = table[:, 1].take(n_seqs) + self._attention_pnorm_ms(
             self._draft_c, n_seqs, n_seqs, 1, mid_ctx)
         physics = g * per_pass_ms
-        cpu = g * (np.where(n_seqs > 0, e.draft_pass_cpu_fixed_ms, 0.0)
-                   + e.draft_pass_cpu_per_seq_ms * n_seqs)
         gpu = g * launch_overhead_s(self._draft_c, per_pass_ms * 1e-3, 1) * 1e3
         if max_catchup:
             b = self.draft.kv_budget_tokens

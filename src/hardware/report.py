@@ -176,9 +176,10 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     g_ref = int(breakdown.gamma.iloc[0])
     out.append(f"H6. A speculative step at gamma {g_ref} and the mean context ({int(breakdown.context_len_tokens.iloc[0])} "
                "tokens), ms; engine overhead split by mechanism")
-    out.append("    (cpu: per-step and per-sequence CPU work, rejection sampling, KV bookkeeping; catch-up: the draft")
-    out.append("    re-reading the committed token; expansion: batch-expansion scoring; factor: the fitted verification")
-    out.append("    attention slowdown factor; design.md section 11):")
+    out.append("    (cpu: per-step and per-sequence CPU work, rejection sampling, KV bookkeeping, as far as the GPU")
+    out.append("    step does not hide it where the engine overlaps the two; catch-up: the draft re-reading committed")
+    out.append("    tokens, or its first pass over every verified position; expansion: batch-expansion scoring;")
+    out.append("    factor: the fitted verification attention slowdown factor; design.md section 11):")
     rows = []
     for r in breakdown.itertuples():
         greedy = r.decode_physics_ms + r.decode_overhead_ms

@@ -28,7 +28,7 @@ SCENARIO_KEYS = ("name", "description", "gpu", "target", "draft", "tp", "draft_t
                  "engine_profiles", "draft_kv_budget_tokens", "memory_reserve_fraction",
                  "acceptance_source")
 REQUIRED_KEYS = ("name", "gpu", "target", "draft")
-DEFAULT_ENGINE_PROFILES = ("ideal", "vllm-2024")
+DEFAULT_ENGINE_PROFILES = ("ideal", "vllm-v1")
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ DEFAULT_SCENARIO_TABLE: dict[str, Any] = {
         "draft": "llama-3.2-1b",
         "tp": 1,
         "draft_tp": 1,
-        "engine_profiles": ["ideal", "vllm-2024"],
+        "engine_profiles": ["ideal", "vllm-v1"],
         "acceptance_source": "reference modes of the study (design.md, 'Workload'); no published "
                              "per-token acceptance for this pair was used",
     },

@@ -69,13 +69,27 @@ def steady_state_speedups(times: pd.DataFrame, omega_by_gamma: dict[int, float])
 OVERHEAD_PARTS = ("cpu", "draft_catchup", "batch_expansion", "attention_factor")
 
 
+def physics_only_variant(profile: EngineProfile) -> EngineProfile:
+    """The profile without any overhead term: its implementation (kernel counts, attention kernel,
+    CUDA graphs, all-reduce) with no CPU work, catch-up, batch expansion or attention factor."""
+    zero = {f: 0.0 for f in ("step_cpu_fixed_ms", "step_cpu_per_seq_ms", "draft_pass_cpu_fixed_ms",
+                             "draft_pass_cpu_per_seq_ms", "ngram_pass_cpu_ms",
+                             "rejection_sampling_per_position_ms", "kv_bookkeeping_per_seq_ms")}
+    return replace(profile, **zero, draft_catchup_positions_per_seq=0,
+                   draft_first_pass_covers_verified=False, scoring_batch_expansion=False,
+                   verification_attention_slowdown_factor=1.0)
+
+
 def overhead_variants(profile: EngineProfile) -> list[tuple[str, EngineProfile]]:
     """(part, profile with that part and the ones before it) for OVERHEAD_PARTS, in order: CPU and
-    per-sequence work alone; + the draft's catch-up pass; + batch-expansion scoring; + the
-    verification attention slowdown factor (= the full profile)."""
+    per-sequence work alone (paid as far as the GPU does not hide it, where the engine overlaps
+    the two); + the draft's catch-up (or first pass over the verified positions); + batch-expansion
+    scoring; + the verification attention slowdown factor (= the full profile)."""
     cpu_only = replace(profile, draft_catchup_positions_per_seq=0, scoring_batch_expansion=False,
+                       draft_first_pass_covers_verified=False,
                        verification_attention_slowdown_factor=1.0)
-    with_catchup = replace(cpu_only, draft_catchup_positions_per_seq=profile.draft_catchup_positions_per_seq)
+    with_catchup = replace(cpu_only, draft_catchup_positions_per_seq=profile.draft_catchup_positions_per_seq,
+                           draft_first_pass_covers_verified=profile.draft_first_pass_covers_verified)
     with_expansion = replace(with_catchup, scoring_batch_expansion=profile.scoring_batch_expansion)
     return [("cpu", cpu_only), ("draft_catchup", with_catchup), ("batch_expansion", with_expansion),
             ("attention_factor", profile)]

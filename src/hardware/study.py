@@ -63,9 +63,9 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> di
         acceptance_profile(cfg.alpha_modes[m])) for g in cfg.gammas}
         for m in cfg.quality_modes}
     profiles = load_engine_profiles()
-    physics_only = scenario.cost_model(profiles["ideal"])
     for engine in scenario.engine_profiles:
         cost = scenario.cost_model(engine)
+        physics_only = scenario.cost_model(steady_state.physics_only_variant(profiles[engine]))
         for ctx in CONTEXTS_TOKENS + (ctx_mean,):
             times = steady_state.step_times_ms(cost, sorted(set(STEADY_BATCHES) | set(cfg.batch_sizes)),
                                                  cfg.gammas, ctx)
