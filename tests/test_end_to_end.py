@@ -127,7 +127,7 @@ def test_default_command_runs_the_reference_and_the_hardware_worker(tmp_path):
     assert set(hw.engine_profile) == set(sc.engine_profiles) and len(hw) == 2 * len(sc.engine_profiles)
     # the worker process gives the numbers an in-process run gives
     cfg = replace(sc.study, batch_sizes=(4,), gammas=(2,), quality_modes=("homogeneous_mid",))
-    assert_rows_match(run_grid(cfg, sc.cost_model("vllm-2024")), hw[hw.engine_profile == "vllm-2024"], 1)
+    assert_rows_match(run_grid(cfg, sc.cost_model("vllm-v1")), hw[hw.engine_profile == "vllm-v1"], 1)
     text = (tmp_path / "results/summary.txt").read_text()
     assert text.startswith("At a glance") and f"Hardware scenario: {sc.name}" in text
     assert len(list((tmp_path / "plots").glob("*.png"))) == 8
