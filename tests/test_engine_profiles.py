@@ -151,3 +151,16 @@ def test_optional_fields_and_their_errors(tmp_path):
     p.write_text(text.replace("cpu_overlap_decode = true", "cpu_overlap_decode = 1", 1))
     with pytest.raises(CostModelInputError, match=r"cpu_overlap_decode: expected true or false"):
         load_engine_profiles(p)
+
+
+def test_self_speculation_has_no_first_pass_catchup():
+    """A self-speculation draft is the target network: its verification pass already wrote the KV
+    entries the draft's window takes, so the draft needs no pass over the verified positions."""
+    e = engine_profile("vllm-v1")
+    cost = _cost(e, draft="self", draft_kv_budget_tokens=512)
+    active, c = _uniform(8, 4000)
+    physics, overhead = cost.draft_passes_parts(active, 4, c)
+    # vLLM has no self-speculation method, so the profile does not overlap its CPU: the overhead
+    # is the draft passes' CPU alone, with no GPU catch-up on top
+    cpu = 4 * (e.draft_pass_cpu_fixed_ms + 8 * e.draft_pass_cpu_per_seq_ms)
+    assert overhead[0] == pytest.approx(cpu) and physics[0] > 0

@@ -56,7 +56,9 @@ class EngineProfile:
     Mechanisms of today's engines (optional in the TOML; the defaults reproduce the above):
         draft_first_pass_covers_verified: the first draft pass of a step runs over all gamma + 1
             verified positions of each sequence (vLLM V1 and SGLang feed the drafter every
-            verified position), so e = gamma instead of draft_catchup_positions_per_seq.
+            verified position), so e = gamma instead of draft_catchup_positions_per_seq, for
+            drafts with state of their own (a draft model, an EAGLE head; not self-speculation,
+            whose draft window is filled by the target's own verification pass).
         ngram_one_call_per_step: the n-gram proposer finds all gamma drafts in one call, so the
             n-gram overhead is ngram_pass_cpu_ms once per step instead of gamma times.
         cpu_overlap_decode / cpu_overlap_draft_kinds: asynchronous scheduling - the CPU work of a

@@ -448,8 +448,10 @@ class HardwareCostModel:
         sum_ctx = load.sum_ctx
         self._check_fits(sum_ctx + n_seqs * (g + 1), n_seqs)
         # extra positions of the first draft pass: all verified ones but one, or a fixed catch-up
-        catchup = g if e.draft_first_pass_covers_verified else np.asarray(
-            e.draft_catchup_positions_per_seq)
+        # (a self-speculation draft shares the target's network, whose verification pass already
+        # wrote the KV entries the draft's window takes: no catch-up)
+        covers = e.draft_first_pass_covers_verified and self.draft.kind in ("model", "eagle")
+        catchup = g if covers else np.asarray(e.draft_catchup_positions_per_seq)
         max_catchup = int(np.max(catchup)) if np.size(catchup) else 0
         table = self._table_ms("draft", load.max_seqs, 1 + max_catchup)
         capped = self._draft_sum_ctx(load, g)
