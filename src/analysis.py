@@ -76,6 +76,7 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
     modes, servings = ordered(df, "quality_mode"), ordered(df, "serving_mode")
     batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
     b_lo, b_hi = batches[0], batches[-1]
+    ends = sorted({b_lo, b_hi})  # the smallest and the largest batch size (one, if only one ran)
     max_half = ((df.speedup_ci_high - df.speedup_ci_low) / 2).max()
     out = []
     out.append("Batched speculative decoding: summary of the sweep")
@@ -107,19 +108,22 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
     for m in modes:
         for s in servings:
             sub = best[(best.quality_mode == m) & (best.serving_mode == s)].set_index("batch_size")
-            change = sub.loc[b_hi, "speedup"] / sub.loc[b_lo, "speedup"] - 1
+            change = [f"{sub.loc[b_hi, 'speedup'] / sub.loc[b_lo, 'speedup'] - 1:+.1%}"] if b_hi != b_lo else []
             rows.append([f"{m}, {s}"] + [f"{sub.loc[b, 'speedup']:.2f} (g{sub.loc[b, 'gamma']})" for b in batches]
-                        + [f"{change:+.1%}"])
-    out.append(table(["quality mode, serving mode"] + [f"B={b}" for b in batches] + [f"B{b_lo}->B{b_hi}"], rows, "   "))
+                        + change)
+    change_header = [f"B{b_lo}->B{b_hi}"] if b_hi != b_lo else []
+    out.append(table(["quality mode, serving mode"] + [f"B={b}" for b in batches] + change_header, rows, "   "))
     out.append("")
-    for s in servings:
+    if b_hi == b_lo:
+        out.append(f"   (one batch size in this run, B={b_lo}: run several to see how the gain changes with it.)")
+    for s in servings if b_hi != b_lo else ():
         sub = best[best.serving_mode == s]
         lo = sub.set_index(["quality_mode", "batch_size"])["speedup"]
         changes = {m: lo[(m, b_hi)] / lo[(m, b_lo)] - 1 for m in modes}
         worst_mode = min(changes, key=changes.get)
+        loss = f"largest loss: {worst_mode}" if changes[worst_mode] < 0 else "no mode loses"
         out.append(f"   {s}: from B={b_lo} to B={b_hi} the best-gamma speedup changes by "
-                   f"{min(changes.values()):+.1%} to {max(changes.values()):+.1%} "
-                   f"(largest loss: {worst_mode}).")
+                   f"{min(changes.values()):+.1%} to {max(changes.values()):+.1%} ({loss}).")
     out.append("")
 
     # 2. best gamma
@@ -135,8 +139,9 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
                                for b in batches])
         out.append(table(["quality mode"] + [f"B={b}" for b in batches], rows, "   "))
     out.append("")
-    out.append("   Speedup by gamma at batch size 1 and at the largest batch (all serving modes); the rows marked")
-    out.append("   'closed form' are Leviathan et al.'s formula at the mode's mean alpha (batch 1, long outputs):")
+    at = " and ".join(f"B={b}" for b in ends)
+    out.append(f"   Speedup by gamma at {at} (all serving modes); the rows marked 'closed form' are")
+    out.append("   Leviathan et al.'s formula at the mode's mean alpha (batch 1, long outputs):")
     if any(isinstance(cfg.alpha_modes[m], PerPositionAlpha) and len(cfg.alpha_modes[m].rates) > 1
            for m in modes):
         out.append("   (per-position modes: E[K+1] / (gamma c + 1) with E[K+1] = 1 + sum_i prod_{j<=i} a_j "
@@ -144,7 +149,7 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
     rows = []
     for m in modes:
         for s in servings:
-            for b in (b_lo, b_hi):
+            for b in ends:
                 sub = df[(df.quality_mode == m) & (df.serving_mode == s) & (df.batch_size == b)].set_index("gamma")
                 rows.append([f"{m}, {s}, B={b}"] + [f"{sub.loc[g, 'speedup']:.2f}" for g in gammas])
         dist = cfg.alpha_modes[m]
@@ -162,21 +167,23 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
     # 3. slower than greedy
     out.append("3. Where is speculative decoding slower than greedy?")
     out.append("")
-    out.append("   Crossover gamma (speedup falls below 1.0; interpolated between grid gammas; '-' = never):")
+    out.append(f"   Crossover gamma at {at}: the gamma beyond which speculation is slower than greedy")
+    out.append("   (speedup falls below 1.0; interpolated between grid gammas; '-' = faster at every gamma")
+    out.append(f"   up to {gammas[-1]}):")
     rows = []
     for m in modes:
         row = [m]
         for s in servings:
-            for b in (b_lo, b_hi):
+            for b in ends:
                 sub = df[(df.quality_mode == m) & (df.serving_mode == s) & (df.batch_size == b)].sort_values("gamma")
                 g = crossover_gamma(sub.gamma.to_numpy(), sub.speedup.to_numpy())
                 row.append("-" if g is None else f"{g:.1f}")
         rows.append(row)
-    out.append(table(["quality mode"] + [f"{s} B={b}" for s in servings for b in (b_lo, b_hi)], rows, "   "))
+    out.append(table(["quality mode"] + [f"{s} B={b}" for s in servings for b in ends], rows, "   "))
     slower = df[df.speedup_ci_high < 1.0]
     out.append("")
     out.append(f"   {len(slower)} of {len(df)} grid points are significantly slower than greedy (CI entirely below 1.0).")
-    out.append("   Worst regressions:")
+    out.append("   Worst regressions:" if len(slower) else "   Lowest speedups (none is below 1.0 beyond its CI):")
     rows = [[f"{r.quality_mode}, {r.serving_mode}", r.batch_size, r.gamma, x_ci(r),
              f"{r.divergence_penalty:.1%}"] for r in df.nsmallest(5, "speedup").itertuples()]
     out.append(table(["quality mode, serving mode", "B", "gamma", "speedup [CI]", "rejected-draft time"], rows, "   "))
@@ -218,8 +225,9 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame, t
     b1 = both[both.batch_size == b_lo]
     bh = both[both.batch_size == b_hi]
     out.append("")
-    out.append(f"   At B={b_lo} the policies agree (largest difference "
-               f"{(b1.speedup_ragged - b1.speedup_lockstep).abs().max():.3f}). At B={b_hi} lockstep loses "
+    agree = (f"At B=1 the policies agree (largest difference "
+             f"{(b1.speedup_ragged - b1.speedup_lockstep).abs().max():.3f}). " if b_lo == 1 else "")
+    out.append(f"   {agree}At B={b_hi} lockstep loses "
                f"{(1 - bh.speedup_lockstep / bh.speedup_ragged).min():.0%} to "
                f"{(1 - bh.speedup_lockstep / bh.speedup_ragged).max():.0%} of the ragged speedup; lockstep tokens per")
     out.append(f"   step at B={b_hi}: {bh.tokens_per_step_lockstep.min():.2f}..{bh.tokens_per_step_lockstep.max():.2f} "
@@ -343,7 +351,7 @@ def plot_gamma_batch_heatmap(df: pd.DataFrame):
 
 def at_a_glance(reference: pd.DataFrame, hardware: pd.DataFrame) -> str:
     """The opening block of summary.txt: best-gamma speedup by batch size under each cost model,
-    continuous refill, and the smallest batch from which no gamma beats greedy."""
+    continuous refill, and the smallest batch at which even the best gamma is slower than greedy."""
     serving = "continuous_refill"
     ref = reference[reference.serving_mode == serving].assign(engine_profile="flat (reference)")
     hw = hardware[hardware.serving_mode == serving]
@@ -359,10 +367,24 @@ def at_a_glance(reference: pd.DataFrame, hardware: pd.DataFrame) -> str:
         below = [b for b in sub.index if sub.loc[b, "speedup"] < 1.0]
         rows.append([f"{cost}: {mode}"] + [f"{sub.loc[b, 'speedup']:.2f} (g{sub.loc[b, 'gamma']})" if b in sub.index else "-"
                                     for b in shown]
-                    + [f"B={below[0]}" if below else f"never (to B={sub.index.max()})"])
-    return ("At a glance: best-gamma speedup over greedy, continuous refill (sections below give CIs and details)\n\n"
-            + table(["cost model: quality mode"] + [f"B={b}" for b in shown] + ["no gamma beats greedy from"], rows)
+                    + [f"B={below[0]}" if below else f"- (faster to B={sub.index.max()})"])
+    return ("At a glance: best-gamma speedup over greedy, continuous refill (sections below give CIs and details);\n"
+            "last column: the smallest batch size at which even the best gamma is slower than greedy\n\n"
+            + table(["cost model: quality mode"] + [f"B={b}" for b in shown] + ["slower than greedy from"], rows)
             + "\n")
+
+
+REFERENCE_OUTPUTS = ("results/verification_comparison.csv", "plots/speedup_vs_batch.png",
+                     "plots/utilization_vs_batch.png", "plots/divergence_penalty.png",
+                     "plots/gamma_batch_heatmap.png")
+HARDWARE_OUTPUTS = ("results/hardware_steady_state.csv", "results/hardware_step_breakdown.csv",
+                    *(f"plots/{name}" for name in hardware_plots.PLOTS))
+
+
+def study_owns(rel: str) -> bool:
+    """Whether OUT/rel is a file the study writes in some run (the rest of OUT/results and OUT/plots,
+    such as the serve command's outputs, is kept when a study run replaces its own)."""
+    return rel in ("results/results.csv", "results/summary.txt", *REFERENCE_OUTPUTS, *HARDWARE_OUTPUTS)
 
 
 def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None,
@@ -403,8 +425,9 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
     if section is not None:
         summary.append(section)
     files[os.path.join(out_dir, "results", "summary.txt")] = ("\n\n".join(summary)).encode()
-    return publish(out_dir, {os.path.relpath(path, out_dir): data for path, data in files.items()},
-                   after_commit=after_commit)
+    files = {os.path.relpath(path, out_dir).replace(os.sep, "/"): data for path, data in files.items()}
+    assert all(study_owns(rel) for rel in files), sorted(rel for rel in files if not study_owns(rel))
+    return publish(out_dir, files, owns=study_owns, after_commit=after_commit)
 
 
 # --- blocks of README.md and design.md generated from the committed results ------------------------
@@ -430,16 +453,24 @@ def readme_headline(df: pd.DataFrame, comparison: pd.DataFrame) -> str:
             rows.append([m, s] + [f"{sub.loc[b, 'speedup']:.2f}x (gamma {sub.loc[b, 'gamma']})" for b in (b_lo, b_hi)])
     sg = safe_gamma(df)
     safe = pick_safe_gamma(sg)
-    mid = df[(df.quality_mode == "homogeneous_mid") & (df.batch_size == b_lo) & (df.serving_mode == df.serving_mode.iloc[0])]
-    cross = crossover_gamma(mid.sort_values("gamma").gamma.to_numpy(), mid.sort_values("gamma").speedup.to_numpy()) \
-        if len(mid) else None
+    cross = {}  # (serving mode, batch size) -> homogeneous_mid's crossover gamma
+    for (s, b), mid in df[df.quality_mode == "homogeneous_mid"].groupby(["serving_mode", "batch_size"]):
+        if b in (b_lo, b_hi):
+            mid = mid.sort_values("gamma")
+            cross[(s, b)] = crossover_gamma(mid.gamma.to_numpy(), mid.speedup.to_numpy())
     lock = comparison[(comparison.batch_size == b_hi) & (comparison.verification == "lockstep")]
     text = [md_table(["quality mode", "serving mode", f"best speedup, batch {b_lo}", f"best speedup, batch {b_hi}"], rows), ""]
     text.append(f"- Safe default for unknown draft quality: gamma {safe}, never below "
                 f"{sg.loc[safe, 'worst_speedup']:.2f}x in the grid (worst case: {sg.loc[safe, 'worst_at']}), "
                 f"mean {sg.loc[safe, 'mean_speedup']:.2f}x.")
-    if cross is not None:
-        text.append(f"- homogeneous_mid (alpha about 0.65) becomes slower than greedy beyond gamma {cross:.1f}.")
+    if cross and all(c is not None for c in cross.values()):
+        def at(b):
+            values = {s: c for (s, bb), c in cross.items() if bb == b}
+            if len({f"{c:.1f}" for c in values.values()}) == 1:
+                return f"{next(iter(values.values())):.1f} at batch {b}"
+            return " and ".join(f"{c:.1f} ({s.replace('_', ' ')})" for s, c in values.items()) + f" at batch {b}"
+        text.append(f"- homogeneous_mid (alpha about 0.65) becomes slower than greedy beyond gamma "
+                    f"{'; '.join(at(b) for b in sorted({b_lo, b_hi}))}.")
     text.append(f"- {int((df.speedup_ci_high < 1).sum())} of {len(df)} grid points are significantly slower than greedy.")
     if len(lock):
         text.append(f"- Lockstep verification at batch {b_hi}: speedup {lock.speedup.min():.2f}x to {lock.speedup.max():.2f}x "

@@ -1,12 +1,14 @@
 """A run's outputs, replaced as one set: OUT/results and OUT/plots hold either the whole previous
 run or the whole new one, never a mix, whatever stops the run (Ctrl-C, SIGTERM, SIGKILL, a full disk).
+Files there that the run does not own (another command's outputs, the user's own) are kept.
 
 `prepare(out)` runs before any simulation: it finishes the clean-up of an earlier run that was
 killed, and refuses (ConfigError on --out) a folder the new outputs could not be written to.
 `publish(out, files)` then writes every file into a staging folder inside OUT and swaps the
 staged folders in by rename:
 
-    1. OUT/.run-staging-ID/{results,plots}/...   every file written (umask permissions)
+    1. OUT/.run-staging-ID/{results,plots}/...   every new file written (umask permissions), and
+                                                 hard links to the old files the run does not own
     2. OUT/.run-swap-ID                          journal: the names being swapped
     3. per name: OUT/NAME -> OUT/.run-previous-ID.NAME, OUT/.run-staging-ID/NAME -> OUT/NAME
     4. remove the journal                        the commit point: the new set is final
@@ -25,8 +27,7 @@ import signal
 
 from src.config import ConfigError
 
-OWNED = ("results", "plots")  # the folders under OUT a run replaces as a whole
-OUTPUT_SUFFIXES = (".csv", ".txt", ".png", ".json", ".md", ".svg")  # what a run writes there
+OWNED = ("results", "plots")  # the folders under OUT a run swaps
 PREFIX = ".run-"
 
 
@@ -97,9 +98,8 @@ def _check_folder(path: str) -> None:
 def prepare(out: str) -> None:
     """Before simulating: clean up after killed runs, and make sure the outputs can be written.
 
-    OUT (or, if it does not exist yet, its nearest existing parent) must be a writable folder;
-    OUT/results and OUT/plots, where they exist, writable folders holding only the kind of files
-    a run writes, since each run replaces them whole. Raises ConfigError on --out."""
+    OUT (or, if it does not exist yet, its nearest existing parent) must be a writable folder, and
+    so must OUT/results and OUT/plots where they exist. Raises ConfigError on --out."""
     if out.strip() == "":
         raise ConfigError("--out", "must name a folder (use --out . for the current folder)")
     for path in (out, *(os.path.join(out, n) for n in OWNED)):
@@ -119,15 +119,8 @@ def prepare(out: str) -> None:
                                    f"{e.strerror or e}") from None
     for name in OWNED:
         folder = os.path.join(out, name)
-        if not os.path.isdir(folder):
-            continue
-        _check_folder(folder)
-        for entry in sorted(os.listdir(folder)):
-            path = os.path.join(folder, entry)
-            if not os.path.isfile(path) or os.path.islink(path) or not entry.endswith(OUTPUT_SUFFIXES):
-                raise ConfigError("--out", f"{path} is not an output of this tool, and each run "
-                                           f"replaces {folder} as a whole; move it or choose "
-                                           "another --out")
+        if os.path.isdir(folder):
+            _check_folder(folder)
 
 
 def _write_file(path: str, data: bytes) -> None:
@@ -135,6 +128,22 @@ def _write_file(path: str, data: bytes) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
         f.write(data)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(source, target, follow_symlinks=False)
+
+
+def _keep(source: str, target: str) -> None:
+    """target becomes another name of source (a copy where a hard link is not possible)."""
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if os.path.isdir(source) and not os.path.islink(source):
+        shutil.copytree(source, target, symlinks=True, copy_function=_link_or_copy)
+    else:
+        _link_or_copy(source, target)
 
 
 class _SignalsDeferred:
@@ -149,8 +158,11 @@ class _SignalsDeferred:
         signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
 
 
-def publish(out: str, files: dict[str, bytes], after_commit=None) -> list[str]:
+def publish(out: str, files: dict[str, bytes], owns=lambda rel: True, after_commit=None) -> list[str]:
     """Replace OUT/results and OUT/plots by `files` ({path relative to OUT: bytes}), as one set.
+
+    `owns(rel)` says which files belong to this kind of run: an old one the new set does not write
+    again is stale and goes; every other old file in the two folders is kept.
 
     On an error before the commit (OSError: disk full, permissions) the staging folder is removed,
     the previous outputs stay as they were, and the error propagates. `after_commit`, if given,
@@ -167,6 +179,13 @@ def publish(out: str, files: dict[str, bytes], after_commit=None) -> list[str]:
         os.mkdir(staging)
         for rel, data in files.items():
             _write_file(os.path.join(staging, rel), data)
+        for name in OWNED:  # what the old folders hold that this run does not own
+            folder = os.path.join(out, name)
+            for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+                rel = f"{name}/{entry}"
+                if rel not in files and not owns(rel):
+                    _keep(os.path.join(folder, entry), os.path.join(staging, rel))
+        names = sorted(set(names) | {n for n in OWNED if os.path.isdir(os.path.join(staging, n))})
         swapped = [n for n in OWNED if n in names or os.path.isdir(os.path.join(out, n))]
         with _SignalsDeferred():
             with open(journal, "w") as f:

@@ -19,8 +19,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from src.config import (  # noqa: E402
-    BetaAlpha, FixedLength, LognormalLength, MixtureAlpha, NormalAlpha, PerPositionAlpha, PointAlpha,
-    UniformAlpha, UniformLength,
+    ALPHA_CLIP, BetaAlpha, FixedLength, LognormalLength, MixtureAlpha, NormalAlpha, PerPositionAlpha,
+    PointAlpha, UniformAlpha, UniformLength,
 )
 
 FLOAT_FORMAT = "%.6g"
@@ -32,7 +32,7 @@ def describe_alpha(dist) -> str:
     if isinstance(dist, PointAlpha):
         return f"alpha = {dist.value:g}"
     if isinstance(dist, NormalAlpha):
-        return f"alpha ~ Normal({dist.mean:g}, sd {dist.std:g}), clipped to (0, 1)"
+        return f"alpha ~ Normal({dist.mean:g}, sd {dist.std:g}), clipped to {ALPHA_CLIP[0]:g}..{ALPHA_CLIP[1]:g}"
     if isinstance(dist, UniformAlpha):
         return f"alpha ~ Uniform({dist.low:g}, {dist.high:g})"
     if isinstance(dist, BetaAlpha):

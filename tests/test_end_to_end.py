@@ -131,3 +131,17 @@ def test_default_command_runs_the_reference_and_the_hardware_worker(tmp_path):
     text = (tmp_path / "results/summary.txt").read_text()
     assert text.startswith("At a glance") and f"Hardware scenario: {sc.name}" in text
     assert len(list((tmp_path / "plots").glob("*.png"))) == 8
+
+
+def test_a_single_batch_size_gives_a_summary_without_repeats_or_empty_claims(tmp_path):
+    argv = ["--batch-sizes", "8", "--gammas", "2,4", "--quality-modes", "homogeneous_mid", "--quiet",
+            "--scenario", "reference", "--out", str(tmp_path)]
+    assert run.main(argv) == 0
+    text = (tmp_path / "results/summary.txt").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("   homogeneous_mid,")]
+    assert rows and len(rows) == len(set(rows)), "a table row printed twice"
+    assert "B8->B8" not in text and "largest loss" not in text
+    assert "static_batch B=8  static_batch B=8" not in text  # one crossover column per serving mode
+    assert "the policies agree" not in text  # only batch size 1 makes ragged and lockstep agree
+    if "0 of" in text:
+        assert "Worst regressions" not in text

@@ -122,16 +122,26 @@ def test_leftovers_of_a_run_killed_after_the_commit_are_removed(old_set):
     assert tree(old_set) == NEW and leftovers(old_set) == []
 
 
-@pytest.mark.parametrize("make", ["a file", "a folder"])
-def test_something_the_tool_did_not_write_in_results_is_refused(tmp_path, make):
-    (tmp_path / "results").mkdir()
-    if make == "a file":
-        (tmp_path / "results" / "notes.docx").write_bytes(b"mine")
-    else:
-        (tmp_path / "results" / "mine").mkdir()
-    with pytest.raises(ConfigError) as info:
-        outputs.prepare(str(tmp_path))
-    assert info.value.field_name == "--out" and "not an output of this tool" in str(info.value)
+def test_files_the_run_does_not_own_are_kept(old_set):
+    (old_set / "results" / "notes.md").write_bytes(b"mine")
+    (old_set / "plots" / "mine").mkdir()
+    (old_set / "plots" / "mine" / "x.png").write_bytes(b"my plot")
+    owns = {"results/results.csv", "results/summary.txt", "results/stale.csv", "plots/a.png", "plots/b.png"}
+    outputs.publish(str(old_set), NEW, owns=owns.__contains__)
+    assert tree(old_set) == {**NEW, "results/notes.md": b"mine", "plots/mine/x.png": b"my plot"}
+    assert leftovers(old_set) == []
+
+
+def test_a_study_run_keeps_the_serve_commands_outputs(tmp_path):
+    """results/serving.csv and the serving plots belong to `python run.py serve`: a study run that
+    replaces its own outputs in the same folder keeps them."""
+    outputs.publish(str(tmp_path), {"results/serving.csv": b"serve", "plots/serving_goodput.png": b"png"})
+    argv = ["--scenario", "reference", "--batch-sizes", "1", "--gammas", "2", "--quality-modes",
+            "homogeneous_mid", "--serving-modes", "static_batch", "--out", str(tmp_path), "--quiet"]
+    assert run.main(argv) == 0
+    found = tree(tmp_path)
+    assert found["results/serving.csv"] == b"serve" and found["plots/serving_goodput.png"] == b"png"
+    assert "results/results.csv" in found
 
 
 def test_write_failure_after_the_simulation_is_one_line_exit_2(old_set, monkeypatch, capsys):

@@ -98,9 +98,9 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
             if not below:
                 verdict += "; faster than greedy at every batch"
             elif below == [b for b in batches if b >= below[0]]:
-                verdict += f"; no gamma beats greedy from B={below[0]} on"
+                verdict += f"; from B={below[0]} on even the best gamma is slower than greedy"
             else:
-                verdict += f"; no gamma beats greedy at B={', '.join(map(str, below))}"
+                verdict += f"; even the best gamma is slower than greedy at B={', '.join(map(str, below))}"
             out.append(f"   {e}, {m}: {s[batches[0]]:.2f}x at B={batches[0]} -> {s[batches[-1]]:.2f}x at B={batches[-1]}; {verdict}.")
     out.append("")
 
@@ -189,7 +189,9 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
                      f"{r.overhead_batch_expansion_ms:.2f}", f"{r.overhead_attention_factor_ms:.2f}",
                      f"{total:.2f}", f"{total / greedy:.2f}"])
     out.append(_table(["engine", "B", "greedy step", "draft GPU", "verify GPU", "cpu", "catch-up", "expansion",
-                       "factor", "spec step", "spec/greedy"], rows))
+                       "factor", "spec step", "step-time ratio"], rows))
+    out.append("    (step-time ratio = spec step / greedy step: how much longer one speculative step takes, not a")
+    out.append("    speedup; speculation pays where it is below the tokens a step commits per sequence)")
     attr = hw.get("attribution")
     if attr is not None and len(attr):
         b_hi = int(attr.batch_size.iloc[0])

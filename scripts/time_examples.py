@@ -1,0 +1,112 @@
+"""Time every `python run.py` example of README.md and write the table into its timings block.
+
+    python scripts/time_examples.py            # run each example once (into a temp folder)
+    python scripts/time_examples.py --dry-run  # list the commands it would time
+
+The commands are read from README.md's code blocks, so the table times what the README shows.
+Examples that need files a reader brings (a /metrics snapshot, a trace) and help or listing
+commands are left out. Each runs with --quiet, its outputs in a temporary folder, so the
+repository is not touched. Wall time depends on the machine and on what else it runs: the block
+states the core count and the load average at the start; CPU time (user + system, all processes
+of the run) is the steadier figure.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from src.analysis import md_table, replace_block  # noqa: E402
+from src.reporting import write_atomic  # noqa: E402
+
+SKIP_FLAGS = ("--help", "--list", "--acceptance-from-vllm", "--acceptance-trace")
+
+
+def readme_examples(readme: str) -> list[str]:
+    """The `python run.py ...` lines of the README's code blocks, without trailing comments."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", readme, flags=re.S):
+        for line in block.splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if "python run.py" not in line:
+                continue
+            command = line[line.index("python run.py"):]
+            if not any(flag in command.split() for flag in SKIP_FLAGS) and command not in commands:
+                commands.append(command)
+    return commands
+
+
+def with_temp_out(command: str, folder: str) -> list[str]:
+    """argv of command with --out pointing into folder (added where the command has none) and
+    --quiet; step-time takes neither."""
+    argv = shlex.split(command)
+    argv[0] = sys.executable
+    if len(argv) > 2 and argv[2] in ("step-time", "serve"):
+        return argv
+    if "--out" in argv:
+        argv[argv.index("--out") + 1] = os.path.join(folder, "out")
+    else:
+        argv += ["--out", os.path.join(folder, "out")]
+    return argv + ["--quiet"]
+
+
+def timed(argv: list[str]) -> tuple[float, float, int]:
+    """(wall s, CPU s of the command and its worker processes, exit code)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if done.returncode != 0:
+        print(done.stderr, file=sys.stderr)
+    return wall, cpu, done.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dry-run", action="store_true", help="list the commands, run nothing")
+    ap.add_argument("--tests", action="store_true", help="also time `python -m pytest -q`")
+    args = ap.parse_args(argv)
+    path = os.path.join(ROOT, "README.md")
+    with open(path) as f:
+        readme = f.read()
+    commands = readme_examples(readme)
+    if args.dry_run:
+        print("\n".join(commands))
+        return 0
+    load = os.getloadavg()[0]
+    rows = []
+    for command in commands + (["python -m pytest -q"] if args.tests else []):
+        with tempfile.TemporaryDirectory() as folder:
+            run_argv = [sys.executable, "-m", "pytest", "-q"] if "pytest" in command else \
+                with_temp_out(command, folder)
+            wall, cpu, code = timed(run_argv)
+        if code != 0:
+            print(f"failed ({code}): {command}", file=sys.stderr)
+            return 1
+        print(f"{wall:7.1f} s wall {cpu:7.1f} s CPU  {command}", file=sys.stderr)
+        rows.append([f"`{command}`", f"{wall:.0f} s", f"{cpu:.0f} s"])
+    body = (md_table(["command", "wall time", "CPU time"], rows) + "\n\n"
+            f"Measured by `scripts/time_examples.py` on a {os.cpu_count()}-core machine ({platform.machine()}, "
+            f"Python {platform.python_version()}, load average {load:.1f} at the start, "
+            f"{datetime.date.today().isoformat()}). CPU time adds up every process of the run; the "
+            "default run uses two processes where there are two cores.")
+    write_atomic(path, replace_block(readme, "timings", body).encode())
+    print("updated README.md (timings)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
