@@ -51,13 +51,14 @@ class _StoreOnce(argparse._StoreAction):
 
 class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line (and exit code 2), like every other bad
-    input, wraps help at spaces only, and refuses an option given twice (every option added
-    without an explicit action, argument groups included)."""
+    input, and wraps help at spaces only. With refuse_repeats=True an option given twice is
+    refused (every option added without an explicit action, argument groups included)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, refuse_repeats: bool = False, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
-        self.register("action", None, _StoreOnce)
+        if refuse_repeats:
+            self.register("action", None, _StoreOnce)
 
     def error(self, message):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
