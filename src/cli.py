@@ -52,7 +52,7 @@ def make_parser() -> argparse.ArgumentParser:
     subcommands = "; ".join(f"'python run.py {name} --help': {text}"
                             for name, (_, text) in SUBCOMMANDS.items())
     p = OneLineArgumentParser(
-        prog="python run.py", refuse_repeats=True,
+        prog="python run.py",
         description="Simulate speculative vs greedy decoding over a grid of batch sizes, gammas, draft-quality "
                     "modes and serving modes; write results/results.csv, results/summary.txt and plots/.",
         epilog=f"Subcommands: {subcommands}. Lists are comma-separated, e.g. --gammas 2,4,8. Options "

@@ -51,10 +51,10 @@ class _StoreOnce(argparse._StoreAction):
 
 class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line (and exit code 2), like every other bad
-    input, and wraps help at spaces only. With refuse_repeats=True an option given twice is
-    refused (every option added without an explicit action, argument groups included)."""
+    input, and wraps help at spaces only. An option given twice is refused (every option added
+    without an explicit action, argument groups included) unless refuse_repeats=False."""
 
-    def __init__(self, *args, refuse_repeats: bool = False, **kwargs):
+    def __init__(self, *args, refuse_repeats: bool = True, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
         if refuse_repeats:

@@ -52,7 +52,7 @@ def _int_list(flag: str, text: str, minimum: int) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = OneLineArgumentParser(
-        prog="python run.py step-time", refuse_repeats=True,
+        prog="python run.py step-time",
         description="Per-component time of one target forward pass (hardware cost model, ms).")
     ap.add_argument("--list", action="store_true",
                     help="list the GPU, model and engine-profile ids (with --presets: yours too) and exit")
