@@ -14,6 +14,7 @@ sys.path.insert(0, ROOT)
 
 from src.analysis import readme_headline, readme_hardware_headline, replace_block, seed_comparison  # noqa: E402
 from src.hardware import published_checks  # noqa: E402
+from src.online import blog_check  # noqa: E402
 from src.reporting import write_atomic  # noqa: E402
 
 
@@ -27,7 +28,9 @@ def blocks(root: str = ROOT) -> dict:
             ("README.md", "hardware-headline"): readme_hardware_headline(hw),
             ("design.md", "published-checks"): published_checks.markdown(
                 published_checks.magicdec(), published_checks.vllm_blog(),
-                published_checks.vllm_v1_eagle3())}
+                published_checks.vllm_v1_eagle3()),
+            ("design.md", "blog-check"): blog_check.markdown(
+                pd.read_csv(os.path.join(root, "results", "serving_vllm_blog_check.csv")))}
 
 
 def main() -> int:

@@ -83,6 +83,21 @@ def plot(df: pd.DataFrame) -> bytes:
     return _png(fig)
 
 
+def markdown(df: pd.DataFrame) -> str:
+    """design.md's table of the committed check: TPOT p50 speedup with its interval per rate."""
+    rates = sorted(df.rate_per_s.unique())
+    head = " | ".join(f"{r:g}/s" for r in rates)
+    lines = [f"| setup | blog QPS 1 | blog high QPS | {head} |",
+             "|---|---|---|" + "---|" * len(rates)]
+    for check, g in df.groupby("check", sort=False):
+        g = g.set_index("rate_per_s")
+        cells = [f"{g.loc[r, 'tpot_p50_speedup']:.2f} [{g.loc[r, 'tpot_p50_speedup_ci_low']:.2f}, "
+                 f"{g.loc[r, 'tpot_p50_speedup_ci_high']:.2f}]" for r in rates]
+        lines.append(f"| {check} | {g.blog_speedup_qps1.iloc[0]:.2f} | "
+                     f"{g.blog_speedup_high_qps.iloc[0]:.2f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m src.online.blog_check",
                                  description=__doc__.splitlines()[0])

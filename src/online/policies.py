@@ -280,7 +280,7 @@ def steady_state_gammas(
     max_batch: int,
     max_gamma: int,
     kv_tokens: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Best gamma (0 = off) and its speedup for every batch size 1..max_batch in steady state.
 
     Batch sizes whose KV cache (context + max_gamma + 1 tokens each) exceeds `kv_tokens` cannot
@@ -289,8 +289,9 @@ def steady_state_gammas(
 
     Every sequence at `context_tokens`; speedup(B, g) = Omega_eff(g) T_AR(B) / (T_D(B, g) +
     T_V(B, g)) with Omega_eff = 1 / mean(1 / E[K + 1](alpha)) over the workload's alphas (MagicDec's
-    batched form, Chen et al. 2024; src/hardware_study.py uses the same). Returns ([max_batch + 1]
-    gamma, [max_batch + 1] speedup), index 0 unused.
+    batched form, Chen et al. 2024; src/hardware/steady_state.py uses the same). Returns
+    ([max_batch + 1] best gamma, [max_batch + 1] its speedup, [max_gamma + 1, max_batch + 1] the
+    speedup of every gamma), batch index 0 unused.
     """
     full = max_batch
     if kv_tokens is not None:
@@ -303,17 +304,20 @@ def steady_state_gammas(
     t_ar, _ = greedy_timer.decode_ms(active, np.zeros(B.size, np.int64), ctx)
     best_g = np.zeros(max_batch + 1, np.int64)
     best_s = np.ones(max_batch + 1)
+    by_gamma = np.ones((max_gamma + 1, full + 1))  # speedup of each gamma (row 0: off)
     for g in range(1, max_gamma + 1):
         target, draft = spec_timer.decode_ms(active, np.full(B.size, g), ctx)
         omega = 1.0 / np.mean(1.0 / expected_tokens_per_step(alphas, g))
         s = omega * t_ar / (target + draft)
+        by_gamma[g, 1 : max_batch + 1] = s
+        by_gamma[g, max_batch + 1 :] = s[-1]
         better = s > best_s[1:]
         best_s[1:] = np.where(better, s, best_s[1:])
         best_g[1:] = np.where(better, g, best_g[1:])
     if full > max_batch:
         best_g = np.concatenate([best_g, np.full(full - max_batch, best_g[-1])])
         best_s = np.concatenate([best_s, np.full(full - max_batch, best_s[-1])])
-    return best_g, best_s
+    return best_g, best_s, by_gamma
 
 
 def check_gamma_text(text: str, flag: str, max_gamma: int) -> int:

@@ -130,7 +130,7 @@ def schedule_at(cfg, context: float):
     from src.online.study import deployments
     deps = deployments(cfg)
     kv = min(d.kv_capacity_blocks for d in deps) * cfg.limits.block_size_tokens
-    gammas, speedups = steady_state_gammas(deps[1].timer, deps[0].timer,
+    gammas, speedups, _ = steady_state_gammas(deps[1].timer, deps[0].timer,
                                            np.array([cfg.alpha.value]), context,
                                            cfg.limits.max_num_seqs, cfg.max_gamma, kv_tokens=kv)
     return compress_schedule(gammas, max(int(gammas.max()), 1)), gammas, speedups, kv
@@ -195,11 +195,13 @@ def report(args) -> str:
     if batches is not None:
         over = [b for b in batches if b > fits]
         if over:
-            raise ConfigError("--batch", f"batch {over[0]} at {context} tokens per sequence does "
-                                         f"not fit the KV cache ({kv} tokens); allowed: up to {fits}")
+            raise ConfigError("--batch", f"batch {over[0]} at {context} tokens per sequence "
+                                         f"does not fit the KV cache ({kv} tokens); allowed: up "
+                                         f"to {fits}")
         for b in batches:
             g, s = int(gammas[b]), float(speedups[b])
-            rows.append([str(b), str(g), _pct(1 / s - 1) if g else "0%", _pct(s - 1) if g else "0%"])
+            rows.append([str(b), str(g), _pct(1 / s - 1) if g else "0%",
+                         _pct(s - 1) if g else "0%"])
             changes.append((1 / s - 1 if g else 0.0, s - 1 if g else 0.0))
         where = "batch sizes"
         asked = f"{batches[0]}-{batches[-1]}" if len(batches) > 1 else str(batches[0])
@@ -214,7 +216,8 @@ def report(args) -> str:
             tpot = 1 / row.tpot_p50_speedup - 1
             lo, hi = 1 / row.tpot_p50_speedup_ci_high - 1, 1 / row.tpot_p50_speedup_ci_low - 1
             thr = row.output_throughput_tok_s_gain - 1
-            rows.append([f"{r:g}", f"{row.mean_gamma:.1f}", f"{_pct(tpot)} [{_pct(lo)}, {_pct(hi)}]",
+            rows.append([f"{r:g}", f"{row.mean_gamma:.1f}",
+                         f"{_pct(tpot)} [{_pct(lo)}, {_pct(hi)}]",
                          f"{_pct(thr)}", f"{row.mean_batch:.0f}"])
             changes.append((tpot, thr))
         where = "rates"

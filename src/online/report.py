@@ -73,6 +73,7 @@ def summary_section(result: dict, cfg) -> str:
     prep = result["prepared"]
     policies = list(dict.fromkeys(t.policy))
     rates = sorted(t.rate_per_s.unique())
+    n = t.requests.iloc[0] / cfg.replications
     sc = cfg.scenario
     lines = [
         SECTION_BEGIN,
@@ -89,6 +90,11 @@ def summary_section(result: dict, cfg) -> str:
         "intervals [low, high].",
         f"SLO: TTFT <= {cfg.slo_ttft_s:g} s and TPOT <= {cfg.slo_tpot_s * 1e3:g} ms; a rate "
         f"meets it when {cfg.slo_attainment_target:.0%} of requests do.",
+        "Arrivals last about requests / rate per replication ("
+        + ", ".join(f"{x:g}/s: {n / x:.0f} s" for x in rates)
+        + "); where that is not much longer than a request's time in the system, a rate is a "
+        "burst the engine drains rather than a steady state, and throughputs (over the makespan, "
+        "drain included) fall short of the offered rate.",
         f"Default gamma (steady-state best at batch 1): {prep.default_gamma}; schedule: "
         f"{prep.schedule.vllm_json()}",
         "",

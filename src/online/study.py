@@ -12,7 +12,6 @@ import math
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -89,7 +88,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
         if cfg.trace is not None and cfg.trace.alpha is not None
         else sample_alpha(stream(cfg.seed, "serving-omega", cfg.alpha_mode), cfg.alpha, (20_000,))
     )
-    gammas, speedups = steady_state_gammas(
+    gammas, speedups, by_gamma = steady_state_gammas(
         deps[1].timer,
         deps[0].timer,
         alphas,
@@ -105,7 +104,8 @@ def prepare(cfg: ServeConfig) -> Prepared:
         schedule = parse_schedule_json(cfg.schedule_json)
     else:
         schedule = compress_schedule(gammas, max(int(gammas.max()), 1))
-    off = np.nonzero(gammas[1:] == 0)[0]
+    # off-above's default N: the largest batch at which the default gamma still beats greedy
+    off = np.nonzero(by_gamma[default_gamma, 1:] <= 1.0)[0]
     default_off_above = int(off[0]) if off.size else cfg.limits.max_num_seqs
     policies = parse_policies(
         cfg.policies, default_gamma, cfg.max_gamma, schedule, max(default_off_above, 1)
@@ -219,9 +219,9 @@ def _rate_rows(cfg: ServeConfig, prepared: Prepared, rate: float) -> tuple[list[
     return rows, {"per_rep": per_rep, "speed": speed}
 
 
-def _rate_job(args):
-    cfg, prepared, rate = args
-    return _rate_rows(cfg, prepared, rate)
+def _rates_job(cfg: ServeConfig, prepared: Prepared, rates: list[float]):
+    """[(rate, table rows and extras)] for a worker's share of the rates."""
+    return [(r, _rate_rows(cfg, prepared, r)) for r in rates]
 
 
 def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: None) -> dict:
@@ -234,17 +234,26 @@ def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: No
         f"{cfg.replications} replications ({cfg.engine_profile}, workload {cfg.workload})"
     )
     start = time.perf_counter()
-    jobs = [(cfg, prepared, r) for r in rates]
-    outcomes = []
     if workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for i, out in enumerate(pool.map(_rate_job, jobs)):
-                outcomes.append(out)
-                say(f"  rate {rates[i]:g}/s done ({time.perf_counter() - start:.1f} s)")
+        # one child process per worker, each with a share of the rates of about equal work
+        # (low rates cost the most: many decode steps per request); children die with this
+        # process (src/processes.py)
+        from src.processes import map_in_processes
+        loads = [0.0] * workers
+        groups: list[list[float]] = [[] for _ in range(workers)]
+        for r in sorted(rates, key=lambda r: -(r ** -0.5)):
+            i = loads.index(min(loads))
+            groups[i].append(r)
+            loads[i] += r ** -0.5
+        done = map_in_processes(_rates_job, [(cfg, prepared, g) for g in groups if g], workers)
+        by_rate = {r: out for group in done for r, out in group}
+        outcomes = [by_rate[r] for r in rates]
+        say(f"  {len(rates)} rates done ({time.perf_counter() - start:.1f} s)")
     else:
-        for job in jobs:
-            outcomes.append(_rate_job(job))
-            say(f"  rate {job[2]:g}/s done ({time.perf_counter() - start:.1f} s)")
+        outcomes = []
+        for r in rates:
+            outcomes.append(_rate_rows(cfg, prepared, r))
+            say(f"  rate {r:g}/s done ({time.perf_counter() - start:.1f} s)")
     table = pd.DataFrame([row for rows, _ in outcomes for row in rows])
     order = {p.name: i for i, p in enumerate(prepared.policies)}
     table["_o"] = table.policy.map(order)
