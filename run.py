@@ -54,27 +54,33 @@ def study(plan: cli.RunPlan, state: dict) -> None:
     from src.sweep import Sweep, comparison_config, progress_printer, run_grid
 
     start = time.perf_counter()
-    say = (lambda msg: None) if plan.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = (lambda msg: None) if plan.quiet else (lambda msg: print(msg, file=sys.stderr,
+                                                                   flush=True))
     cfg, scenario = plan.cfg, plan.scenario
     reference = comparison = cost = background = None
     try:
         if scenario is not None and plan.reference and (os.cpu_count() or 1) > 1:
             # the hardware scenario runs in a second process beside the reference study (both are
-            # single-threaded numpy; every grid point has its own random stream, so this changes nothing)
+            # single-threaded numpy; every grid point has its own random stream, so this changes
+            # nothing)
             background = Background(hardware_job, scenario, plan.quiet)
             say(f"hardware scenario {scenario.name}: running in a second process")
         if plan.reference:
             cost = FlatCostModel(draft_cost_ratio=cfg.draft_cost)
-            say(f"reference study: {grid_points(cfg)} grid points ({cfg.verification} verification)")
+            say(f"reference study: {grid_points(cfg)} grid points ({cfg.verification} "
+                "verification)")
             sweep = Sweep(cfg, cost)
-            reference = run_grid(cfg, cost, progress=progress_printer(plan.quiet, "reference"), sweep=sweep)
+            reference = run_grid(cfg, cost, progress=progress_printer(plan.quiet, "reference"),
+                                 sweep=sweep)
             other = "lockstep" if cfg.verification == "ragged" else "ragged"
             companion = comparison_config(cfg)
-            say(f"companion sweep: {other} verification at gamma {', '.join(map(str, companion.gammas))}, "
+            say(f"companion sweep: {other} verification at gamma "
+                f"{', '.join(map(str, companion.gammas))}, "
                 f"{grid_points(companion)} grid points, for the summary's comparison")
             comparison = pd.concat([reference[reference.gamma.isin(companion.gammas)],
                                     run_grid(companion, cost, verification=other, sweep=sweep,
-                                             progress=progress_printer(plan.quiet, f"companion ({other})"))],
+                                             progress=progress_printer(plan.quiet,
+                                                                       f"companion ({other})"))],
                                    ignore_index=True)
         hardware = None
         if scenario is not None:
@@ -86,7 +92,8 @@ def study(plan: cli.RunPlan, state: dict) -> None:
     finally:
         if background is not None:
             background.kill()
-    say("writing outputs: " + ("reference plots, " if reference is not None else "") + "results and summary")
+    say("writing outputs: " + ("reference plots, " if reference is not None else "")
+        + "results and summary")
     try:
         paths = analysis.write_outputs(plan.out, cfg, reference, comparison, cost, hardware,
                                        after_commit=lambda: state.update(published=True))
@@ -109,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as e:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_USAGE
-        for line in plan.measured_acceptance:  # what was derived from measurements, for the user to check
+        # what was derived from measurements, for the user to check
+        for line in plan.measured_acceptance:
             print(line)
         try:
             study(plan, state)

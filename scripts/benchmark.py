@@ -3,7 +3,7 @@
     python scripts/benchmark.py            # the default reference grid (392 points)
     python scripts/benchmark.py --quick    # batch sizes 1, 8, 64 only
     python scripts/benchmark.py --cost hardware   # the same grid under the hardware cost model
-                                                  # (H100, Llama-3.1-8B + Llama-3.2-1B, ideal engine)
+                                                  # (H100, Llama-3.1-8B + 3.2-1B, ideal engine)
 
 A request-step is one active request in one decoding step (speculative or greedy). Each speculative
 request-step consumes one Exp(1) variate (src/acceptance.py), so numpy's rate of drawing Exp(1)
@@ -63,7 +63,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="batch sizes 1, 8, 64 only")
     parser.add_argument("--cost", choices=("flat", "hardware"), default="flat",
-                        help="flat (default) or the default hardware scenario's cost model, ideal engine")
+                        help="flat (default) or the default hardware scenario's cost model, ideal "
+                        "engine")
     args = parser.parse_args()
     cfg = StudyConfig()
     if args.quick:
@@ -83,10 +84,11 @@ def main() -> int:
     half_width = (df.speedup_ci_high - df.speedup_ci_low) / 2
 
     print(f"cost model                  {args.cost}")
-    print(f"grid points                 {len(df)} (widest speedup CI half-width {half_width.max():.4f})")
+    print(f"grid points                 {len(df)} (widest speedup CI half-width "
+          f"{half_width.max():.4f})")
     print(f"simulation time             {wall:.2f} s wall, {cpu:.2f} s CPU")
-    print(f"request-steps simulated     {request_steps:.3e} (speculative {counts['speculative']:.3e}, "
-          f"greedy {counts['greedy']:.3e})")
+    print(f"request-steps simulated     {request_steps:.3e} (speculative "
+          f"{counts['speculative']:.3e}, greedy {counts['greedy']:.3e})")
     print(f"simulator rate              {request_steps / wall:.3e} request-steps/s wall, "
           f"{request_steps / cpu:.3e} per CPU-s")
     print(f"numpy Exp(1), 1M-blocks     {raw_wall:.3e} variates/s wall, {raw_cpu:.3e} per CPU-s")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -162,7 +162,8 @@ def toml_value(v):
 
 def write_params_toml(path: Path, params: CostModelParams, kernel_us, allreduce_fits,
                       header_lines):
-    lines = ["# Fitted parameters of the hardware cost model (src/costmodel/presets.py, CostModelParams).",
+    lines = ["# Fitted parameters of the hardware cost model (src/costmodel/presets.py, "
+             "CostModelParams).",
              "# WRITTEN BY scripts/fit_costmodel.py - rerun it instead of editing by hand.",
              *[f"# {line}" for line in header_lines], "", "[params]"]
     comments = {
@@ -311,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                f"{gen_lat:.1f} us, {gen_eff:.3f} x one-direction link bandwidth; median error "
                f"{pct(np.median(gen_err))}, worst {pct(gen_err.max())}.")
     out.append("")
-    out.append(f"### CPU overheads (vidur A100 profiles, Llama-2-7B TP1, batch {bmin:.0f}-{bmax:.0f})")
+    out.append("### CPU overheads (vidur A100 profiles, Llama-2-7B TP1, batch "
+               f"{bmin:.0f}-{bmax:.0f})")
     out.append("")
     for k, v in cpu_params.items():
         out.append(f"- {k} = {v:.4g}")

@@ -65,7 +65,8 @@ def timed(argv: list[str]) -> tuple[float, float, int]:
     """(wall s, CPU s of the command and its worker processes, exit code)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{wall:7.1f} s wall {cpu:7.1f} s CPU  {command}", file=sys.stderr)
         rows.append([f"`{command}`", f"{wall:.0f} s", f"{cpu:.0f} s"])
     body = (md_table(["command", "wall time", "CPU time"], rows) + "\n\n"
-            f"Measured by `scripts/time_examples.py` on a {os.cpu_count()}-core machine ({platform.machine()}, "
+            f"Measured by `scripts/time_examples.py` on a {os.cpu_count()}-core machine "
+            f"({platform.machine()}, "
             f"Python {platform.python_version()}, load average {load:.1f} at the start, "
             f"{datetime.date.today().isoformat()}). CPU time adds up every process of the run; the "
             "default run uses two processes where there are two cores.")

@@ -77,7 +77,8 @@ def accepted_drafts_from_exponential(exp_draw: float, hazard_scale: float,
 
 def sample_accepted_drafts(rng: np.random.Generator, alpha: np.ndarray, gamma,
                            hazard_profile: np.ndarray | None = None) -> np.ndarray:
-    """K = min(Geometric(1 - alpha) - 1, gamma) for every entry of alpha (or its per-position law)."""
+    """K = min(Geometric(1 - alpha) - 1, gamma) for every entry of alpha (or its per-position
+    law)."""
     return accepted_drafts_from_exponentials(rng.standard_exponential(alpha.shape), alpha, gamma,
                                              hazard_profile)
 
@@ -125,12 +126,14 @@ def expected_acceptance_rate(alpha, gamma):
 
 
 def expected_speedup_flat(alpha, gamma, draft_cost):
-    """Leviathan Thm 3.8: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)), batch 1, long outputs."""
+    """Leviathan Thm 3.8: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)), batch 1, long
+    outputs."""
     return expected_tokens_per_step(alpha, gamma) / (gamma * draft_cost + 1.0)
 
 
 def expected_tokens_per_step_per_position(rates, gamma: int) -> float:
-    """E[K + 1] = 1 + sum_{i <= gamma} prod_{j <= i} a_j (positions past the given rates reuse the last)."""
+    """E[K + 1] = 1 + sum_{i <= gamma} prod_{j <= i} a_j (positions past the given rates reuse the
+    last)."""
     return float(1.0 + np.cumprod(position_rates(rates, gamma)).sum())
 
 
@@ -140,7 +143,8 @@ def expected_acceptance_rate_per_position(rates, gamma: int) -> float:
 
 
 def expected_speedup_flat_per_position(rates, gamma: int, draft_cost: float) -> float:
-    """E[K + 1] / (gamma c + 1): Leviathan Thm 3.8 with per-position rates (batch 1, long outputs)."""
+    """E[K + 1] / (gamma c + 1): Leviathan Thm 3.8 with per-position rates (batch 1, long
+    outputs)."""
     return expected_tokens_per_step_per_position(rates, gamma) / (gamma * draft_cost + 1.0)
 
 

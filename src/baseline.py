@@ -10,5 +10,6 @@ from src.serving import RunStats, serve
 from src.workload import Requests
 
 
-def simulate_greedy(requests: Requests, batch_size: int, serving_mode: str, cost: CostModel) -> RunStats:
+def simulate_greedy(requests: Requests, batch_size: int, serving_mode: str,
+                    cost: CostModel) -> RunStats:
     return serve(requests, batch_size, serving_mode, cost, "greedy")

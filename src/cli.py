@@ -16,11 +16,19 @@ from typing import Callable
 from src import outputs
 from src.acceptance_data import options as acceptance_options
 from src.config import (
-    ConfigError, OneLineArgumentParser, StudyConfig, alpha_mode_label, build_config, check_alpha,
+    ConfigError,
+    OneLineArgumentParser,
+    StudyConfig,
+    alpha_mode_label,
+    build_config,
+    check_alpha,
     load_toml,
 )
 from src.hardware.scenario import (
-    Scenario, check_memory, default_hardware_scenario, load_scenario,
+    Scenario,
+    check_memory,
+    default_hardware_scenario,
+    load_scenario,
 )
 
 # name -> (module whose main(argv) runs it, one line for --help)
@@ -53,23 +61,34 @@ def make_parser() -> argparse.ArgumentParser:
                             for name, (_, text) in SUBCOMMANDS.items())
     p = OneLineArgumentParser(
         prog="python run.py",
-        description="Simulate speculative vs greedy decoding over a grid of batch sizes, gammas, draft-quality "
-                    "modes and serving modes; write results/results.csv, results/summary.txt and plots/.",
-        epilog=f"Subcommands: {subcommands}. Lists are comma-separated, e.g. --gammas 2,4,8. Options "
+        description="Simulate speculative vs greedy decoding over a grid of batch sizes, gammas, "
+        "draft-quality "
+                    "modes and serving modes; write results/results.csv, results/summary.txt and "
+                    "plots/.",
+        epilog=f"Subcommands: {subcommands}. Lists are comma-separated, e.g. --gammas 2,4,8. "
+        "Options "
                "override --config, which overrides defaults.")
     for f in fields(StudyConfig):
         if f.name in OPTION_FIELDS:
             default = _default_text(getattr(defaults, f.name))
             p.add_argument(OPTION_FIELDS[f.name], dest=f.name,
-                           help=f"{f.metadata['help']}; {f.metadata['rule'].allowed} (default {default})")
-    p.add_argument("--alpha", help="run a single point-mass quality mode with this acceptance probability, 0.001..0.999")
-    p.add_argument("--config", help="TOML file setting any configuration field (see configs/example.toml)")
-    p.add_argument("--scenario", help="'reference' runs only the flat-cost reference study; a scenario TOML file "
-                                      "(configs/scenarios/) runs only that hardware deployment, into runs/NAME "
-                                      "unless --out is given. Default: the reference study and the default "
+                           help=f"{f.metadata['help']}; {f.metadata['rule'].allowed} (default "
+                           f"{default})")
+    p.add_argument("--alpha",
+                   help="run a single point-mass quality mode with this acceptance probability, "
+                   "0.001..0.999")
+    p.add_argument("--config",
+                   help="TOML file setting any configuration field (see configs/example.toml)")
+    p.add_argument("--scenario",
+                   help="'reference' runs only the flat-cost reference study; a scenario TOML file "
+                                      "(configs/scenarios/) runs only that hardware deployment, "
+                                      "into runs/NAME "
+                                      "unless --out is given. Default: the reference study and the "
+                                      "default "
                                       "hardware scenario (H100, Llama-3.1-8B + Llama-3.2-1B).")
     p.add_argument("--out",
-                   help="output folder; each run replaces OUT/results and OUT/plots as a whole (default: "
+                   help="output folder; each run replaces OUT/results and OUT/plots as a whole "
+                   "(default: "
                         "the current folder, or runs/NAME for a scenario file)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     acceptance_options.add_arguments(p)
@@ -113,7 +132,8 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
     if args.scenario == "reference":
         return None
     try:
-        scenario = default_hardware_scenario() if args.scenario is None else load_scenario(args.scenario)
+        scenario = (default_hardware_scenario() if args.scenario is None
+                    else load_scenario(args.scenario))
     except ConfigError as e:
         if e.field_name == "--scenario":  # the file itself could not be read
             raise
@@ -128,7 +148,8 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
         if args.draft_cost is not None:
             raise ConfigError("--draft-cost", f"not used: it sets the {ignored}")
         if "draft_cost" in in_config:
-            raise ConfigError(f"--config {args.config}", f"draft_cost is not used: it is the {ignored}")
+            raise ConfigError(f"--config {args.config}",
+                              f"draft_cost is not used: it is the {ignored}")
     explicit = set(in_config)
     explicit |= {f for f in OPTION_FIELDS if getattr(args, f) is not None}
     if args.alpha is not None or measured:
@@ -144,7 +165,8 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
             if args.scenario is not None:
                 raise
             raise ConfigError("--batch-sizes", f"{e.allowed}. The default run also simulates the "
-                                               f"hardware scenario {scenario.name}; use --scenario reference to run "
+                                               f"hardware scenario {scenario.name}; use --scenario "
+                                               "reference to run "
                                                "the flat-cost study alone") from None
     return scenario
 
@@ -169,7 +191,9 @@ def parse(argv: list[str]) -> RunPlan:
     cfg = config_from_args(args, measured.modes)
     scenario = scenario_from_args(args, cfg, measured.modes)
     only_scenario = args.scenario not in (None, "reference")
-    out = args.out if args.out is not None else (os.path.join("runs", scenario.name) if only_scenario else ".")
+    out = args.out if args.out is not None else (os.path.join("runs", scenario.name)
+                                                 if only_scenario else ".")
     outputs.prepare(out)
-    return RunPlan(cfg=cfg, scenario=scenario, reference=not only_scenario, out=out, quiet=args.quiet,
+    return RunPlan(cfg=cfg, scenario=scenario, reference=not only_scenario, out=out,
+                   quiet=args.quiet,
                    measured_acceptance=measured.lines)

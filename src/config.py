@@ -17,7 +17,8 @@ QUALITY_MODES = ("homogeneous_good", "homogeneous_mid", "heterogeneous", "bimoda
 SERVING_MODES = ("static_batch", "continuous_refill")
 VERIFICATION_POLICIES = ("ragged", "lockstep")
 
-MAX_BATCH_SIZE = 4096  # vLLM's largest default max_num_seqs-scale batch; beyond is not a serving batch
+# vLLM's largest default max_num_seqs-scale batch; beyond is not a serving batch
+MAX_BATCH_SIZE = 4096
 MAX_GAMMA = 64  # no engine speculates deeper; acceptance^65 is ~0 for any alpha < 0.95
 ALPHA_CLIP = (0.001, 0.999)  # sampled alphas are clipped here so every request has 0 < alpha < 1
 
@@ -139,7 +140,8 @@ class PerPositionAlpha:
     spread: float = 0.0  # sigma of ln s across requests; 0 = every request has exactly `rates`
     scales: tuple[float, ...] = ()  # empirical per-request scales s (> 0); replaces spread if given
     source: str = ""  # where the rates come from, shown in summary.txt
-    compare_with: str = ""  # an i.i.d. mode the summary compares this one with (best gamma, speedup)
+    # an i.i.d. mode the summary compares this one with (best gamma, speedup)
+    compare_with: str = ""
 
 
 AlphaDistribution = Union[PointAlpha, NormalAlpha, UniformAlpha, BetaAlpha, MixtureAlpha,
@@ -185,7 +187,8 @@ LengthDistribution = Union[FixedLength, UniformLength, LognormalLength]
 class StudyConfig:
     batch_sizes: tuple[int, ...] = setting(
         (1, 2, 4, 8, 16, 32, 64), "batch sizes (concurrent sequences, slots)",
-        Rule(lambda n, v, m: _int_list(n, v, 1, MAX_BATCH_SIZE), f"1..{MAX_BATCH_SIZE}"), option=True)
+        Rule(lambda n, v, m: _int_list(n, v, 1, MAX_BATCH_SIZE), f"1..{MAX_BATCH_SIZE}"),
+        option=True)
     gammas: tuple[int, ...] = setting(
         (1, 2, 4, 6, 8, 12, 16), "draft tokens proposed per step",
         Rule(lambda n, v, m: _int_list(n, v, 1, MAX_GAMMA), f"1..{MAX_GAMMA}"), option=True)
@@ -198,14 +201,17 @@ class StudyConfig:
         None, factory=lambda: dict(DEFAULT_ALPHA_MODES))  # parsed by build_config itself
     serving_modes: tuple[str, ...] = setting(
         SERVING_MODES, "serving modes",
-        Rule(lambda n, v, m: _name_list(n, v, SERVING_MODES), ", ".join(SERVING_MODES)), option=True)
+        Rule(lambda n, v, m: _name_list(n, v, SERVING_MODES), ", ".join(SERVING_MODES)),
+        option=True)
     verification: str = setting(
         "ragged", "how a batch commits accepted drafts: ragged = each sequence keeps its own "
         "accepted prefix, lockstep = the batch advances by its smallest accepted count",
-        Rule(lambda n, v, m: _choice(n, v, VERIFICATION_POLICIES), " or ".join(VERIFICATION_POLICIES)),
+        Rule(lambda n, v, m: _choice(n, v, VERIFICATION_POLICIES),
+             " or ".join(VERIFICATION_POLICIES)),
         option=True)
     seed: int = setting(20261129, "root random seed of every random stream",
-                        Rule(lambda n, v, m: _integer(n, v, 0, None), "an integer >= 0"), option=True)
+                        Rule(lambda n, v, m: _integer(n, v, 0, None), "an integer >= 0"),
+                        option=True)
     draft_cost: float = setting(
         0.2, "cost of one draft pass in target passes (flat cost model)",
         Rule(lambda n, v, m: _bounded(n, v, 0.0, 10.0), "0..10"), option=True)
@@ -268,7 +274,8 @@ def coerce(name: str, value: Any, kind: str, error: type[ConfigError] = ConfigEr
 def _int_list(name: str, value: Any, low: int, high: int) -> tuple[int, ...]:
     items = [s.strip() for s in value.split(",")] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not items or any(i == "" for i in items):
-        raise ConfigError(name, f"expected a non-empty comma-separated list of integers {low}..{high}")
+        raise ConfigError(name,
+                          f"expected a non-empty comma-separated list of integers {low}..{high}")
     out = []
     for item in items:
         n = _number(name, item, integer=True)
@@ -326,13 +333,16 @@ def check_alpha(name: str, value: Any) -> float:
     a = _number(name, value)
     low, high = ALPHA_CLIP
     if not low <= a <= high:
-        raise ConfigError(name, f"alpha must be in {low:g}..{high:g} (the simulator clips acceptance "
+        raise ConfigError(name,
+                          f"alpha must be in {low:g}..{high:g} (the simulator clips acceptance "
                                 f"probabilities to that range), got {value}")
     return a
 
 
-def check_keys(name: str, table: Mapping, allowed: tuple[str, ...], required: tuple[str, ...] | None = None) -> None:
-    """Every key of `table` must be in `allowed`, every key of `required` (default: all allowed) present."""
+def check_keys(name: str, table: Mapping, allowed: tuple[str, ...],
+               required: tuple[str, ...] | None = None) -> None:
+    """Every key of `table` must be in `allowed`, every key of `required` (default: all allowed)
+    present."""
     for key in table:
         if key not in allowed:
             raise ConfigError(f"{name}.{key}", f"unknown key; allowed: {', '.join(allowed)}")
@@ -354,19 +364,23 @@ def check_rate(name: str, value: Any) -> float:
 
 def parse_per_position(name: str, params: Mapping) -> PerPositionAlpha:
     """{rates = [a1, ..., ak], spread = sigma} or {rates = [...], scales = [s, ...]}."""
-    check_keys(name, params, ("rates", "spread", "scales", "source", "compare_with"), required=("rates",))
+    check_keys(name, params, ("rates", "spread", "scales", "source", "compare_with"),
+               required=("rates",))
     rates = params["rates"]
     if not isinstance(rates, (list, tuple)) or not 1 <= len(rates) <= MAX_GAMMA:
-        raise ConfigError(f"{name}.rates", f"expected a list of 1..{MAX_GAMMA} conditional rates in (0, 1]")
+        raise ConfigError(f"{name}.rates",
+                          f"expected a list of 1..{MAX_GAMMA} conditional rates in (0, 1]")
     out = tuple(check_rate(f"{name}.rates[{i}]", a) for i, a in enumerate(rates))
     if all(a == 1.0 for a in out):
-        raise ConfigError(f"{name}.rates", "at least one rate must be below 1 (a draft that is never "
+        raise ConfigError(f"{name}.rates",
+                          "at least one rate must be below 1 (a draft that is never "
                                            "rejected has no optimal gamma)")
     if "spread" in params and "scales" in params:
         raise ConfigError(f"{name}.scales", "give either spread or scales, not both")
     spread = _number(f"{name}.spread", params.get("spread", 0.0))
     if not 0.0 <= spread <= MAX_SPREAD:
-        raise ConfigError(f"{name}.spread", f"sigma of ln(scale) must be in 0..{MAX_SPREAD:g}, got {spread}")
+        raise ConfigError(f"{name}.spread",
+                          f"sigma of ln(scale) must be in 0..{MAX_SPREAD:g}, got {spread}")
     scales = params.get("scales", [])
     if not isinstance(scales, (list, tuple)) or ("scales" in params and not scales):
         raise ConfigError(f"{name}.scales", "expected a non-empty list of per-request scales > 0")
@@ -400,7 +414,8 @@ def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
         return NormalAlpha(check_alpha(f"{name}.mean", params["mean"]), std)
     if kind == "uniform":
         check_keys(name, params, ("low", "high"))
-        low, high = check_alpha(f"{name}.low", params["low"]), check_alpha(f"{name}.high", params["high"])
+        low, high = check_alpha(f"{name}.low", params["low"]), check_alpha(f"{name}.high",
+                                                                           params["high"])
         if low > high:
             raise ConfigError(f"{name}.low", f"must not exceed high ({high}), got {low}")
         return UniformAlpha(low, high)
@@ -414,13 +429,16 @@ def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
         return parse_per_position(name, params)
     check_keys(name, params, ("weights", "components"))
     weights, comps = params["weights"], params["components"]
-    if not isinstance(weights, list) or not isinstance(comps, list) or not weights or len(weights) != len(comps):
-        raise ConfigError(f"{name}.weights", "expected a list of weights, one per entry of components")
+    if (not isinstance(weights, list) or not isinstance(comps, list) or not weights
+            or len(weights) != len(comps)):
+        raise ConfigError(f"{name}.weights",
+                          "expected a list of weights, one per entry of components")
     ws = [_number(f"{name}.weights", w) for w in weights]
     if any(w < 0 for w in ws) or sum(ws) <= 0:
         raise ConfigError(f"{name}.weights", "weights must be >= 0 with a positive sum")
     total = sum(ws)
-    components = tuple(parse_alpha_distribution(f"{name}.components[{i}]", c) for i, c in enumerate(comps))
+    components = tuple(parse_alpha_distribution(f"{name}.components[{i}]", c)
+                       for i, c in enumerate(comps))
     for i, component in enumerate(components):
         if isinstance(component, PerPositionAlpha):
             raise ConfigError(f"{name}.components[{i}].kind", "per_position cannot be a mixture "
@@ -516,7 +534,8 @@ def build_config(overrides: Mapping[str, Any], base: StudyConfig | None = None) 
                               f"unknown mode {other!r}; allowed: {', '.join(alpha_modes)}")
     out = replace(cfg, **new)
     if out.min_replications_per_block < 2:
-        raise ConfigError("min_replications_per_block", "must be at least 2 for a confidence interval")
+        raise ConfigError("min_replications_per_block",
+                          "must be at least 2 for a confidence interval")
     return out
 
 

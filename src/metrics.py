@@ -17,7 +17,8 @@ from scipy.special import stdtrit
 from src.serving import RunStats
 
 
-def ratio_ci(numerator: np.ndarray, denominator: np.ndarray, level: float) -> tuple[float, float, float]:
+def ratio_ci(numerator: np.ndarray, denominator: np.ndarray, level: float) -> tuple[float, float,
+                                                                                    float]:
     """(ratio of sums, CI low, CI high) by the delta method; needs >= 2 replications."""
     n = numerator.size
     ratio = numerator.sum() / denominator.sum()
@@ -43,9 +44,11 @@ def grid_point_metrics(greedy: RunStats, spec: RunStats, batch_size: int, level:
         row[name], row[f"{name}_ci_low"], row[f"{name}_ci_high"] = ratio_ci(num, den, level)
     return {
         **row,
-        "greedy_slot_utilization": greedy.active_slot_steps.sum() / (batch_size * greedy.steps.sum()),
+        "greedy_slot_utilization": greedy.active_slot_steps.sum()
+        / (batch_size * greedy.steps.sum()),
         "draft_time_share": spec.draft_time.sum() / spec.makespan.sum(),
-        "greedy_throughput_tokens_per_time_unit": greedy.committed_tokens.sum() / greedy.makespan.sum(),
+        "greedy_throughput_tokens_per_time_unit": greedy.committed_tokens.sum()
+        / greedy.makespan.sum(),
         "speculative_throughput_tokens_per_time_unit": tokens / spec.makespan.sum(),
         "greedy_step_time_mean_time_units": greedy.makespan.sum() / greedy.steps.sum(),
         "speculative_step_time_mean_time_units": spec.makespan.sum() / spec.steps.sum(),

@@ -55,12 +55,13 @@ def comparison_lines(df: pd.DataFrame, alpha_modes: Mapping, quality_modes,
     out = []
     for pp_mode, iid_mode in comparison_pairs(alpha_modes, quality_modes):
         cmp = compare(df, pp_mode, iid_mode)
-        out.append(f"{indent}{pp_mode} (per-position) vs {iid_mode} (i.i.d.): best gamma and speedup "
-                   "[95% CI]; 'i.i.d. promises' is")
-        out.append(f"{indent}the i.i.d. mode's speedup at its own best gamma, 'at i.i.d. gamma' what "
-                   "that gamma really gives under per-position acceptance:")
+        out.append(f"{indent}{pp_mode} (per-position) vs {iid_mode} (i.i.d.): best gamma and "
+                   "speedup [95% CI]; 'i.i.d. promises' is")
+        out.append(f"{indent}the i.i.d. mode's speedup at its own best gamma, 'at i.i.d. gamma' "
+                   "what that gamma really gives under per-position acceptance:")
         rows = [[f"{r.serving_mode}, B={r.batch_size}",
-                 f"g={r.gamma_per_position} {r.speedup_per_position:.2f}x [{r.ci_low:.2f},{r.ci_high:.2f}]",
+                 f"g={r.gamma_per_position} {r.speedup_per_position:.2f}x "
+                 f"[{r.ci_low:.2f},{r.ci_high:.2f}]",
                  f"g={r.gamma_iid} {r.speedup_iid_promised:.2f}x", f"{r.promise_error:+.1%}",
                  f"{r.speedup_per_position_at_gamma_iid:.2f}x ({r.wrong_gamma_cost:+.1%})"]
                 for r in cmp.itertuples()]
@@ -68,8 +69,8 @@ def comparison_lines(df: pd.DataFrame, alpha_modes: Mapping, quality_modes,
                           "at i.i.d. gamma"], rows, indent))
         differ = cmp[cmp.gamma_iid != cmp.gamma_per_position]
         worst = cmp.loc[cmp.promise_error.abs().idxmax()]
-        out.append(f"{indent}-> the i.i.d. mode picks a different gamma at {len(differ)} of {len(cmp)} "
-                   f"batch sizes (i.i.d. g={_span(cmp.gamma_iid)}, per-position "
+        out.append(f"{indent}-> the i.i.d. mode picks a different gamma at {len(differ)} of "
+                   f"{len(cmp)} batch sizes (i.i.d. g={_span(cmp.gamma_iid)}, per-position "
                    f"g={_span(cmp.gamma_per_position)}); its promised speedup is off by "
                    f"{cmp.promise_error.min():+.1%}..{cmp.promise_error.max():+.1%} (worst at "
                    f"{worst.serving_mode} B={worst.batch_size}),")

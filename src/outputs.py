@@ -1,5 +1,6 @@
 """A run's outputs, replaced as one set: OUT/results and OUT/plots hold either the whole previous
-run or the whole new one, never a mix, whatever stops the run (Ctrl-C, SIGTERM, SIGKILL, a full disk).
+run or the whole new one, never a mix, whatever stops the run (Ctrl-C, SIGTERM, SIGKILL, a full
+disk).
 Files there that the run does not own (another command's outputs, the user's own) are kept.
 
 `prepare(out)` runs before any simulation: it finishes the clean-up of an earlier run that was
@@ -109,7 +110,8 @@ def prepare(out: str) -> None:
     while not os.path.exists(probe):  # the nearest existing ancestor must be a writable folder
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError("--out", f"cannot create or write {out} ({probe} is not a writable folder)")
+        raise ConfigError("--out",
+                          f"cannot create or write {out} ({probe} is not a writable folder)")
     if not os.path.isdir(out):
         return
     try:
@@ -124,7 +126,8 @@ def prepare(out: str) -> None:
 
 
 def _write_file(path: str, data: bytes) -> None:
-    """A new file, folders as needed, with the permissions the umask gives (open's 0o666 & ~umask)."""
+    """A new file, folders as needed, with the permissions the umask gives (open's 0o666 &
+    ~umask)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
         f.write(data)
@@ -158,7 +161,8 @@ class _SignalsDeferred:
         signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
 
 
-def publish(out: str, files: dict[str, bytes], owns=lambda rel: True, after_commit=None) -> list[str]:
+def publish(out: str, files: dict[str, bytes], owns=lambda rel: True,
+            after_commit=None) -> list[str]:
     """Replace OUT/results and OUT/plots by `files` ({path relative to OUT: bytes}), as one set.
 
     `owns(rel)` says which files belong to this kind of run: an old one the new set does not write
@@ -195,7 +199,8 @@ def publish(out: str, files: dict[str, bytes], owns=lambda rel: True, after_comm
             try:
                 for name in swapped:
                     if os.path.isdir(os.path.join(out, name)):
-                        os.rename(os.path.join(out, name), os.path.join(out, f"{PREFIX}previous-{run_id}.{name}"))
+                        os.rename(os.path.join(out, name),
+                                  os.path.join(out, f"{PREFIX}previous-{run_id}.{name}"))
                     if name in names:
                         os.rename(os.path.join(staging, name), os.path.join(out, name))
             except BaseException:

@@ -19,20 +19,29 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from src.config import (  # noqa: E402
-    ALPHA_CLIP, BetaAlpha, FixedLength, LognormalLength, MixtureAlpha, NormalAlpha, PerPositionAlpha,
-    PointAlpha, UniformAlpha, UniformLength,
+    ALPHA_CLIP,
+    BetaAlpha,
+    FixedLength,
+    LognormalLength,
+    MixtureAlpha,
+    NormalAlpha,
+    PerPositionAlpha,
+    PointAlpha,
+    UniformAlpha,
+    UniformLength,
 )
 
 FLOAT_FORMAT = "%.6g"
 
 
-# --- text -------------------------------------------------------------------------------------------
+# --- text -----------------------------------------------------------------------------------------
 
 def describe_alpha(dist) -> str:
     if isinstance(dist, PointAlpha):
         return f"alpha = {dist.value:g}"
     if isinstance(dist, NormalAlpha):
-        return f"alpha ~ Normal({dist.mean:g}, sd {dist.std:g}), clipped to {ALPHA_CLIP[0]:g}..{ALPHA_CLIP[1]:g}"
+        return (f"alpha ~ Normal({dist.mean:g}, sd {dist.std:g}), clipped to "
+                f"{ALPHA_CLIP[0]:g}..{ALPHA_CLIP[1]:g}")
     if isinstance(dist, UniformAlpha):
         return f"alpha ~ Uniform({dist.low:g}, {dist.high:g})"
     if isinstance(dist, BetaAlpha):
@@ -61,7 +70,8 @@ def describe_length(dist) -> str:
     if isinstance(dist, UniformLength):
         return f"uniform {dist.low}..{dist.high} tokens"
     if isinstance(dist, LognormalLength):
-        return f"lognormal (median {dist.median:g}, sigma {dist.sigma:g}) clipped to {dist.low}..{dist.high} tokens"
+        return (f"lognormal (median {dist.median:g}, sigma {dist.sigma:g}) clipped to "
+                f"{dist.low}..{dist.high} tokens")
     return repr(dist)
 
 
@@ -72,7 +82,8 @@ def table(header: list[str], rows: list[list[str]], indent: str = "  ") -> str:
     def fmt(row):
         return indent + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
                                   for i, (c, w) in enumerate(zip(row, widths)))
-    return "\n".join([fmt(header), indent + "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows])
+    return "\n".join([fmt(header), indent + "  ".join("-" * w for w in widths)]
+                     + [fmt(r) for r in rows])
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> str:
@@ -91,7 +102,7 @@ def reference_gamma(gammas) -> int:
     return min(gammas, key=lambda g: (abs(g - 4), g))
 
 
-# --- plots ------------------------------------------------------------------------------------------
+# --- plots ----------------------------------------------------------------------------------------
 
 FONT_PT = 9  # legends, annotations and panel titles: never smaller
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
@@ -128,7 +139,8 @@ def decorate_speedup_axis(ax, batches, title: str, ylabel: str | None) -> None:
 
 
 def legend_outside(fig, axes, title: str | None = None, **kwargs):
-    """One legend for the figure, right of the panels, so it never covers data (constrained layout)."""
+    """One legend for the figure, right of the panels, so it never covers data (constrained
+    layout)."""
     handles, labels = axes.flat[0].get_legend_handles_labels()
     return fig.legend(handles, labels, loc="outside right center", fontsize=FONT_PT, title=title,
                       title_fontsize=FONT_PT, **kwargs)
@@ -140,7 +152,8 @@ def plot_speedup_grid(df: pd.DataFrame, row_column: str, row_label, title: str):
     scenarios (rows: engine profiles)."""
     modes, rows = ordered(df, "quality_mode"), ordered(df, row_column)
     batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
-    fig, axes = plt.subplots(len(rows), len(modes), figsize=(3.9 * len(modes) + 1.4, 3.6 * len(rows)),
+    fig, axes = plt.subplots(len(rows), len(modes),
+                             figsize=(3.9 * len(modes) + 1.4, 3.6 * len(rows)),
                              sharex=True, sharey=True, squeeze=False, layout="constrained")
     styles = gamma_styles(gammas)
     for i, r in enumerate(rows):
@@ -148,10 +161,14 @@ def plot_speedup_grid(df: pd.DataFrame, row_column: str, row_label, title: str):
             ax = axes[i, j]
             for g in gammas:
                 c, marker = styles[g]
-                sub = df[(df.quality_mode == m) & (df[row_column] == r) & (df.gamma == g)].sort_values("batch_size")
-                ax.plot(sub.batch_size, sub.speedup, marker=marker, ms=4, color=c, label=f"gamma {g}")
-                ax.fill_between(sub.batch_size, sub.speedup_ci_low, sub.speedup_ci_high, color=c, alpha=0.25)
-            decorate_speedup_axis(ax, batches, f"{m}\n{row_label(r)}", "speedup over greedy (x)" if j == 0 else None)
+                sub = df[(df.quality_mode == m) & (df[row_column] == r)
+                         & (df.gamma == g)].sort_values("batch_size")
+                ax.plot(sub.batch_size, sub.speedup, marker=marker, ms=4, color=c,
+                        label=f"gamma {g}")
+                ax.fill_between(sub.batch_size, sub.speedup_ci_low, sub.speedup_ci_high, color=c,
+                                alpha=0.25)
+            decorate_speedup_axis(ax, batches, f"{m}\n{row_label(r)}",
+                                  "speedup over greedy (x)" if j == 0 else None)
             if i < len(rows) - 1:
                 ax.set_xlabel("")
     legend_outside(fig, axes, "draft tokens\nper step\n(95% CI bands)")
@@ -159,7 +176,7 @@ def plot_speedup_grid(df: pd.DataFrame, row_column: str, row_label, title: str):
     return fig
 
 
-# --- files ------------------------------------------------------------------------------------------
+# --- files ----------------------------------------------------------------------------------------
 
 def png_bytes(fig) -> bytes:
     buf = io.BytesIO()

@@ -4,7 +4,8 @@ Each replication serves its own queue of N requests, all present at time 0 (an o
 workload), on B slots (B = batch size):
 
 * static_batch: requests are taken B at a time; a batch starts together and the next batch is
-  admitted only once every slot is empty, so finished slots idle until the batch's last request ends.
+  admitted only once every slot is empty, so finished slots idle until the batch's last request
+  ends.
 * continuous_refill: a slot freed at a step takes the next queued request before the next step
   (Orca-style iteration-level scheduling, Yu et al. 2022).
 
@@ -43,7 +44,8 @@ class RunStats:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """What src.step_engine recorded; steps are stored back to back, replication after replication."""
+    """What src.step_engine recorded; steps are stored back to back, replication after
+    replication."""
 
     first_step: np.ndarray  # [R, N] flat index of each request's first step
     last_step: np.ndarray  # [R, N] flat index of each request's last step
@@ -85,7 +87,8 @@ def simulate_steps(requests: Requests, batch_size: int, serving_mode: str, decod
     T = step_engine.run_steps(
         rng, DECODERS.index(decoder), serving_mode == "continuous_refill",
         batch_size, gamma, profile, output_len, prompt_len, hazard_scale, budget, (gamma - 1) * 0.5,
-        store_steps, seqs, tokens, context, mid, start, first_step, last_step, rep["first"], rep["steps"], rep["slot_steps"], kept_share,
+        store_steps, seqs, tokens, context, mid, start, first_step, last_step, rep["first"],
+        rep["steps"], rep["slot_steps"], kept_share,
         rep["accepted"])
     per_step = {}
     if store_steps:
@@ -157,8 +160,10 @@ def serve(requests: Requests, batch_size: int, serving_mode: str, cost, decoder:
 
 def split_rows(stats: RunStats, parts: int) -> list[RunStats]:
     """Split a run of stacked replications into `parts` equal consecutive groups."""
-    arrays = {k: np.split(getattr(stats, k), parts) for k in RunStats.__dataclass_fields__ if k != "requests"}
-    return [RunStats(requests=stats.requests, **{k: v[i] for k, v in arrays.items()}) for i in range(parts)]
+    arrays = {k: np.split(getattr(stats, k), parts) for k in RunStats.__dataclass_fields__
+              if k != "requests"}
+    return [RunStats(requests=stats.requests, **{k: v[i] for k, v in arrays.items()})
+            for i in range(parts)]
 
 
 def concat_stats(parts: list[RunStats]) -> RunStats:

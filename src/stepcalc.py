@@ -55,9 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python run.py step-time",
         description="Per-component time of one target forward pass (hardware cost model, ms).")
     ap.add_argument("--list", action="store_true",
-                    help="list the GPU, model and engine-profile ids (with --presets: yours too) and exit")
+                    help="list the GPU, model and engine-profile ids (with --presets: yours too) "
+                    "and exit")
     ap.add_argument("--gpu", help="GPU preset id, e.g. h100-sxm (required; --list shows all)")
-    ap.add_argument("--model", help="model preset id, e.g. llama-3.1-8b (required; --list shows all)")
+    ap.add_argument("--model",
+                    help="model preset id, e.g. llama-3.1-8b (required; --list shows all)")
     ap.add_argument("--tp", default="1", help="tensor-parallel degree (default 1)")
     ap.add_argument("--batch", default="1", help="comma-separated batch sizes (default 1)")
     ap.add_argument("--positions", default="1",
@@ -67,9 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--presets", action="append", default=[], metavar="FILE.toml",
                     help="extra preset file merged over the built-ins (repeatable)")
     ap.add_argument("--engine", default=None,
-                    help="engine profile of src/presets/engines.toml (ideal, vllm-2024, vllm-v1, sglang, sglang-spec-v2) whose overhead goes in "
-                         "overhead_ms, verification extras included for positions > 1; default: the "
-                         "CostModelParams CPU figures (decode-step CPU only)")
+                    help="engine profile of src/presets/engines.toml (ideal, vllm-2024, vllm-v1, "
+                    "sglang, sglang-spec-v2) whose overhead goes in "
+                         "overhead_ms, verification extras included for positions > 1; default: "
+                         "the CostModelParams CPU figures (decode-step CPU only)")
     ap.add_argument("--csv", action="store_true", help="print CSV instead of an aligned table")
     return ap
 
@@ -79,7 +82,8 @@ def preset_listing(preset_paths: list[str]) -> str:
     presets = load_presets(preset_paths)
     lines = ["GPUs (--gpu; scenario.gpu):"]
     lines += [f"  {k:<16} {g.name}, {g.memory_gb:g} GB, {g.memory_bandwidth_gb_per_s:g} GB/s, "
-              f"{g.dense_bf16_tflops:g} dense BF16 TFLOP/s" for k, g in sorted(presets.gpus.items())]
+              f"{g.dense_bf16_tflops:g} dense BF16 TFLOP/s"
+              for k, g in sorted(presets.gpus.items())]
     lines += ["", "models (--model; scenario.target, scenario.draft):"]
     lines += [f"  {k:<16} {m.hf_name}, {m.total_params / 1e9:.2f} B parameters, {m.n_layers} layers"
               for k, m in sorted(presets.models.items())]
@@ -108,9 +112,11 @@ def _rows(args) -> list[dict]:
     if args.engine is not None:
         profiles = load_engine_profiles(extra_paths=args.presets)
         if args.engine not in profiles:
-            raise ConfigError("--engine", f"unknown '{args.engine}'; allowed: {', '.join(sorted(profiles))}")
+            raise ConfigError("--engine",
+                              f"unknown '{args.engine}'; allowed: {', '.join(sorted(profiles))}")
         profile = profiles[args.engine]
-        engine = HardwareCostModel.from_presets(args.gpu, args.model, tp=tp, preset_paths=args.presets,
+        engine = HardwareCostModel.from_presets(args.gpu, args.model, tp=tp,
+                                                preset_paths=args.presets,
                                                 engine=profile)
     rows = []
     for b in batches:

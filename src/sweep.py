@@ -45,12 +45,14 @@ class Sweep:
     def greedy(self, mode: str, serving: str, batch_size: int, block: int):
         key = (serving, batch_size, block)
         if key not in self._greedy:
-            self._greedy[key] = simulate_greedy(self.requests(mode, batch_size, block), batch_size, serving, self.cost)
+            self._greedy[key] = simulate_greedy(self.requests(mode, batch_size, block), batch_size,
+                                                serving, self.cost)
         return self._greedy[key]
 
     def speculative(self, mode: str, serving: str, batch_size: int, block: int, gamma: int,
                     verification: str):
-        """Block `block` of one grid point, from its own stream (..., gamma, verification, block)."""
+        """Block `block` of one grid point, from its own stream (..., gamma, verification,
+        block)."""
         rng = stream(self.cfg.seed, "accept", mode, serving, batch_size, gamma, verification, block)
         (stats,) = simulate_speculative(self.requests(mode, batch_size, block), batch_size, serving,
                                         self.cost, [gamma], verification, [rng])
@@ -83,7 +85,8 @@ class Sweep:
                 wanted += blocks_to_add(half_width, cfg.ci_half_width, row["replications"],
                                         block_reps, cfg.max_replications)
         alpha_mean = float(self.requests(mode, batch_size, 0).alpha.mean())
-        return [{"quality_mode": mode, "serving_mode": serving, "batch_size": batch_size, "gamma": g,
+        return [{"quality_mode": mode, "serving_mode": serving, "batch_size": batch_size,
+                 "gamma": g,
                  "verification": verification, "alpha_mean": alpha_mean, **rows[g]} for g in gammas]
 
 
@@ -106,14 +109,16 @@ def run_grid(cfg: StudyConfig, cost: CostModel, verification: str | None = None,
     requests and greedy runs."""
     verification = verification or cfg.verification
     sweep = sweep or Sweep(cfg, cost)
-    points = [(b, m, s) for b in cfg.batch_sizes for m in cfg.quality_modes for s in cfg.serving_modes]
+    points = [(b, m, s) for b in cfg.batch_sizes for m in cfg.quality_modes
+              for s in cfg.serving_modes]
     rows = []
     for i, (b, m, s) in enumerate(points):
         rows += sweep.grid_points(m, s, b, cfg.gammas, verification)
         if progress:
             progress(len(rows), len(points) * len(cfg.gammas))
     df = pd.DataFrame(rows)
-    order = {k: list(v) for k, v in (("quality_mode", cfg.quality_modes), ("serving_mode", cfg.serving_modes))}
+    order = {k: list(v)
+             for k, v in (("quality_mode", cfg.quality_modes), ("serving_mode", cfg.serving_modes))}
     for key, values in order.items():
         df[key] = pd.Categorical(df[key], categories=values, ordered=True)
     df = df.sort_values(list(GRID_KEYS), kind="stable").reset_index(drop=True)
@@ -139,8 +144,10 @@ def progress_printer(quiet: bool, label: str = "grid"):
         if done == total or done % max(1, total // 10) < done - progress.last:
             progress.last = done
             elapsed = time.perf_counter() - start
-            left = f", about {elapsed / done * (total - done):.0f} s left" if done < total else ", done"
-            print(f"  {label}: {done}/{total} grid points in {elapsed:.1f} s{left}", file=sys.stderr,
+            left = (f", about {elapsed / done * (total - done):.0f} s left" if done < total
+                    else ", done")
+            print(f"  {label}: {done}/{total} grid points in {elapsed:.1f} s{left}",
+                  file=sys.stderr,
                   flush=True)
 
     progress.last = 0

@@ -17,8 +17,18 @@ import numpy as np
 
 from src.acceptance import hazard_profile, mean_hazard
 from src.config import (
-    ALPHA_CLIP, MAX_GAMMA, AlphaDistribution, BetaAlpha, FixedLength, LengthDistribution,
-    LognormalLength, MixtureAlpha, NormalAlpha, PerPositionAlpha, PointAlpha, UniformAlpha,
+    ALPHA_CLIP,
+    MAX_GAMMA,
+    AlphaDistribution,
+    BetaAlpha,
+    FixedLength,
+    LengthDistribution,
+    LognormalLength,
+    MixtureAlpha,
+    NormalAlpha,
+    PerPositionAlpha,
+    PointAlpha,
+    UniformAlpha,
     UniformLength,
 )
 
@@ -49,7 +59,8 @@ class Requests:
         return self.alpha.shape
 
 
-def sample_alpha(rng: np.random.Generator, dist: AlphaDistribution, shape: tuple[int, ...]) -> np.ndarray:
+def sample_alpha(rng: np.random.Generator, dist: AlphaDistribution,
+                 shape: tuple[int, ...]) -> np.ndarray:
     """Draw alphas; normal draws are clipped to ALPHA_CLIP so every alpha lies in (0, 1)."""
     if isinstance(dist, PointAlpha):
         out = np.full(shape, dist.value)
@@ -59,7 +70,8 @@ def sample_alpha(rng: np.random.Generator, dist: AlphaDistribution, shape: tuple
         out = rng.uniform(dist.low, dist.high, shape)
     elif isinstance(dist, BetaAlpha):
         out = rng.beta(dist.a, dist.b, shape)
-    elif isinstance(dist, PerPositionAlpha):  # alpha = exp(-s Cbar): the request's geometric-mean rate
+    # alpha = exp(-s Cbar): the request's geometric-mean rate
+    elif isinstance(dist, PerPositionAlpha):
         if dist.scales:
             scale = rng.choice(np.asarray(dist.scales), size=shape)
         else:
@@ -82,7 +94,8 @@ def acceptance_profile(dist: AlphaDistribution) -> np.ndarray | None:
     return None
 
 
-def sample_lengths(rng: np.random.Generator, dist: LengthDistribution, shape: tuple[int, ...]) -> np.ndarray:
+def sample_lengths(rng: np.random.Generator, dist: LengthDistribution,
+                   shape: tuple[int, ...]) -> np.ndarray:
     """Draw token counts (int64)."""
     if isinstance(dist, FixedLength):
         return np.full(shape, dist.tokens, dtype=np.int64)

@@ -12,7 +12,8 @@ from src.workload import Requests, make_requests
 def point_requests(alpha: float, output_tokens: int, replications: int, per_replication: int,
                    seed: int = 11) -> Requests:
     """Requests with exactly this alpha (no clipping, so 1e-12 and 1 - 1e-12 are possible)."""
-    req = make_requests(seed, "p", PointAlpha(0.5), FixedLength(output_tokens), UniformLength(100, 200), 1, 0,
+    req = make_requests(seed, "p", PointAlpha(0.5), FixedLength(output_tokens),
+                        UniformLength(100, 200), 1, 0,
                         replications, per_replication)
     return Requests(np.full(req.shape, alpha), req.output_len_tokens, req.prompt_len_tokens)
 
@@ -28,7 +29,8 @@ GRID_KEYS = ["quality_mode", "serving_mode", "batch_size", "gamma"]
 
 
 def assert_rows_match(fresh: pd.DataFrame, table: pd.DataFrame, expected_rows: int) -> None:
-    """Every column of `fresh` (a run_grid result), as written to CSV, equals `table`'s (read as str)."""
+    """Every column of `fresh` (a run_grid result), as written to CSV, equals `table`'s (read as
+    str)."""
     from src.reporting import csv_bytes
     fresh = pd.read_csv(io.StringIO(csv_bytes(fresh).decode()), dtype=str)
     merged = fresh.merge(table, on=GRID_KEYS, suffixes=("", "_other"))

@@ -1,4 +1,4 @@
-"""src/acceptance.py: sampled acceptance laws (i.i.d. and per-position) against their closed forms."""
+"""src/acceptance.py: sampled acceptance laws (i.i.d. and per-position) against closed forms."""
 import numpy as np
 import pytest
 
@@ -30,7 +30,8 @@ def test_sampled_law_matches_the_capped_geometric(alpha, gamma):
     se = np.sqrt(expected * (1 - expected) / k.size)
     assert np.all(np.abs(observed - expected) <= 5 * se + 1e-12)
     mean_tokens = (k + 1).mean()
-    assert mean_tokens == pytest.approx(expected_tokens_per_step(alpha, gamma), abs=5 * (k + 1).std() / np.sqrt(k.size))
+    assert mean_tokens == pytest.approx(expected_tokens_per_step(alpha, gamma),
+                                        abs=5 * (k + 1).std() / np.sqrt(k.size))
 
 
 def test_closed_forms_agree_with_each_other():
@@ -51,7 +52,7 @@ def test_leviathan_limits():
     assert expected_speedup_flat(0.8, 3, 0.05) == pytest.approx((1 - 0.8**4) / 0.2 / 1.15)
 
 
-# --- per-position acceptance -----------------------------------------------------------------------
+# --- per-position acceptance ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("rates,gamma", [
@@ -83,7 +84,8 @@ def test_per_request_scale_raises_every_rate_to_its_power():
     scaled = np.asarray(rates) ** s
     closed = expected_tokens_per_step_per_position(scaled, gamma)
     assert (k + 1).mean() == pytest.approx(closed, abs=5 * (k + 1).std() / np.sqrt(k.size))
-    assert expected_tokens_per_step_profile(alpha[0], gamma, hazard_profile(rates, 64)) == pytest.approx(closed)
+    assert expected_tokens_per_step_profile(alpha[0], gamma,
+                                            hazard_profile(rates, 64)) == pytest.approx(closed)
 
 
 def test_iid_is_the_special_case_with_unit_hazard_steps():
@@ -109,7 +111,8 @@ def test_per_position_closed_forms_reduce_to_leviathan_and_agree_with_each_other
     rates = (0.8, 0.6, 0.5)
     for gamma in (1, 3, 6):
         tokens = expected_tokens_per_step_per_position(rates, gamma)
-        assert tokens == pytest.approx(1 + gamma * expected_acceptance_rate_per_position(rates, gamma))
+        assert tokens == pytest.approx(1 + gamma
+                                       * expected_acceptance_rate_per_position(rates, gamma))
     # by hand: 1 + 0.8 + 0.48 + 0.24 + 0.12 = 2.64 at gamma 4 (position 4 reuses 0.5)
     assert expected_tokens_per_step_per_position(rates, 4) == pytest.approx(2.64)
 
@@ -117,7 +120,8 @@ def test_per_position_closed_forms_reduce_to_leviathan_and_agree_with_each_other
 def test_decaying_rates_make_deep_drafts_worth_less_than_iid_says():
     """Same first-position rate: with decay, extra positions add less than under i.i.d."""
     decay, iid = (0.8, 0.7, 0.6, 0.5), (0.8,)
-    gains = [expected_tokens_per_step_per_position(r, 8) - expected_tokens_per_step_per_position(r, 4)
+    gains = [expected_tokens_per_step_per_position(r, 8)
+             - expected_tokens_per_step_per_position(r, 4)
              for r in (decay, iid)]
     assert gains[0] < gains[1] / 2
 

@@ -23,7 +23,8 @@ def metrics_files(tmp_path_factory):
     early = accepted_lengths(rng, (0.8, 0.7, 0.6, 0.5), 20_000)
     window = accepted_lengths(rng, (0.8, 0.7, 0.6, 0.5), 40_000)
     (d / "before.txt").write_text(vllm_metrics_text({(MODEL, "0"): early}, 4))
-    (d / "after.txt").write_text(vllm_metrics_text({(MODEL, "0"): np.concatenate([early, window])}, 4))
+    (d / "after.txt").write_text(vllm_metrics_text({(MODEL, "0"): np.concatenate([early, window])},
+                                                   4))
     return d
 
 
@@ -43,9 +44,11 @@ def test_vllm_metrics_run_the_study_with_the_derived_modes(tmp_path, capsys, met
 
 
 def test_acceptance_length_runs_its_iid_rate(tmp_path, capsys):
-    code = run.main(["--acceptance-length", "2.6", "--gamma-measured", "3", "--out", str(tmp_path)] + SMALL)
+    code = run.main(["--acceptance-length", "2.6", "--gamma-measured", "3", "--out", str(tmp_path)]
+                    + SMALL)
     assert code == 0
-    assert "i.i.d. per-token rate alpha = 0.7171" in capsys.readouterr().out  # 1 + a + a^2 + a^3 = 2.6
+    # 1 + a + a^2 + a^3 = 2.6
+    assert "i.i.d. per-token rate alpha = 0.7171" in capsys.readouterr().out
     df = pd.read_csv(tmp_path / "results" / "results.csv")
     assert set(df.quality_mode) == {"tau2.6_k3"}
 
@@ -53,7 +56,8 @@ def test_acceptance_length_runs_its_iid_rate(tmp_path, capsys):
 def test_trace_runs_with_its_iid_fit(tmp_path, capsys):
     rng = np.random.default_rng(6)
     trace = tmp_path / "trace.csv"
-    trace.write_text(simulate_trace(rng, (0.9, 0.75, 0.6, 0.5), np.exp(0.4 * rng.standard_normal(60)), 40,
+    trace.write_text(simulate_trace(rng, (0.9, 0.75, 0.6, 0.5),
+                                    np.exp(0.4 * rng.standard_normal(60)), 40,
                                     lambda g, n: np.full(n, 4)))
     out = tmp_path / "out"
     assert run.main(["--acceptance-trace", str(trace), "--out", str(out)] + SMALL) == 0
@@ -77,19 +81,24 @@ def test_eagle_scenario_says_how_per_position_changes_gamma_and_speedup(tmp_path
     (["--acceptance-from-vllm", "{after},{before}"], "decreased from"),
     (["--acceptance-from-vllm", "{nospec}"], "no speculative-decoding counters"),
     (["--acceptance-from-vllm", "{rising}"], "expected counts that never rise with position"),
-    (["--acceptance-from-vllm", "{after}", "--model-name", "other"], "--model-name: no speculative-decoding"),
+    (["--acceptance-from-vllm", "{after}", "--model-name", "other"],
+     "--model-name: no speculative-decoding"),
     (["--model-name", "x"], "--model-name: only applies with --acceptance-from-vllm"),
-    (["--acceptance-length", "4.5", "--gamma-measured", "3"], "--acceptance-length: mean acceptance length"),
+    (["--acceptance-length", "4.5", "--gamma-measured", "3"],
+     "--acceptance-length: mean acceptance length"),
     (["--acceptance-length", "2.5"], "--gamma-measured: required"),
     (["--acceptance-trace", "{empty}"], "--acceptance-trace: "),
     (["--acceptance-trace", "{badtrace}"], "expected an integer >= 0"),
-], ids=["decreasing", "no-counters", "rising", "model-name", "model-name-alone", "tau-range", "no-k",
+], ids=["decreasing", "no-counters", "rising", "model-name", "model-name-alone", "tau-range",
+        "no-k",
         "empty-trace", "bad-trace"])
-def test_bad_measured_acceptance_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, metrics_files,
+def test_bad_measured_acceptance_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys,
+                                                                       metrics_files,
                                                                        argv, needle):
     files = {"before": metrics_files / "before.txt", "after": metrics_files / "after.txt"}
     files["nospec"] = tmp_path / "nospec.txt"
-    files["nospec"].write_text('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 1\n')
+    files["nospec"].write_text('# TYPE vllm:num_requests_running '
+                               'gauge\nvllm:num_requests_running{engine="0"} 1\n')
     files["rising"] = tmp_path / "rising.txt"
     files["rising"].write_text(files["after"].read_text().replace(
         'position="3"}', 'position="9"}').replace('position="2"}', 'position="3"}').replace(
@@ -102,7 +111,8 @@ def test_bad_measured_acceptance_is_one_line_exit_2_and_writes_nothing(tmp_path,
     code = run.main([a.format(**files) for a in argv] + ["--out", str(out)] + SMALL)
     captured = capsys.readouterr()
     assert code == 2
-    assert captured.err.count("\n") == 1 and captured.err.startswith("error: ") and needle in captured.err
+    assert captured.err.count("\n") == 1 and captured.err.startswith("error: ")
+    assert needle in captured.err
     assert captured.out == "" and not out.exists()
 
 

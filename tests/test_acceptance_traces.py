@@ -1,4 +1,4 @@
-"""src/acceptance_data/traces.py: per-request acceptance traces -> empirical per-position acceptance."""
+"""src/acceptance_data/traces.py: per-request acceptance traces -> per-position acceptance."""
 import numpy as np
 import pytest
 
@@ -7,7 +7,8 @@ from src.config import ConfigError
 
 
 def simulate_trace(rng, rates, scales, steps_per_request, proposed):
-    """Rows (request_id, step, proposed, accepted): request r accepts position i with a_i^scale_r."""
+    """Rows (request_id, step, proposed, accepted): request r accepts position i with
+    a_i^scale_r."""
     rows = []
     rates = np.asarray(rates)
     for r, s in enumerate(scales):
@@ -57,7 +58,8 @@ def test_request_scales_follow_the_requests_that_made_them(tmp_path):
     assert list(order) == sorted(order, key=order.get)
     assert np.corrcoef(np.log(fit.scales), np.log(true))[0, 1] > 0.9
     modes = to_modes(fit)
-    assert modes["trace_per_position"].compare_with == "trace_iid" and len(modes["trace_per_position"].scales) == 150
+    per_position = modes["trace_per_position"]
+    assert per_position.compare_with == "trace_iid" and len(per_position.scales) == 150
     # the i.i.d. fit is each request's maximum-likelihood alpha, kept as a scale on the pooled one
     assert modes["trace_iid"].rates == (fit.iid_alpha,)
     assert 0.5 < fit.iid_alpha < 0.9
@@ -79,17 +81,22 @@ def test_iid_fit_is_accepted_over_accepted_plus_rejections(tmp_path):
     ("", "is empty; expected a CSV with header request_id,step,proposed,accepted"),
     ("request_id,step,proposed,accepted\n", "has a header but no rows"),
     ("request_id,step,accepted\na,0,1\n", "lacks column(s) proposed"),
-    ("request_id,step,proposed,accepted\na,0,4,x\n", "line 2: accepted = 'x'; expected an integer >= 0"),
-    ("request_id,step,proposed,accepted\na,0,4,1\na,1,0,0\n", "line 3: proposed = '0'; expected an integer >= 1"),
+    ("request_id,step,proposed,accepted\na,0,4,x\n",
+     "line 2: accepted = 'x'; expected an integer >= 0"),
+    ("request_id,step,proposed,accepted\na,0,4,1\na,1,0,0\n",
+     "line 3: proposed = '0'; expected an integer >= 1"),
     ("request_id,step,proposed,accepted\na,0,4,1.5\n", "accepted = '1.5'; expected an integer"),
     ("request_id,step,proposed,accepted\na,0,4,5\n", "line 2: accepted 5 > proposed 4"),
     ("request_id,step,proposed,accepted\na,0,4,1\na,0,4,2\n", "request 'a' step 0 appears twice"),
-    ("request_id,step,proposed,accepted\na,0,4,4\na,1,4,4\n", "every proposed draft token was accepted"),
-    ("request_id,step,proposed,accepted\na,0,4,1\na,1,4,1\n", "position 2 had it accepted (rate 0)"),
+    ("request_id,step,proposed,accepted\na,0,4,4\na,1,4,4\n",
+     "every proposed draft token was accepted"),
+    ("request_id,step,proposed,accepted\na,0,4,1\na,1,4,1\n",
+     "position 2 had it accepted (rate 0)"),
     ('request_id,step,proposed,accepted\na,0,4,"1\n', "is not valid CSV"),
     ("request_id,step,proposed,accepted\n,0,4,1\n", "line 2: empty request_id"),
 ], ids=["empty", "header-only", "missing-column", "not-integer", "zero-proposed", "fraction",
-        "accepted-over-proposed", "duplicate-step", "no-rejection", "zero-rate", "bad-quote", "no-id"])
+        "accepted-over-proposed", "duplicate-step", "no-rejection", "zero-rate", "bad-quote",
+        "no-id"])
 def test_bad_traces_are_one_line_naming_the_problem(tmp_path, text, needle):
     with pytest.raises(ConfigError) as e:
         load_trace(write(tmp_path, text))

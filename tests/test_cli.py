@@ -1,4 +1,5 @@
-"""run.py, src/cli.py and src/config.py at the edge: every bad input is one line on stderr, exit 2, no file."""
+"""run.py, src/cli.py and src/config.py at the edge: every bad input is one line on stderr, exit 2,
+no file."""
 import os
 
 import pytest
@@ -7,7 +8,8 @@ import run
 from src import cli
 from src.config import ConfigError, StudyConfig, build_config
 
-SMALL = ["--batch-sizes", "1,4", "--gammas", "2", "--quality-modes", "homogeneous_mid", "--serving-modes",
+SMALL = ["--batch-sizes", "1,4", "--gammas", "2", "--quality-modes", "homogeneous_mid",
+         "--serving-modes",
          "static_batch", "--quiet", "--scenario", "reference"]
 
 
@@ -118,14 +120,17 @@ def test_help_lists_every_option(capsys):
         run.main(["--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
-    for option in ("--batch-sizes", "--gammas", "--quality-modes", "--serving-modes", "--verification", "--seed",
+    for option in ("--batch-sizes", "--gammas", "--quality-modes", "--serving-modes",
+                   "--verification", "--seed",
                    "--out", "--alpha", "--draft-cost", "--config", "step-time"):
         assert option in text
 
 
 def test_example_config_is_valid():
     root = os.path.dirname(os.path.dirname(__file__))
-    cfg = cli.config_from_args(cli.make_parser().parse_args(["--config", os.path.join(root, "configs", "example.toml")]))
+    cfg = cli.config_from_args(cli.make_parser().parse_args(["--config",
+                                                             os.path.join(root, "configs",
+                                                                          "example.toml")]))
     assert "measured_chat" in cfg.quality_modes and "code_and_chat" in cfg.quality_modes
 
 
@@ -156,9 +161,11 @@ def test_a_config_draft_cost_that_a_scenario_file_would_ignore_is_refused(tmp_pa
     config = tmp_path / "c.toml"
     config.write_text("draft_cost = 0.05\n")
     out = tmp_path / "out"
-    scenario = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "scenarios", "h100-llama8b-1b.toml")
+    scenario = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "scenarios",
+                            "h100-llama8b-1b.toml")
     assert run.main(["--scenario", scenario, "--config", str(config),
                      "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"error: --config {config}: draft_cost is not used")
+    assert err.count("\n") == 1 and err.startswith(f"error: --config {config}: draft_cost is not "
+                                                   "used")
     assert not out.exists()

@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 
 from src.costmodel import (
+    KERNELS_PER_LAYER_NON_ATTENTION,
     CostModelInputError,
     CostModelParams,
     DraftSpec,
-    KERNELS_PER_LAYER_NON_ATTENTION,
     FlatCostModel,
     HardwareCostModel,
     engine_profile,
     forward_pass_breakdown,
+    kernel_fixed_s,
     load_presets,
     non_attention_forward_ms,
-    kernel_fixed_s,
     pass_coefficients,
     pass_components_s,
 )
@@ -344,7 +344,8 @@ def test_non_positive_sizes(presets):
 def test_does_not_fit_raises(presets):
     gpu, p = presets.gpu("h100-sxm"), presets.params
     # weights alone too large: the fix is the tensor-parallel degree, so the error names tp
-    msg = _raises(r"^tp: llama-3.1-70b at tp=1 has 141.1 GB of weights", forward_pass_breakdown, gpu,
+    msg = _raises(r"^tp: llama-3.1-70b at tp=1 has 141.1 GB of weights", forward_pass_breakdown,
+                  gpu,
                   presets.model("llama-3.1-70b"), 1, 1, 1, 0, p)
     assert "allowed: a larger tp" in msg
     _raises(r"^batch/context: ", forward_pass_breakdown, gpu, presets.model("llama-3.1-8b"), 1,
@@ -352,7 +353,8 @@ def test_does_not_fit_raises(presets):
     forward_pass_breakdown(gpu, presets.model("llama-3.1-70b"), 4, 8, 1, 8192, p)  # fits
     _raises(r"^tp: .*with draft", _build, "l4",
             "llama-3.1-8b", draft="llama-3.2-3b")
-    m = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", engine="ideal", draft="llama-3.2-1b")
+    m = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", engine="ideal",
+                                       draft="llama-3.2-1b")
     with pytest.raises(CostModelInputError, match="batch/context"):
         m.target_pass_time(np.ones((1, 256), bool), 1, np.full((1, 256), 4096))
 
@@ -439,7 +441,8 @@ def test_target_grows_with_batch_positions_and_context(model_draft):
 def test_draft_kinds(presets):
     active, ctx = _batch(R=2, B=16)
     engine = engine_profile("vllm-2024")
-    cost = {kind: HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", engine=engine, draft=kind)
+    cost = {kind: HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", engine=engine,
+                                                 draft=kind)
             for kind in ("ngram", "eagle", "llama-68m", "llama-3.2-1b")}
     d = {k: m.draft_passes_time(active, 4, ctx)[0] for k, m in cost.items()}
     t = cost["ngram"].target_pass_time(active, 1, ctx)[0]
@@ -453,8 +456,9 @@ def test_draft_kinds(presets):
 
 # ---------------------------------------------------------------- engine implementations
 def _engine(**over):
-    from src.costmodel import IDEAL_ENGINE
     from dataclasses import replace
+
+    from src.costmodel import IDEAL_ENGINE
     return replace(IDEAL_ENGINE, **over)
 
 
@@ -509,6 +513,7 @@ def test_engine_launch_cost_reaches_the_engine_path(presets):
 
 def test_fitted_attention_kernel_replaces_the_roofline_where_the_engine_names_it(presets):
     from dataclasses import replace as dc_replace
+
     from src.costmodel.presets import AttentionKernelFit
     gpu = dc_replace(presets.gpu("h200"), sm_count=132, attention_softmax_flops_per_pair=256.0)
     fits = (AttentionKernelFit("h200", "cudnn", 0.9, 0.85),

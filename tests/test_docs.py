@@ -6,7 +6,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_generated_blocks_are_up_to_date():
-    spec = importlib.util.spec_from_file_location("update_docs", os.path.join(ROOT, "scripts", "update_docs.py"))
+    spec = importlib.util.spec_from_file_location("update_docs",
+                                                  os.path.join(ROOT, "scripts", "update_docs.py"))
     update_docs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(update_docs)
     for (name, block), body in update_docs.blocks(ROOT).items():
@@ -24,6 +25,7 @@ def test_readme_quickstart_commands_are_the_ones_ci_runs():
         ci = f.read()
     assert "pip install -r requirements.txt && python run.py" in readme
     assert "python -m pytest -q" in readme and "python -m pytest -q" in ci
+    assert "ruff check ." in readme and "ruff check ." in ci
 
 
 def _layout_paths() -> list[str]:

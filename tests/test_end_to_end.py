@@ -1,4 +1,4 @@
-"""The whole pipeline: files, their contents, the summary's answers, determinism, subset-invariance."""
+"""The whole pipeline: files, their contents, the summary's answers, determinism, subsets."""
 import os
 import subprocess
 import sys
@@ -15,10 +15,12 @@ from src.sweep import run_grid
 from tests.helpers import assert_rows_match
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SMALL = ["--batch-sizes", "1,8", "--gammas", "2,4,12", "--quality-modes", "homogeneous_mid,bimodal", "--quiet",
+SMALL = ["--batch-sizes", "1,8", "--gammas", "2,4,12", "--quality-modes", "homogeneous_mid,bimodal",
+         "--quiet",
          "--scenario", "reference"]
 OUTPUTS = ["results/results.csv", "results/verification_comparison.csv", "results/summary.txt",
-           "plots/speedup_vs_batch.png", "plots/utilization_vs_batch.png", "plots/divergence_penalty.png",
+           "plots/speedup_vs_batch.png", "plots/utilization_vs_batch.png",
+           "plots/divergence_penalty.png",
            "plots/gamma_batch_heatmap.png"]
 
 
@@ -40,18 +42,23 @@ def test_every_output_is_written(small_run):
 def test_results_csv_has_one_row_per_grid_point_and_the_required_columns(small_run):
     df = pd.read_csv(small_run / "results/results.csv")
     assert len(df) == 2 * 3 * 2 * 2 and (df.scenario == "reference").all()
-    required = ["quality_mode", "serving_mode", "batch_size", "gamma", "speedup", "speedup_ci_low", "speedup_ci_high",
+    required = ["quality_mode", "serving_mode", "batch_size", "gamma", "speedup", "speedup_ci_low",
+                "speedup_ci_high",
                 "acceptance_rate", "tokens_per_step", "slot_utilization", "divergence_penalty",
-                "greedy_throughput_tokens_per_time_unit", "speculative_throughput_tokens_per_time_unit",
+                "greedy_throughput_tokens_per_time_unit",
+                "speculative_throughput_tokens_per_time_unit",
                 "greedy_latency_mean_time_units", "speculative_latency_mean_time_units"]
     assert set(required) <= set(df.columns)
     assert not df.duplicated(["quality_mode", "serving_mode", "batch_size", "gamma"]).any()
     assert ((df.speedup_ci_high - df.speedup_ci_low) / 2 <= 0.02).all()
-    for metric in ("speedup", "acceptance_rate", "tokens_per_step", "slot_utilization", "divergence_penalty"):
-        assert ((df[f"{metric}_ci_low"] <= df[metric]) & (df[metric] <= df[f"{metric}_ci_high"])).all(), metric
+    for metric in ("speedup", "acceptance_rate", "tokens_per_step", "slot_utilization",
+                   "divergence_penalty"):
+        assert ((df[f"{metric}_ci_low"] <= df[metric])
+                & (df[metric] <= df[f"{metric}_ci_high"])).all(), metric
     assert df.slot_utilization.between(0, 1).all() and df.divergence_penalty.between(0, 1).all()
     # throughput ratio on identical requests is the speedup
-    ratio = df.speculative_throughput_tokens_per_time_unit / df.greedy_throughput_tokens_per_time_unit
+    ratio = (df.speculative_throughput_tokens_per_time_unit
+             / df.greedy_throughput_tokens_per_time_unit)
     assert (ratio - df.speedup).abs().max() < 1e-4
 
 
@@ -59,14 +66,16 @@ def test_summary_answers_match_the_csv(small_run):
     df = pd.read_csv(small_run / "results/results.csv")
     text = (small_run / "results/summary.txt").read_text()
     for heading in ("1. Does speculative decoding keep its gains", "2. Which gamma is optimal",
-                    "3. Where is speculative decoding slower", "4. A safe default gamma", "5. Ragged vs lockstep"):
+                    "3. Where is speculative decoding slower", "4. A safe default gamma",
+                    "5. Ragged vs lockstep"):
         assert heading in text
     worst = df.groupby("gamma").speedup.min()
     mean = df.groupby("gamma").speedup.mean()
     safe = mean[worst >= 1].idxmax() if (worst >= 1).any() else worst.idxmax()
     assert f"-> gamma = {safe}: never below {worst[safe]:.2f}x" in text
     best = df.loc[df.groupby(["quality_mode", "serving_mode", "batch_size"]).speedup.idxmax()]
-    row = best[(best.quality_mode == "bimodal") & (best.serving_mode == "static_batch") & (best.batch_size == 8)].iloc[0]
+    row = best[(best.quality_mode == "bimodal") & (best.serving_mode == "static_batch")
+               & (best.batch_size == 8)].iloc[0]
     assert f"g={row.gamma} {row.speedup:.2f}x" in text
     slower = (df.speedup_ci_high < 1).sum()
     assert f"{slower} of {len(df)} grid points are significantly slower" in text
@@ -74,7 +83,8 @@ def test_summary_answers_match_the_csv(small_run):
 
 def test_lockstep_comparison_shows_the_weakest_request_limiting_the_batch(small_run):
     comp = pd.read_csv(small_run / "results/verification_comparison.csv")
-    piv = comp.pivot_table(index=["quality_mode", "serving_mode", "batch_size", "gamma"], columns="verification",
+    piv = comp.pivot_table(index=["quality_mode", "serving_mode", "batch_size", "gamma"],
+                           columns="verification",
                            values="speedup")
     b1 = piv.xs(1, level="batch_size")
     assert (b1.ragged - b1.lockstep).abs().max() < 0.03  # same policy at batch 1
@@ -84,13 +94,16 @@ def test_lockstep_comparison_shows_the_weakest_request_limiting_the_batch(small_
 
 def test_fixed_seed_gives_byte_identical_results(small_run, tmp_path):
     assert run.main(SMALL + ["--out", str(tmp_path)]) == 0
-    assert (tmp_path / "results/results.csv").read_bytes() == (small_run / "results/results.csv").read_bytes()
-    assert (tmp_path / "results/summary.txt").read_bytes() == (small_run / "results/summary.txt").read_bytes()
+    assert (tmp_path / "results/results.csv").read_bytes() == (small_run
+                                                               / "results/results.csv").read_bytes()
+    assert (tmp_path / "results/summary.txt").read_bytes() == (small_run
+                                                               / "results/summary.txt").read_bytes()
 
 
 def test_another_seed_gives_other_numbers(small_run, tmp_path):
     assert run.main(SMALL + ["--seed", "1", "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "results/results.csv").read_bytes() != (small_run / "results/results.csv").read_bytes()
+    assert (tmp_path / "results/results.csv").read_bytes() != (small_run
+                                                               / "results/results.csv").read_bytes()
 
 
 def test_subsets_and_reorderings_of_the_grid_give_the_same_numbers(small_run):
@@ -108,7 +121,8 @@ def test_committed_results_are_what_the_code_regenerates():
     committed = pd.read_csv(path, dtype=str)
     cfg = replace(StudyConfig(), batch_sizes=(4,), gammas=(2, 8), quality_modes=("heterogeneous",),
                   serving_modes=("static_batch",))
-    assert_rows_match(run_grid(cfg, FlatCostModel(0.2)), committed[committed.scenario == "reference"], 2)
+    assert_rows_match(run_grid(cfg, FlatCostModel(0.2)),
+                      committed[committed.scenario == "reference"], 2)
 
 
 def test_default_command_runs_the_reference_and_the_hardware_worker(tmp_path):
@@ -124,17 +138,20 @@ def test_default_command_runs_the_reference_and_the_hardware_worker(tmp_path):
     sc = default_hardware_scenario()
     assert set(df.scenario) == {"reference", sc.name}
     hw = df[df.scenario == sc.name]
-    assert set(hw.engine_profile) == set(sc.engine_profiles) and len(hw) == 2 * len(sc.engine_profiles)
+    assert set(hw.engine_profile) == set(sc.engine_profiles)
+    assert len(hw) == 2 * len(sc.engine_profiles)
     # the worker process gives the numbers an in-process run gives
     cfg = replace(sc.study, batch_sizes=(4,), gammas=(2,), quality_modes=("homogeneous_mid",))
-    assert_rows_match(run_grid(cfg, sc.cost_model("vllm-v1")), hw[hw.engine_profile == "vllm-v1"], 1)
+    assert_rows_match(run_grid(cfg, sc.cost_model("vllm-v1")), hw[hw.engine_profile == "vllm-v1"],
+                      1)
     text = (tmp_path / "results/summary.txt").read_text()
     assert text.startswith("At a glance") and f"Hardware scenario: {sc.name}" in text
     assert len(list((tmp_path / "plots").glob("*.png"))) == 8
 
 
 def test_a_single_batch_size_gives_a_summary_without_repeats_or_empty_claims(tmp_path):
-    argv = ["--batch-sizes", "8", "--gammas", "2,4", "--quality-modes", "homogeneous_mid", "--quiet",
+    argv = ["--batch-sizes", "8", "--gammas", "2,4", "--quality-modes", "homogeneous_mid",
+            "--quiet",
             "--scenario", "reference", "--out", str(tmp_path)]
     assert run.main(argv) == 0
     text = (tmp_path / "results/summary.txt").read_text()

@@ -184,7 +184,8 @@ def test_workers_die_with_a_parent_killed_by_sigkill(tmp_path):
     finally:
         run.kill()
     # nothing of the new run reached results/ or plots/
-    found = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()
+    found = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*")
+             if p.is_file()
              and not str(p.relative_to(tmp_path)).startswith(".run-")}
     assert found == files
 
@@ -204,7 +205,8 @@ def test_read_only_plots_folder_is_refused_before_simulating(tmp_path):
     files = old_outputs(tmp_path)
     (tmp_path / "plots").chmod(0o555)
     try:
-        done = subprocess.run(without_root_powers() + [sys.executable, "run.py", "--out", str(tmp_path)],
+        done = subprocess.run(without_root_powers()
+                              + [sys.executable, "run.py", "--out", str(tmp_path)],
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
     finally:
         (tmp_path / "plots").chmod(0o755)

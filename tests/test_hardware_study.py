@@ -18,13 +18,17 @@ SCENARIO = "configs/scenarios/h100-llama8b-1b.toml"
 def test_effective_tokens_per_step_is_the_harmonic_mean():
     alphas = np.array([0.9, 0.5])
     per_request = expected_tokens_per_step(alphas, 3)
-    assert steady_state.effective_tokens_per_step(alphas, 3) == pytest.approx(2 / (1 / per_request).sum())
-    assert steady_state.effective_tokens_per_step(np.full(5, 0.7), 4) == pytest.approx(expected_tokens_per_step(0.7, 4))
+    assert steady_state.effective_tokens_per_step(alphas,
+                                                  3) == pytest.approx(2 / (1 / per_request).sum())
+    assert steady_state.effective_tokens_per_step(np.full(5, 0.7),
+                                                  4) == pytest.approx(expected_tokens_per_step(0.7,
+                                                                                               4))
 
 
 def test_effective_tokens_per_step_of_a_per_position_mode_is_its_closed_form():
     from src.acceptance import expected_tokens_per_step_per_position, hazard_profile, mean_hazard
-    rates = (0.79, 0.74, 0.72, 0.73, 0.67)  # EAGLE's Vicuna-7B n-alpha row, as in the EAGLE scenario
+    # EAGLE's Vicuna-7B n-alpha row, as in the EAGLE scenario
+    rates = (0.79, 0.74, 0.72, 0.73, 0.67)
     alpha = np.full(3, np.exp(-mean_hazard(rates)))  # scale 1: the mode's own rates
     omega = steady_state.effective_tokens_per_step(alpha, 6, hazard_profile(rates, 64))
     assert omega == pytest.approx(expected_tokens_per_step_per_position(rates, 6))
@@ -35,7 +39,8 @@ def test_schedule_ranges_are_inclusive_cover_every_batch_and_merge_equal_neighbo
     assert ranges == [[1, 7, 3], [8, 31, 2], [32, 63, 1], [64, 128, 0]]
     covered = [b for lo, hi, _ in ranges for b in range(lo, hi + 1)]
     assert covered == list(range(1, 129))
-    # a grid that does not start at batch 1 still gives a schedule that starts at 1, as vLLM requires
+    # a grid that does not start at batch 1 still gives a schedule that starts at 1, as vLLM
+    # requires
     assert schedules.schedule_ranges([4, 16], [2, 1], 64) == [[1, 15, 2], [16, 64, 1]]
 
 
@@ -43,7 +48,8 @@ def vllm_schedule_problems(cfg: dict) -> list[str]:
     """What vLLM's dynamic speculative decoding validation would refuse in a --speculative-config
     (rules of validate_and_normalize_dynamic_sd_schedule in vllm/v1/spec_decode/dynamic/utils.py
     and SpeculativeConfig's num_speculative_tokens > 0, restated here)."""
-    k_max, entries = cfg.get("num_speculative_tokens"), cfg.get("num_speculative_tokens_per_batch_size")
+    k_max = cfg.get("num_speculative_tokens")
+    entries = cfg.get("num_speculative_tokens_per_batch_size")
     problems = []
     if not isinstance(k_max, int) or k_max <= 0:
         problems.append("num_speculative_tokens must be an integer > 0")
@@ -51,7 +57,8 @@ def vllm_schedule_problems(cfg: dict) -> list[str]:
         return problems + ["the schedule must be a non-empty list"]
     prev_hi = 0
     for entry in entries:
-        if not isinstance(entry, list) or len(entry) != 3 or not all(isinstance(v, int) for v in entry):
+        if not isinstance(entry,
+                          list) or len(entry) != 3 or not all(isinstance(v, int) for v in entry):
             problems.append(f"{entry!r} is not a 3-item list of integers")
             continue
         lo, hi, k = entry
@@ -80,13 +87,15 @@ def test_vllm_config_has_the_shape_vllm_validates_and_runs_the_best_gamma_per_ba
     s = {"max_gamma": max(gammas), "ranges": schedules.schedule_ranges(batches, gammas, 128)}
     cfg = json.loads(schedules.vllm_config_json(s))
     assert cfg == {"num_speculative_tokens": 3,
-                   "num_speculative_tokens_per_batch_size": [[1, 7, 3], [8, 31, 2], [32, 63, 1], [64, 128, 0]]}
+                   "num_speculative_tokens_per_batch_size": [[1, 7, 3], [8, 31, 2], [32, 63, 1],
+                                                             [64, 128, 0]]}
     assert vllm_schedule_problems(cfg) == []
     assert [vllm_k_at(cfg, b) for b in batches] == gammas
     assert vllm_k_at(cfg, 1000) == 0  # beyond the grid vLLM keeps the last K
     # the checker is not vacuous: the dict-of-strings form vLLM refuses is caught
     assert vllm_schedule_problems({"num_speculative_tokens": 3,
-                                   "num_speculative_tokens_per_batch_size": {"1-16": 3, "17-128": 0}})
+                                   "num_speculative_tokens_per_batch_size": {"1-16": 3,
+                                                                             "17-128": 0}})
     assert vllm_schedule_problems({"num_speculative_tokens": 2,
                                    "num_speculative_tokens_per_batch_size": [[2, 8, 2]]})
 
@@ -106,7 +115,8 @@ def test_context_rules_merge_contexts_then_batches():
     rows = [(b, c, g) for b, c, g in [(1, 512, 4), (1, 2048, 4), (2, 512, 4), (2, 2048, 4),
                                       (64, 512, 3), (64, 2048, 2)]]
     df = pd.DataFrame(rows, columns=["batch_size", "context_len_tokens", "schedule_gamma"])
-    assert schedules.context_rules(df) == [(1, 2, 512, 2048, 4), (64, 64, 512, 512, 3), (64, 64, 2048, 2048, 2)]
+    assert schedules.context_rules(df) == [(1, 2, 512, 2048, 4), (64, 64, 512, 512, 3),
+                                           (64, 64, 2048, 2048, 2)]
 
 
 def test_steady_state_speedup_formula_and_memory_limit():
@@ -117,13 +127,15 @@ def test_steady_state_speedup_formula_and_memory_limit():
     speedup = steady_state.steady_state_speedups(times, omega)
     expected = omega[2] * times.t_ar_ms / (times.t_draft_ms + times.t_verify_ms)
     assert np.allclose(speedup, expected)
-    assert speedup.iloc[0] > speedup.iloc[1]  # verification of 64 x 3 positions costs more than 1 x 3
+    # verification of 64 x 3 positions costs more than 1 x 3
+    assert speedup.iloc[0] > speedup.iloc[1]
 
 
 @pytest.fixture(scope="module")
 def hardware_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("hw")
-    argv = ["--scenario", SCENARIO, "--batch-sizes", "1,16,128", "--gammas", "1,3", "--quality-modes",
+    argv = ["--scenario", SCENARIO, "--batch-sizes", "1,16,128", "--gammas", "1,3",
+            "--quality-modes",
             "homogeneous_good,heterogeneous", "--out", str(out), "--quiet"]
     assert run.main(argv) == 0
     return out
@@ -136,18 +148,22 @@ def test_scenario_run_writes_its_files_and_answers(hardware_run):
                 "plots/hardware_step_breakdown.png"):
         assert (hardware_run / rel).stat().st_size > 0, rel
     df = pd.read_csv(hardware_run / "results/results.csv")
-    assert set(df.scenario) == {"h100-llama8b-1b"} and set(df.engine_profile) == {"ideal", "vllm-v1"}
+    assert set(df.scenario) == {"h100-llama8b-1b"} and set(df.engine_profile) == {"ideal",
+                                                                                  "vllm-v1"}
     assert len(df) == 2 * 3 * 2 * 2 and (df.time_unit == "ms").all()
-    assert np.allclose(df.speculative_throughput_tokens_per_s / df.greedy_throughput_tokens_per_s, df.speedup, rtol=1e-4)
+    assert np.allclose(df.speculative_throughput_tokens_per_s / df.greedy_throughput_tokens_per_s,
+                       df.speedup, rtol=1e-4)
     text = (hardware_run / "results/summary.txt").read_text()
     for heading in ("Assumptions", "H1.", "H2.", "H3.", "H4.", "H5.", "H6.", "cost model", "H100"):
         assert heading in text
     # the printed schedules are valid JSON that vLLM's speculative_config takes
-    configs = [json.loads(line.strip()) for line in text.splitlines() if line.strip().startswith('{"num_speculative')]
+    configs = [json.loads(line.strip()) for line in text.splitlines()
+               if line.strip().startswith('{"num_speculative')]
     assert len(configs) == 4
     for cfg in configs:
         assert vllm_schedule_problems(cfg) == []
-        assert cfg["num_speculative_tokens"] == max(k for _, _, k in cfg["num_speculative_tokens_per_batch_size"])
+        entries = cfg["num_speculative_tokens_per_batch_size"]
+        assert cfg["num_speculative_tokens"] == max(k for _, _, k in entries)
     # vllm-v1 against ideal: its fused kernels (8 per layer, not 10) help most at small batch,
     # its first draft pass over all verified positions costs most at large batch, so its edge
     # over ideal shrinks with batch and turns into a loss at batch 128
@@ -160,14 +176,15 @@ def test_scenario_run_writes_its_files_and_answers(hardware_run):
 
 def test_closed_form_agrees_with_the_simulation_at_the_mean_context(hardware_run):
     text = (hardware_run / "results/summary.txt").read_text()
-    line = next(l for l in text.splitlines() if "Closed form vs simulation" in l)
+    line = next(x for x in text.splitlines() if "Closed form vs simulation" in x)
     worst = float(line.split("worst ")[1].split("%")[0])
     assert worst < 10.0, line
 
 
 def test_bad_scenario_file_is_one_line_exit_2(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
-    bad.write_text('[scenario]\nname = "x"\ngpu = "h900"\ntarget = "llama-3.1-8b"\ndraft = "llama-3.2-1b"\n')
+    bad.write_text('[scenario]\nname = "x"\ngpu = "h900"\ntarget = "llama-3.1-8b"\ndraft = '
+                   '"llama-3.2-1b"\n')
     out = tmp_path / "out"
     assert run.main(["--scenario", str(bad), "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
@@ -176,7 +193,8 @@ def test_bad_scenario_file_is_one_line_exit_2(tmp_path, capsys):
 
 
 def test_batch_that_does_not_fit_is_refused_by_name(tmp_path, capsys):
-    assert run.main(["--scenario", SCENARIO, "--batch-sizes", "1,512", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert run.main(["--scenario", SCENARIO, "--batch-sizes", "1,512", "--out", str(tmp_path / "o"),
+                     "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "study.batch_sizes" in err and "up to" in err
 

@@ -9,7 +9,13 @@ F = torch.nn.functional
 
 from src.costmodel import load_presets  # noqa: E402
 from src.measure.model import (  # noqa: E402
-    KVCache, attention_only_step, fold_gqa, forward_step, prefill_step, random_weights, unfold_gqa,
+    KVCache,
+    attention_only_step,
+    fold_gqa,
+    forward_step,
+    prefill_step,
+    random_weights,
+    unfold_gqa,
 )
 from src.measure.plan import tiny_spec  # noqa: E402
 

@@ -5,8 +5,17 @@ import pytest
 
 from src.costmodel import load_presets
 from src.measure.plan import (
-    GIB, Config, RepPolicy, activation_bytes, build_configs, config_bytes, estimate_config_s,
-    estimate_step_ms, kv_cache_bytes, split_by_memory, tiny_spec,
+    GIB,
+    Config,
+    RepPolicy,
+    activation_bytes,
+    build_configs,
+    config_bytes,
+    estimate_config_s,
+    estimate_step_ms,
+    kv_cache_bytes,
+    split_by_memory,
+    tiny_spec,
 )
 
 PRESETS = load_presets()

@@ -32,6 +32,7 @@ def test_interval_covers_the_true_ratio_about_95_percent_of_the_time():
 
 
 def test_best_gamma_turns_speculation_off_when_nothing_beats_greedy():
-    df = pd.DataFrame({"batch_size": [1, 1, 64, 64], "gamma": [2, 4, 2, 4], "speedup": [1.5, 1.7, 0.9, 0.8]})
+    df = pd.DataFrame({"batch_size": [1, 1, 64, 64], "gamma": [2, 4, 2, 4],
+                       "speedup": [1.5, 1.7, 0.9, 0.8]})
     best = best_gamma(df, ["batch_size"]).set_index("batch_size")
     assert best.loc[1, "schedule_gamma"] == 4 and best.loc[64, "schedule_gamma"] == 0

@@ -1,4 +1,4 @@
-"""src/mode_comparison.py: per-position vs i.i.d. best gamma and speedup, read off a results table."""
+"""src/mode_comparison.py: per-position vs i.i.d. best gamma and speedup, from a results table."""
 import pandas as pd
 import pytest
 
@@ -10,7 +10,8 @@ def results(speedups: dict) -> pd.DataFrame:
     rows = []
     for mode, by_gamma in speedups.items():
         for g, s in by_gamma.items():
-            rows.append({"quality_mode": mode, "serving_mode": "continuous_refill", "batch_size": 1, "gamma": g,
+            rows.append({"quality_mode": mode, "serving_mode": "continuous_refill", "batch_size": 1,
+                         "gamma": g,
                          "speedup": s, "speedup_ci_low": s - 0.01, "speedup_ci_high": s + 0.01})
     return pd.DataFrame(rows)
 
@@ -19,7 +20,8 @@ def test_promise_error_and_wrong_gamma_cost():
     df = results({"pp": {2: 1.9, 4: 2.0, 6: 1.8}, "iid": {2: 1.95, 4: 2.1, 6: 2.2}})
     (row,) = compare(df, "pp", "iid").itertuples()
     assert (row.gamma_per_position, row.gamma_iid) == (4, 6)
-    assert row.promise_error == pytest.approx(2.2 / 2.0 - 1)  # the i.i.d. mode promises 10% too much
+    # the i.i.d. mode promises 10% too much
+    assert row.promise_error == pytest.approx(2.2 / 2.0 - 1)
     assert row.wrong_gamma_cost == pytest.approx(1.8 / 2.0 - 1)  # and its gamma loses 10%
     modes = {"pp": PerPositionAlpha((0.8, 0.6), compare_with="iid"), "iid": PointAlpha(0.7)}
     text = "\n".join(comparison_lines(df, modes, ["pp", "iid"]))

@@ -161,5 +161,7 @@ def test_hindsight_best_fixed_gamma_is_not_beaten_beyond_the_ci(tmp_path):
         g = g.set_index("policy")
         best = g.loc[g.loc[g.index[0], "hindsight_best_fixed"]]
         a = g.loc["adaptive"]
-        half = lambda r: (r.tpot_p50_s_ci_high - r.tpot_p50_s_ci_low) / 2
+        def half(r):
+            return (r.tpot_p50_s_ci_high - r.tpot_p50_s_ci_low) / 2
+
         assert a.tpot_p50_s >= best.tpot_p50_s - half(best) - half(a), rate

@@ -12,7 +12,6 @@ import pytest
 
 import run
 from src import outputs
-from src.config import ConfigError
 from src.reporting import write_atomic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -126,7 +125,8 @@ def test_files_the_run_does_not_own_are_kept(old_set):
     (old_set / "results" / "notes.md").write_bytes(b"mine")
     (old_set / "plots" / "mine").mkdir()
     (old_set / "plots" / "mine" / "x.png").write_bytes(b"my plot")
-    owns = {"results/results.csv", "results/summary.txt", "results/stale.csv", "plots/a.png", "plots/b.png"}
+    owns = {"results/results.csv", "results/summary.txt", "results/stale.csv", "plots/a.png",
+            "plots/b.png"}
     outputs.publish(str(old_set), NEW, owns=owns.__contains__)
     assert tree(old_set) == {**NEW, "results/notes.md": b"mine", "plots/mine/x.png": b"my plot"}
     assert leftovers(old_set) == []
@@ -135,7 +135,8 @@ def test_files_the_run_does_not_own_are_kept(old_set):
 def test_a_study_run_keeps_the_serve_commands_outputs(tmp_path):
     """results/serving.csv and the serving plots belong to `python run.py serve`: a study run that
     replaces its own outputs in the same folder keeps them."""
-    outputs.publish(str(tmp_path), {"results/serving.csv": b"serve", "plots/serving_goodput.png": b"png"})
+    outputs.publish(str(tmp_path),
+                    {"results/serving.csv": b"serve", "plots/serving_goodput.png": b"png"})
     argv = ["--scenario", "reference", "--batch-sizes", "1", "--gammas", "2", "--quality-modes",
             "homogeneous_mid", "--serving-modes", "static_batch", "--out", str(tmp_path), "--quiet"]
     assert run.main(argv) == 0
@@ -149,8 +150,10 @@ def test_write_failure_after_the_simulation_is_one_line_exit_2(old_set, monkeypa
         raise OSError(errno.ENOSPC, "No space left on device", path)
 
     monkeypatch.setattr(outputs, "_write_file", disk_full)
-    code = run.main(["--scenario", "reference", "--batch-sizes", "1", "--gammas", "2", "--quality-modes",
-                     "homogeneous_mid", "--serving-modes", "static_batch", "--out", str(old_set), "--quiet"])
+    code = run.main(["--scenario", "reference", "--batch-sizes", "1", "--gammas", "2",
+                     "--quality-modes",
+                     "homogeneous_mid", "--serving-modes", "static_batch", "--out", str(old_set),
+                     "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("error: --out: could not write the outputs") and "No space left" in err

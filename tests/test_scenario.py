@@ -9,11 +9,16 @@ import pytest
 
 from src.config import ConfigError
 from src.costmodel import (
-    IDEAL_ENGINE, CostModelInputError, HardwareCostModel, engine_profile,
+    IDEAL_ENGINE,
+    CostModelInputError,
+    HardwareCostModel,
+    engine_profile,
     load_engine_profiles,
 )
 from src.hardware.scenario import (
-    SCENARIOS_DIR, default_hardware_scenario, load_scenario,
+    SCENARIOS_DIR,
+    default_hardware_scenario,
+    load_scenario,
     scenario_files,
 )
 
@@ -111,7 +116,8 @@ def test_unknown_gpu_and_models(tmp_path):
     _raises("scenario.engine_profiles", _write(tmp_path, GOOD + 'engine_profiles = ["fast"]\n'),
             "allowed: ideal, sglang, sglang-spec-v2, vllm-2024, vllm-v1")
     _raises("scenario.name", _write(tmp_path, GOOD.replace('name = "x"', "name = 3")))
-    _raises("scenario.gpu", _write(tmp_path, 'name = "x"\ntarget = "llama-3.1-8b"\ndraft = "ngram"'),
+    _raises("scenario.gpu",
+            _write(tmp_path, 'name = "x"\ntarget = "llama-3.1-8b"\ndraft = "ngram"'),
             "missing")
 
 
@@ -136,17 +142,22 @@ def test_model_that_does_not_fit(tmp_path):
 
 def test_draft_kv_budget_rules(tmp_path):
     _raises("scenario.draft_kv_budget_tokens",
-            _write(tmp_path, GOOD.replace("llama-3.2-1b", "ngram") + "draft_kv_budget_tokens = 64\n"),
+            _write(tmp_path,
+                   GOOD.replace("llama-3.2-1b", "ngram") + "draft_kv_budget_tokens = 64\n"),
             "n-gram")
-    _raises("scenario.draft_kv_budget_tokens", _write(tmp_path, GOOD.replace("llama-3.2-1b", "self")),
+    _raises("scenario.draft_kv_budget_tokens",
+            _write(tmp_path, GOOD.replace("llama-3.2-1b", "self")),
             "required")
-    _raises("scenario.draft_kv_budget_tokens", _write(tmp_path, GOOD + "draft_kv_budget_tokens = 0\n"))
-    _raises("scenario.memory_reserve_fraction", _write(tmp_path, GOOD + "memory_reserve_fraction = 1.5\n"))
+    _raises("scenario.draft_kv_budget_tokens",
+            _write(tmp_path, GOOD + "draft_kv_budget_tokens = 0\n"))
+    _raises("scenario.memory_reserve_fraction",
+            _write(tmp_path, GOOD + "memory_reserve_fraction = 1.5\n"))
 
 
 def test_bad_study_values_are_named(tmp_path):
     _raises("study.gammas", _write(tmp_path, GOOD, "gammas = [0]\n"))
-    _raises("study.alpha_modes.m.kind", _write(tmp_path, GOOD, "alpha_modes = { m = { kind = 'x' } }\n"))
+    _raises("study.alpha_modes.m.kind",
+            _write(tmp_path, GOOD, "alpha_modes = { m = { kind = 'x' } }\n"))
 
 
 def test_missing_or_invalid_file(tmp_path):
@@ -207,7 +218,8 @@ def test_target_overheads_add_as_documented():
     assert decode == pytest.approx(e.step_cpu_fixed_ms + e.step_cpu_per_seq_ms * S)
     t = 5
     verify = cost.target_pass_parts(active, t, ctx)[1][0]
-    cpu = e.step_cpu_fixed_ms + S * (e.step_cpu_per_seq_ms * t + e.rejection_sampling_per_position_ms * t
+    cpu = e.step_cpu_fixed_ms + S * (e.step_cpu_per_seq_ms * t
+                                     + e.rejection_sampling_per_position_ms * t
                                      + e.kv_bookkeeping_per_seq_ms)
     expanded = cost._attention_pnorm_ms(cost._target_c, np.array([S * t]), np.array([S * t]), 1,
                                         np.array([t * C + S * t * (t - 1) / 2]))[0]
@@ -217,7 +229,8 @@ def test_target_overheads_add_as_documented():
     # without batch expansion: factor x plain attention, per-sequence CPU once
     plain = replace(e, scoring_batch_expansion=False, verification_attention_slowdown_factor=1.5)
     v2 = _cost("ngram", plain).target_pass_parts(active, t, ctx)[1][0]
-    cpu2 = e.step_cpu_fixed_ms + S * (e.step_cpu_per_seq_ms + e.rejection_sampling_per_position_ms * t
+    cpu2 = e.step_cpu_fixed_ms + S * (e.step_cpu_per_seq_ms + e.rejection_sampling_per_position_ms
+                                      * t
                                       + e.kv_bookkeeping_per_seq_ms)
     assert v2 == pytest.approx(cpu2 + 0.5 * _attn(cost, S, t, C), rel=1e-9)
 
@@ -250,7 +263,8 @@ def test_bad_engine_file(tmp_path):
         load_engine_profiles(p)
     text = (Path(__file__).resolve().parents[1] / "src/presets/engines.toml").read_text()
     p.write_text(text.replace("step_cpu_fixed_ms = 0.0", "step_cpu_fixed_ms = -1.0", 1))
-    with pytest.raises(CostModelInputError, match=r"^engines\.ideal\.step_cpu_fixed_ms: must be >= 0"):
+    with pytest.raises(CostModelInputError,
+                       match=r"^engines\.ideal\.step_cpu_fixed_ms: must be >= 0"):
         load_engine_profiles(p)
     p.write_text(text.replace("verification_attention_slowdown_factor = 1.0",
                               "verification_attention_slowdown_factor = 0.5", 1))
@@ -286,7 +300,8 @@ def test_budget_caps_a_standalone_draft_and_its_memory():
 
 
 def test_scenario_name_must_be_a_plain_file_name(tmp_path):
-    _raises("scenario.name", _write(tmp_path, GOOD.replace('name = "', 'name = "../')), "plain file name")
+    _raises("scenario.name", _write(tmp_path, GOOD.replace('name = "', 'name = "../')),
+            "plain file name")
 
 
 def test_largest_batch_that_fits_is_the_memory_boundary():

@@ -71,7 +71,8 @@ COSTS = {
     "h100 vllm-2024": default_hardware_scenario().cost_model("vllm-2024"),
     "h100 vllm-v1": default_hardware_scenario().cost_model("vllm-v1"),
     # self-speculation with a 512-token draft KV budget: prompts below and above it
-    "magicdec budget": load_scenario(SCENARIOS_DIR / "check-magicdec-table1.toml").cost_model("ideal"),
+    "magicdec budget": load_scenario(SCENARIOS_DIR
+                                     / "check-magicdec-table1.toml").cost_model("ideal"),
 }
 
 

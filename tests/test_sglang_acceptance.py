@@ -1,4 +1,4 @@
-"""src/acceptance_data/sglang.py: a mean acceptance length at a known draft length -> i.i.d. alpha."""
+"""src/acceptance_data/sglang.py: a mean acceptance length at a known draft length -> alpha."""
 import pytest
 
 from src.acceptance import expected_tokens_per_step

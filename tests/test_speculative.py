@@ -1,4 +1,4 @@
-"""src/speculative.py: the simulator against the closed forms, edge cases and verification policies."""
+"""src/speculative.py: the simulator against closed forms, edge cases and verification policies."""
 import numpy as np
 import pytest
 from scipy import stats
@@ -13,7 +13,8 @@ from tests.helpers import FLAT, point_requests, rngs
 
 @pytest.mark.parametrize("alpha,gamma", [(0.65, 2), (0.65, 8), (0.85, 4), (0.85, 12)])
 def test_simulator_agrees_with_closed_form_within_its_ci(alpha, gamma):
-    """Point-mass alpha, batch 1, long outputs: tokens per step and speedup match Leviathan et al."""
+    """Point-mass alpha, batch 1, long outputs: tokens per step and speedup match Leviathan et
+    al."""
     req = point_requests(alpha, output_tokens=3000, replications=64, per_replication=1)
     (spec,) = simulate_speculative(req, 1, "static_batch", FLAT, [gamma], "ragged", rngs(1))
     greedy = simulate_greedy(req, 1, "static_batch", FLAT)
@@ -25,13 +26,15 @@ def test_simulator_agrees_with_closed_form_within_its_ci(alpha, gamma):
     assert abs(per_rep_tokens_per_step.mean() - closed) <= half + closed * (gamma + 1) / 3000
     row = grid_point_metrics(greedy, spec, 1, 0.99)
     expected = expected_speedup_flat(alpha, gamma, 0.2)
-    assert row["speedup_ci_low"] - 0.003 * expected <= expected <= row["speedup_ci_high"] + 0.003 * expected
+    slack = 0.003 * expected
+    assert row["speedup_ci_low"] - slack <= expected <= row["speedup_ci_high"] + slack
 
 
 def test_alpha_near_zero_gives_one_over_one_plus_gamma_c():
     req = point_requests(1e-12, output_tokens=200, replications=8, per_replication=4)
     for gamma in (1, 4, 16):
-        (spec,) = simulate_speculative(req, 4, "continuous_refill", FLAT, [gamma], "ragged", rngs(1))
+        (spec,) = simulate_speculative(req, 4, "continuous_refill", FLAT, [gamma], "ragged",
+                                       rngs(1))
         greedy = simulate_greedy(req, 4, "continuous_refill", FLAT)
         row = grid_point_metrics(greedy, spec, 4, 0.95)
         assert row["tokens_per_step"] == 1.0
@@ -41,7 +44,8 @@ def test_alpha_near_zero_gives_one_over_one_plus_gamma_c():
 
 def test_alpha_near_one_gives_gamma_plus_one_tokens_per_step():
     gamma = 5
-    req = point_requests(1 - 1e-12, output_tokens=600, replications=4, per_replication=2)  # 600 = 100 x 6
+    # 600 = 100 x 6
+    req = point_requests(1 - 1e-12, output_tokens=600, replications=4, per_replication=2)
     (spec,) = simulate_speculative(req, 2, "static_batch", FLAT, [gamma], "ragged", rngs(1))
     assert spec.committed_tokens.sum() / spec.active_slot_steps.sum() == pytest.approx(gamma + 1)
     assert spec.accepted_drafts.sum() == spec.proposed_drafts.sum()
@@ -67,7 +71,8 @@ def test_lockstep_advances_the_batch_by_its_weakest_request():
     assert lock.committed_tokens.sum() / lock.active_slot_steps.sum() == pytest.approx(1.0)
     assert np.all(lock.steps == 120)
     assert np.all(rag.steps == 120)  # the hopeless request still needs 120 steps ...
-    assert rag.committed_tokens.sum() / rag.active_slot_steps.sum() > 1.5  # ... but the others finish in 30
+    # ... but the others finish in 30
+    assert rag.committed_tokens.sum() / rag.active_slot_steps.sum() > 1.5
 
 
 def test_gammas_side_by_side_equal_gammas_alone():
@@ -76,14 +81,16 @@ def test_gammas_side_by_side_equal_gammas_alone():
     together = simulate_speculative(req, 4, "continuous_refill", FLAT, [1, 4, 9], "ragged", rngs(3))
     streams = rngs(3)
     for i, gamma in enumerate([1, 4, 9]):
-        (alone,) = simulate_speculative(req, 4, "continuous_refill", FLAT, [gamma], "ragged", [streams[i]])
+        (alone,) = simulate_speculative(req, 4, "continuous_refill", FLAT, [gamma], "ragged",
+                                        [streams[i]])
         assert np.array_equal(alone.makespan, together[i].makespan)
         assert np.array_equal(alone.accepted_drafts, together[i].accepted_drafts)
 
 
 def test_tokens_are_conserved_and_time_adds_up():
     req = point_requests(0.6, output_tokens=77, replications=8, per_replication=5)
-    (spec,) = simulate_speculative(req, 2, "static_batch", FlatCostModel(0.3), [3], "ragged", rngs(1))
+    (spec,) = simulate_speculative(req, 2, "static_batch", FlatCostModel(0.3), [3], "ragged",
+                                   rngs(1))
     assert np.array_equal(spec.committed_tokens, req.output_len_tokens.sum(axis=1))
     assert np.allclose(spec.makespan, spec.draft_time + spec.verify_time)
     assert np.allclose(spec.makespan, spec.steps * (1 + 3 * 0.3))
@@ -101,7 +108,8 @@ def test_per_position_simulator_agrees_with_its_closed_form_within_its_ci(rates,
     )
     from src.config import FixedLength, PerPositionAlpha, UniformLength
     from src.workload import make_requests
-    req = make_requests(7, "pp", PerPositionAlpha(rates), FixedLength(3000), UniformLength(100, 200),
+    req = make_requests(7, "pp", PerPositionAlpha(rates), FixedLength(3000),
+                        UniformLength(100, 200),
                         1, 0, 64, 1)
     assert req.hazard_profile is not None
     (spec,) = simulate_speculative(req, 1, "static_batch", FLAT, [gamma], "ragged", rngs(1))
@@ -113,10 +121,12 @@ def test_per_position_simulator_agrees_with_its_closed_form_within_its_ci(rates,
     assert abs(per_rep.mean() - closed) <= half + closed * (gamma + 1) / 3000
     rate = spec.accepted_drafts / spec.proposed_drafts
     half_rate = t * rate.std(ddof=1) / np.sqrt(rate.size)
-    assert abs(rate.mean() - expected_acceptance_rate_per_position(rates, gamma)) <= half_rate + 1e-3
+    assert abs(rate.mean()
+               - expected_acceptance_rate_per_position(rates, gamma)) <= half_rate + 1e-3
     row = grid_point_metrics(greedy, spec, 1, 0.99)
     expected = expected_speedup_flat_per_position(rates, gamma, 0.2)
-    assert row["speedup_ci_low"] - 0.003 * expected <= expected <= row["speedup_ci_high"] + 0.003 * expected
+    slack = 0.003 * expected
+    assert row["speedup_ci_low"] - slack <= expected <= row["speedup_ci_high"] + slack
 
 
 def test_per_position_spread_gives_each_request_its_scaled_rates():
@@ -131,7 +141,8 @@ def test_per_position_spread_gives_each_request_its_scaled_rates():
     scale = -np.log(req.alpha[:, 0]) / mean_hazard(rates)
     assert scale.std() > 0.2  # the spread is there
     (spec,) = simulate_speculative(req, 1, "static_batch", FLAT, [gamma], "ragged", rngs(2))
-    closed = np.array([expected_tokens_per_step_per_position(np.asarray(rates) ** s, gamma) for s in scale])
+    closed = np.array([expected_tokens_per_step_per_position(np.asarray(rates) ** s, gamma)
+                       for s in scale])
     diff = spec.committed_tokens / spec.active_slot_steps - closed
     t = stats.t.ppf(0.995, diff.size - 1)
     assert abs(diff.mean()) <= t * diff.std(ddof=1) / np.sqrt(diff.size) + (gamma + 1) / 4000

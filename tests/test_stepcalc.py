@@ -118,7 +118,8 @@ def test_engine_option_reports_that_profiles_overhead(capsys):
     from src.hardware.scenario import default_hardware_scenario
 
     def overhead(engine):
-        assert stepcalc.main(["--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--batch", "64", "--positions", "5",
+        assert stepcalc.main(["--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--batch", "64",
+                              "--positions", "5",
                      "--context", "1616", "--engine", engine, "--csv"]) == 0
         return float(capsys.readouterr().out.splitlines()[1].split(",")[8])
 

@@ -2,9 +2,9 @@
 
 The metrics files are made the way a vLLM V1 server makes them: prometheus_client Counters with
 vLLM's names, HELP strings and labels (vllm/v1/spec_decode/metrics.py, SpecDecodingProm; labels
-model_name and engine from vllm/v1/metrics/loggers.py), incremented as SpecDecodingStats.observe_draft
-does (per_pos[i] += 1 for every accepted position i of a draft), and exposed with generate_latest
-(text format 0.0.4, `_total` samples and `_created` gauges).
+model_name and engine from vllm/v1/metrics/loggers.py), incremented as
+SpecDecodingStats.observe_draft does (per_pos[i] += 1 for every accepted position i of a draft),
+and exposed with generate_latest (text format 0.0.4, `_total` samples and `_created` gauges).
 """
 import numpy as np
 import pytest
@@ -34,16 +34,20 @@ def accepted_lengths(rng, rates, drafts):
 
 
 def vllm_metrics_text(engines: dict, k: int, extra: str = "") -> str:
-    """engines: {(model_name, engine): accepted lengths per draft} -> /metrics text as vLLM V1 serves it."""
+    """engines: {(model_name, engine): accepted lengths per draft} -> /metrics text as vLLM V1
+    serves it."""
     reg = CollectorRegistry()
     labelnames = ["model_name", "engine"]
     drafts = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", labelnames,
                      registry=reg)
-    draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", labelnames,
+    draft_tokens = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+                           labelnames,
                            registry=reg)
-    accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", labelnames,
+    accepted = Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+                       labelnames,
                        registry=reg)
-    per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+    per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                      "Accepted tokens per draft position.",
                       labelnames + ["position"], registry=reg)
     other = Counter("vllm:generation_tokens", "Number of generation tokens processed.", labelnames,
                     registry=reg)
@@ -90,7 +94,8 @@ def test_older_spelling_without_total_gives_the_same_numbers(tmp_path):
     LLM.get_metrics name them; with and without TYPE lines."""
     rng = np.random.default_rng(2)
     lengths = accepted_lengths(rng, (0.7, 0.6, 0.5), 20_000)
-    new = load_vllm_acceptance(write(tmp_path, "new.txt", vllm_metrics_text({(MODEL, "0"): lengths}, 3)))
+    new = load_vllm_acceptance(write(tmp_path, "new.txt",
+                                     vllm_metrics_text({(MODEL, "0"): lengths}, 3)))
     lines = []
     for line in vllm_metrics_text({(MODEL, "0"): lengths}, 3).splitlines():
         if "_created" in line:
@@ -115,8 +120,8 @@ def test_model_name_picks_one_model_otherwise_all_are_summed(tmp_path):
     assert both.counters.model_names == ("big", "small")
     with pytest.raises(ConfigError) as e:
         load_vllm_acceptance(path, model_name="medium")
-    assert str(e.value) == ("--model-name: no speculative-decoding counters with model_name='medium' in "
-                            f"{path}; found: 'big', 'small'")
+    assert str(e.value) == ("--model-name: no speculative-decoding counters with "
+                            f"model_name='medium' in {path}; found: 'big', 'small'")
 
 
 def test_two_snapshots_use_the_difference(tmp_path):
@@ -124,7 +129,8 @@ def test_two_snapshots_use_the_difference(tmp_path):
     early = accepted_lengths(rng, (0.5, 0.5), 10_000)  # a different workload before the window
     window = accepted_lengths(rng, (0.85, 0.7), 30_000)
     before = write(tmp_path, "before.txt", vllm_metrics_text({(MODEL, "0"): early}, 2))
-    after = write(tmp_path, "after.txt", vllm_metrics_text({(MODEL, "0"): np.concatenate([early, window])}, 2))
+    after = write(tmp_path, "after.txt",
+                  vllm_metrics_text({(MODEL, "0"): np.concatenate([early, window])}, 2))
     acc = load_vllm_acceptance(f"{before},{after}")
     assert acc.drafts == 30_000
     assert acc.rates[0] == pytest.approx((window > 0).mean())
@@ -137,11 +143,13 @@ def test_two_snapshots_use_the_difference(tmp_path):
 
 def test_to_modes_gives_the_rates_and_their_iid_inversion():
     from src.acceptance import expected_tokens_per_step
-    counters = parse_counters(vllm_metrics_text({(MODEL, "0"): np.array([0, 1, 2, 3, 3, 2, 1, 3])}, 3),
+    counters = parse_counters(vllm_metrics_text({(MODEL, "0"): np.array([0, 1, 2, 3, 3, 2, 1, 3])},
+                                                3),
                               "x")
     acc = derive_acceptance(counters)
     modes = to_modes(acc)
-    assert modes["vllm_per_position"].rates == acc.rates and modes["vllm_per_position"].compare_with == "vllm_iid"
+    per_position = modes["vllm_per_position"]
+    assert per_position.rates == acc.rates and per_position.compare_with == "vllm_iid"
     (alpha,) = modes["vllm_iid"].rates
     assert expected_tokens_per_step(alpha, 3) == pytest.approx(acc.mean_acceptance_length)
 
@@ -161,19 +169,23 @@ GOOD = vllm_metrics_text({(MODEL, "0"): np.array([0, 1, 2, 3, 3, 2, 1, 3])}, 3)
      'per_pos{position="0"} = 9 exceeds vllm:spec_decode_num_drafts = 8'),
     (GOOD.replace('position="2"} 3.0', 'position="2"} 0.0'),
      "no draft token was accepted at position 2 (conditional rate 0); expected rates in (0, 1]"),
-    (GOOD + "vllm:spec_decode_num_drafts{engine=\"0\" 3\n", "is not valid Prometheus text exposition format"),
+    (GOOD + "vllm:spec_decode_num_drafts{engine=\"0\" 3\n",
+     "is not valid Prometheus text exposition format"),
     ("\n".join(x for x in GOOD.splitlines() if "per_pos" not in x) + "\n",
      "no vllm:spec_decode_num_accepted_tokens_per_pos_total counters"),
-    (GOOD + f'vllm:spec_decode_num_drafts{{engine="0",model_name="{MODEL}"}} 8.0\n', "appears twice"),
+    (GOOD + f'vllm:spec_decode_num_drafts{{engine="0",model_name="{MODEL}"}} 8.0\n',
+     "appears twice"),
     (GOOD.replace('position="1"', 'position="one"'), "expected a label position=\"0\""),
     (GOOD.replace('position="1"', 'position="4"'), "expected every position 0..4"),
-], ids=["no-spec-counters", "empty", "rising", "above-drafts", "zero-rate", "malformed", "no-per-pos",
+], ids=["no-spec-counters", "empty", "rising", "above-drafts", "zero-rate", "malformed",
+        "no-per-pos",
         "duplicate", "bad-position", "gap"])
 def test_bad_metrics_are_one_line_naming_the_problem(tmp_path, text, needle):
     with pytest.raises(ConfigError) as e:
         load_vllm_acceptance(write(tmp_path, "bad.txt", text))
     message = str(e.value)
-    assert message.startswith("--acceptance-from-vllm: ") and needle in message and "\n" not in message
+    assert message.startswith("--acceptance-from-vllm: ")
+    assert needle in message and "\n" not in message
 
 
 def test_missing_file_and_bad_option_value(tmp_path):

@@ -3,7 +3,14 @@ import numpy as np
 import pytest
 
 from src.config import (
-    BetaAlpha, FixedLength, LognormalLength, MixtureAlpha, NormalAlpha, PointAlpha, UniformAlpha, UniformLength,
+    BetaAlpha,
+    FixedLength,
+    LognormalLength,
+    MixtureAlpha,
+    NormalAlpha,
+    PointAlpha,
+    UniformAlpha,
+    UniformLength,
 )
 from src.workload import make_requests, sample_alpha, sample_lengths, stream
 
@@ -27,7 +34,8 @@ def test_alpha_distributions_have_their_means_and_stay_in_the_open_interval():
 
 
 def test_mixture_weights_are_respected():
-    a = sample_alpha(np.random.default_rng(3), MixtureAlpha((0.3, 0.7), (PointAlpha(0.9), PointAlpha(0.4))), (100_000,))
+    a = sample_alpha(np.random.default_rng(3),
+                     MixtureAlpha((0.3, 0.7), (PointAlpha(0.9), PointAlpha(0.4))), (100_000,))
     assert np.mean(a == 0.9) == pytest.approx(0.3, abs=0.01)
 
 
@@ -62,10 +70,12 @@ def test_per_position_requests_carry_the_profile_and_their_scaled_rate():
     from src.acceptance import mean_hazard
     from src.config import PerPositionAlpha
     rates = (0.85, 0.7, 0.6)
-    req = make_requests(3, "pp", PerPositionAlpha(rates, spread=0.3), FixedLength(10), FixedLength(10),
+    req = make_requests(3, "pp", PerPositionAlpha(rates, spread=0.3), FixedLength(10),
+                        FixedLength(10),
                         4, 0, 500, 40)
     assert req.hazard_profile is not None and req.hazard_profile.size == 64
     log_scale = np.log(-np.log(req.alpha) / mean_hazard(rates))
     assert abs(np.median(log_scale)) < 0.02 and log_scale.std() == pytest.approx(0.3, rel=0.03)
-    iid = make_requests(3, "m", PerPositionAlpha((0.7,)), FixedLength(10), FixedLength(10), 4, 0, 2, 3)
+    iid = make_requests(3, "m", PerPositionAlpha((0.7,)), FixedLength(10), FixedLength(10), 4, 0, 2,
+                        3)
     assert iid.hazard_profile is None and np.allclose(iid.alpha, 0.7)

@@ -28,21 +28,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "measured acceptance (each replaces the default quality modes; see README, 'Your measured "
         "acceptance')")
     group.add_argument("--acceptance-from-vllm", metavar="FILE[,FILE2]",
-                       help="saved text of a vLLM server's /metrics endpoint; two files (before,after) "
+                       help="saved text of a vLLM server's /metrics endpoint; two files "
+                       "(before,after) "
                             "use the counts between them. Runs the per-position rates it derives "
                             "(vllm_per_position) and the i.i.d. rate with the same mean acceptance "
                             "length (vllm_iid)")
     group.add_argument("--model-name", help="with --acceptance-from-vllm: use only this model_name "
                                             "label (default: sum every model and engine)")
     group.add_argument("--acceptance-length", metavar="TAU",
-                       help="mean acceptance length per verification, bonus token included (SGLang's "
-                            "'accept len', vLLM's 'Mean acceptance length'); needs --gamma-measured. "
+                       help="mean acceptance length per verification, bonus token included "
+                       "(SGLang's "
+                            "'accept len', vLLM's 'Mean acceptance length'); needs "
+                            "--gamma-measured. "
                             "Turned into an i.i.d. per-token rate: the weaker input")
     group.add_argument("--gamma-measured", metavar="K",
                        help="draft tokens per step when TAU was measured (SGLang: "
                             "--speculative-num-steps of a chain)")
     group.add_argument("--acceptance-trace", metavar="FILE",
-                       help="CSV with columns request_id,step,proposed,accepted (one row per request "
+                       help="CSV with columns request_id,step,proposed,accepted (one row per "
+                       "request "
                             "and verification); runs it as trace_per_position and its i.i.d. fit "
                             "as trace_iid")
 

@@ -37,19 +37,25 @@ class LengthAcceptance:
 def acceptance_from_length(tau, gamma_measured) -> LengthAcceptance:
     """Validate TAU and K (one-line ConfigError naming the option) and invert the closed form."""
     if gamma_measured is None:
-        raise ConfigError("--gamma-measured", "required with --acceptance-length: the number of draft "
+        raise ConfigError("--gamma-measured",
+                          "required with --acceptance-length: the number of draft "
                                               "tokens per step when the length was measured")
     k = _number("--gamma-measured", gamma_measured, integer=True)
     if not 1 <= k <= MAX_GAMMA:
-        raise ConfigError("--gamma-measured", f"must be an integer in 1..{MAX_GAMMA}, got {gamma_measured}")
+        raise ConfigError("--gamma-measured",
+                          f"must be an integer in 1..{MAX_GAMMA}, got {gamma_measured}")
     t = _number("--acceptance-length", tau)
     if not 1.0 < t < k + 1:
-        raise ConfigError("--acceptance-length", f"mean acceptance length (bonus token included) must lie "
-                                                 f"strictly between 1 and K + 1 = {k + 1}, got {tau}")
+        raise ConfigError("--acceptance-length",
+                          f"mean acceptance length (bonus token included) must lie "
+                                                 f"strictly between 1 and K + 1 = {k + 1}, got "
+                                                 f"{tau}")
     alpha = iid_alpha_from_tokens_per_step(t, k)
     if not ALPHA_CLIP[0] <= alpha <= ALPHA_CLIP[1]:
-        raise ConfigError("--acceptance-length", f"{tau} at K = {k} means a per-token rate of {alpha:.5f}; "
-                                                 f"expected one in {ALPHA_CLIP[0]}..{ALPHA_CLIP[1]}")
+        raise ConfigError("--acceptance-length",
+                          f"{tau} at K = {k} means a per-token rate of {alpha:.5f}; "
+                                                 "expected one in "
+                                                 f"{ALPHA_CLIP[0]}..{ALPHA_CLIP[1]}")
     return LengthAcceptance(tau=t, gamma_measured=k, alpha=alpha)
 
 
@@ -64,4 +70,5 @@ def describe(acc: LengthAcceptance) -> list[str]:
 def to_mode(acc: LengthAcceptance) -> PerPositionAlpha:
     """A single rate: i.i.d. acceptance with this alpha for every request."""
     return PerPositionAlpha(rates=(acc.alpha,), source=f"mean acceptance length {acc.tau:g} at "
-                                                       f"K = {acc.gamma_measured}, i.i.d. inversion")
+                                                       f"K = {acc.gamma_measured}, i.i.d. "
+                                                       "inversion")

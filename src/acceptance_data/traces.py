@@ -67,41 +67,50 @@ def read_trace(path: str, option: str = OPTION) -> pd.DataFrame:
     try:
         df = pd.read_csv(io.StringIO(text), dtype=str, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise ConfigError(option, f"{path} is not valid CSV ({str(e).strip()}); expected {expected}") from None
+        raise ConfigError(option,
+                          f"{path} is not valid CSV ({str(e).strip()}); expected "
+                          f"{expected}") from None
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
-        raise ConfigError(option, f"{path} lacks column(s) {', '.join(missing)}; expected {expected}")
+        raise ConfigError(option,
+                          f"{path} lacks column(s) {', '.join(missing)}; expected {expected}")
     if df.empty:
         raise ConfigError(option, f"{path} has a header but no rows; expected {expected}")
     out = pd.DataFrame({"request_id": df["request_id"].str.strip()})
     if out.request_id.isna().any() or (out.request_id == "").any():
         row = int(np.flatnonzero(out.request_id.isna() | (out.request_id == ""))[0]) + 2
-        raise ConfigError(option, f"{path} line {row}: empty request_id; expected an id on every row")
+        raise ConfigError(option,
+                          f"{path} line {row}: empty request_id; expected an id on every row")
     for col, low in (("step", 0), ("proposed", 1), ("accepted", 0)):
         values = pd.to_numeric(df[col].str.strip(), errors="coerce")
         bad = values.isna() | (values != np.floor(values)) | (values < low)
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ConfigError(option, f"{path} line {row + 2}: {col} = {df[col].iloc[row]!r}; expected an "
+            raise ConfigError(option,
+                              f"{path} line {row + 2}: {col} = {df[col].iloc[row]!r}; expected an "
                                       f"integer >= {low}")
         out[col] = values.astype(np.int64)
     over = out.accepted > out.proposed
     if over.any():
         row = int(np.flatnonzero(over.to_numpy())[0])
-        raise ConfigError(option, f"{path} line {row + 2}: accepted {out.accepted.iloc[row]} > proposed "
+        raise ConfigError(option,
+                          f"{path} line {row + 2}: accepted {out.accepted.iloc[row]} > proposed "
                                   f"{out.proposed.iloc[row]}; expected 0 <= accepted <= proposed")
     dup = out.duplicated(["request_id", "step"])
     if dup.any():
         row = int(np.flatnonzero(dup.to_numpy())[0])
-        raise ConfigError(option, f"{path} line {row + 2}: request {out.request_id.iloc[row]!r} step "
-                                  f"{out.step.iloc[row]} appears twice; expected one row per request and step")
+        raise ConfigError(option,
+                          f"{path} line {row + 2}: request {out.request_id.iloc[row]!r} step "
+                                  f"{out.step.iloc[row]} appears twice; expected one row per "
+                                  "request and step")
     return out
 
 
 def pooled_rates(proposed: np.ndarray, accepted: np.ndarray, source: str,
                  option: str = OPTION) -> tuple[float, ...]:
-    """a_i = #(accepted >= i) / #(accepted >= i-1 and proposed >= i), i = 1..max proposed reached."""
+    """a_i = #(accepted >= i) / #(accepted >= i-1 and proposed >= i), i = 1..max proposed
+    reached."""
     rates = []
     for i in range(1, int(proposed.max()) + 1):
         reached = np.count_nonzero((accepted >= i - 1) & (proposed >= i))
@@ -109,18 +118,22 @@ def pooled_rates(proposed: np.ndarray, accepted: np.ndarray, source: str,
             break
         passed = np.count_nonzero(accepted >= i)
         if passed == 0:
-            raise ConfigError(option, f"{source}: none of the {reached} drafts that reached position {i} "
-                                      "had it accepted (rate 0); expected rates in (0, 1] (a longer trace)")
+            raise ConfigError(option,
+                              f"{source}: none of the {reached} drafts that reached position {i} "
+                                      "had it accepted (rate 0); expected rates in (0, 1] (a "
+                                      "longer trace)")
         rates.append(passed / reached)
     if all(a == 1.0 for a in rates):
-        raise ConfigError(option, f"{source}: every proposed draft token was accepted; expected at least "
+        raise ConfigError(option,
+                          f"{source}: every proposed draft token was accepted; expected at least "
                                   "one rejection")
     return tuple(rates)
 
 
 def fit_scales(reach_counts: np.ndarray, accepted_totals: np.ndarray, cumulative_hazard: np.ndarray,
                scale_bounds: tuple[float, float], iterations: int = 80) -> np.ndarray:
-    """Per-request s with sum_i reach_counts[r, i] exp(-s C_i) = accepted_totals[r] (bisection in ln s).
+    """Per-request s with sum_i reach_counts[r, i] exp(-s C_i) = accepted_totals[r] (bisection in
+    ln s).
 
     reach_counts[r, i] = steps of request r that proposed at least i + 1 tokens. Requests outside
     the bounds' range (all accepted, none accepted) get the bound.
@@ -182,7 +195,8 @@ def describe(fit: TraceFit) -> list[str]:
         (f"  mean acceptance length (1 + accepted/steps) {fit.mean_acceptance_length:.3f}, "
          f"draft acceptance rate {fit.accepted_tokens / fit.proposed_tokens:.3f}"),
         f"  per-position conditional rates a_i (pooled): {rates}",
-        f"  per-request scale on them: median {np.median(s):.2f}, 10-90% {q(s, 10):.2f}..{q(s, 90):.2f}",
+        f"  per-request scale on them: median {np.median(s):.2f}, 10-90% "
+        f"{q(s, 10):.2f}..{q(s, 90):.2f}",
         (f"  i.i.d. fit of the same trace: pooled alpha {fit.iid_alpha:.3f}, per-request alpha "
          f"10-90% {q(a, 10):.3f}..{q(a, 90):.3f}"),
     ]

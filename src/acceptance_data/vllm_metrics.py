@@ -16,7 +16,7 @@ text parser, the reference implementation of the format.
 
 Derivation (position i counted from 1 here, from 0 in vLLM's label):
     a_1 = per_pos[0] / drafts,   a_i = per_pos[i-1] / per_pos[i-2]   (conditional rates)
-    mean acceptance length = 1 + accepted / drafts                   (vLLM's convention: bonus included)
+    mean acceptance length = 1 + accepted / drafts          (vLLM's convention: bonus included)
 Two snapshots of the same server (before, after a benchmark) give the window's counts by difference.
 """
 from __future__ import annotations
@@ -57,9 +57,12 @@ def read_text(path: str, option: str = OPTION) -> str:
     except FileNotFoundError:
         raise ConfigError(option, f"file not found: {path}") from None
     except IsADirectoryError:
-        raise ConfigError(option, f"{path} is a folder; expected a saved /metrics text file") from None
+        raise ConfigError(option,
+                          f"{path} is a folder; expected a saved /metrics text file") from None
     except UnicodeDecodeError:
-        raise ConfigError(option, f"{path} is not UTF-8 text; expected a saved /metrics text file") from None
+        raise ConfigError(option,
+                          f"{path} is not UTF-8 text; expected a saved /metrics text "
+                          "file") from None
     except OSError as e:
         raise ConfigError(option, f"cannot read {path} ({e.strerror})") from None
 
@@ -83,9 +86,11 @@ def parse_counters(text: str, source: str, model_name: str | None = None,
     label_sets: set = set()
     try:
         families = list(text_string_to_metric_families(text))
-    except (ValueError, IndexError, KeyError, TypeError) as e:  # malformed lines (ValueError mostly)
+    # malformed lines (ValueError mostly)
+    except (ValueError, IndexError, KeyError, TypeError) as e:
         raise ConfigError(option, f"{source} is not valid Prometheus text exposition format ({e}); "
-                                  "expected the saved output of the server's /metrics endpoint") from None
+                                  "expected the saved output of the server's /metrics "
+                                  "endpoint") from None
     for family in families:
         for sample in family.samples:
             name = _counter_name(sample.name)
@@ -97,7 +102,8 @@ def parse_counters(text: str, source: str, model_name: str | None = None,
                 continue
             key = (name, tuple(sorted(labels.items())))
             if key in seen:
-                raise ConfigError(option, f"{source}: {name}{labels} appears twice (with and without "
+                raise ConfigError(option,
+                                  f"{source}: {name}{labels} appears twice (with and without "
                                           "_total?); expected one sample per counter and label set")
             seen.add(key)
             value = float(sample.value)
@@ -109,7 +115,8 @@ def parse_counters(text: str, source: str, model_name: str | None = None,
             if name == PER_POSITION:
                 position = labels.get("position", "")
                 if not position.isdigit():
-                    raise ConfigError(option, f"{source}: {PER_POSITION} has position={position!r}; "
+                    raise ConfigError(option,
+                                      f"{source}: {PER_POSITION} has position={position!r}; "
                                               "expected a label position=\"0\", \"1\", ...")
                 per_pos[int(position)] = per_pos.get(int(position), 0.0) + value
             else:
@@ -120,8 +127,8 @@ def parse_counters(text: str, source: str, model_name: str | None = None,
             raise ConfigError("--model-name", f"no speculative-decoding counters with model_name="
                                               f"{model_name!r} in {source}; found: {found}")
         raise ConfigError(option, f"no speculative-decoding counters ({DRAFTS}_total, "
-                                  f"{PER_POSITION}_total, ...) in {source}; expected the /metrics text "
-                                  "of a vLLM server started with a speculative config")
+                                  f"{PER_POSITION}_total, ...) in {source}; expected the /metrics "
+                                  "text of a vLLM server started with a speculative config")
     positions = sorted(per_pos)
     if positions and positions != list(range(len(positions))):
         raise ConfigError(option, f"{source}: {PER_POSITION} has positions {positions}; expected "
@@ -135,12 +142,15 @@ def parse_counters(text: str, source: str, model_name: str | None = None,
 
 def difference(before: SpecDecodeCounters, after: SpecDecodeCounters,
                option: str = OPTION) -> SpecDecodeCounters:
-    """after - before, counter by counter; a counter that decreased means a restart or swapped files."""
+    """after - before, counter by counter; a counter that decreased means a restart or swapped
+    files."""
     if len(before.accepted_per_position) != len(after.accepted_per_position):
         raise ConfigError(option, f"{before.source} has {len(before.accepted_per_position)} draft "
-                                  f"positions and {after.source} {len(after.accepted_per_position)}; "
+                                  f"positions and {after.source} "
+                                  f"{len(after.accepted_per_position)}; "
                                   "expected two snapshots of the same server")
-    pairs = [(DRAFTS, before.drafts, after.drafts), (DRAFT_TOKENS, before.draft_tokens, after.draft_tokens),
+    pairs = [(DRAFTS, before.drafts, after.drafts),
+             (DRAFT_TOKENS, before.draft_tokens, after.draft_tokens),
              (ACCEPTED, before.accepted_tokens, after.accepted_tokens)]
     pairs += [(f'{PER_POSITION}{{position="{i}"}}', b, a) for i, (b, a) in
               enumerate(zip(before.accepted_per_position, after.accepted_per_position))]
@@ -151,8 +161,8 @@ def difference(before: SpecDecodeCounters, after: SpecDecodeCounters,
                                       "expected two snapshots of the same server")
         if a is not None and a < b:
             raise ConfigError(option, f"{name} decreased from {b:g} in {before.source} to {a:g} in "
-                                      f"{after.source}; expected the second file to be a later snapshot "
-                                      "of the same server (was it restarted?)")
+                                      f"{after.source}; expected the second file to be a later "
+                                      "snapshot of the same server (was it restarted?)")
         out[name] = None if a is None else a - b
     return SpecDecodeCounters(
         drafts=out[DRAFTS], draft_tokens=out[DRAFT_TOKENS], accepted_tokens=out[ACCEPTED],
@@ -185,20 +195,24 @@ class VllmAcceptance:
     @property
     def short_drafts(self) -> bool:
         """Fewer draft tokens than drafts x positions: some drafts were shorter than k."""
-        return self.draft_tokens is not None and self.draft_tokens < self.drafts * self.positions - 0.5
+        return (self.draft_tokens is not None
+                and self.draft_tokens < self.drafts * self.positions - 0.5)
 
 
 def derive_acceptance(c: SpecDecodeCounters, option: str = OPTION) -> VllmAcceptance:
     """Per-position conditional rates from counters; ConfigError for counts no engine produces."""
     if not c.accepted_per_position:
-        raise ConfigError(option, f"{c.source} has no {PER_POSITION}_total counters (vLLM before V1 "
-                                  "per-position metrics?); expected them, or use --acceptance-length "
+        raise ConfigError(option,
+                          f"{c.source} has no {PER_POSITION}_total counters (vLLM before V1 "
+                                  "per-position metrics?); expected them, or use "
+                                  "--acceptance-length "
                                   "1+accepted/drafts --gamma-measured K instead")
     if c.drafts is None:
         raise ConfigError(option, f"{c.source} has per-position counts but no {DRAFTS}_total; "
                                   "expected both (vLLM V1 exports them together)")
     if c.drafts <= 0:
-        raise ConfigError(option, f"{c.source}: {DRAFTS} is 0; expected a window in which the server "
+        raise ConfigError(option,
+                          f"{c.source}: {DRAFTS} is 0; expected a window in which the server "
                                   "verified drafts")
     counts = (c.drafts,) + c.accepted_per_position
     for i in range(1, len(counts)):
@@ -211,8 +225,10 @@ def derive_acceptance(c: SpecDecodeCounters, option: str = OPTION) -> VllmAccept
     rates = []
     for i in range(1, len(counts)):
         if counts[i] == 0:
-            raise ConfigError(option, f"{c.source}: no draft token was accepted at position {i - 1} "
-                                      f"(conditional rate 0); expected rates in (0, 1], i.e. at least "
+            raise ConfigError(option,
+                              f"{c.source}: no draft token was accepted at position {i - 1} "
+                                      "(conditional rate 0); expected rates in (0, 1], i.e. at "
+                                      "least "
                                       "one acceptance at every position (use a longer window)")
         rates.append(counts[i] / counts[i - 1])
     if all(r == 1.0 for r in rates):
@@ -251,14 +267,16 @@ def describe(acc: VllmAcceptance) -> list[str]:
     unconditional = ", ".join(f"{n / acc.drafts:.3f}" for n in acc.accepted_per_position)
     lines.append(f"  per-position conditional rates a_i: {conditional}")
     lines.append(f"  unconditional P(accepted length >= i): {unconditional}")
-    if abs(sum(acc.accepted_per_position) - acc.accepted_tokens) > 0.01 * max(acc.accepted_tokens, 1):
-        lines.append(f"  note: per-position counts sum to {sum(acc.accepted_per_position):.0f}, not the "
+    if abs(sum(acc.accepted_per_position) - acc.accepted_tokens) > 0.01 * max(acc.accepted_tokens,
+                                                                              1):
+        lines.append(f"  note: per-position counts sum to {sum(acc.accepted_per_position):.0f}, "
+                     "not the "
                      f"accepted-token counter's {acc.accepted_tokens:.0f} (snapshot not atomic?)")
     if acc.short_drafts:
-        lines.append(f"  note: {acc.draft_tokens:.0f} draft tokens < drafts x {acc.positions}: some drafts "
-                     "were shorter, so a_1 (drafts as its base) is a lower bound")
-    lines.append(f"  positions past {acc.positions} reuse a{acc.positions}; every request gets these "
-                 "rates (the counters pool requests, so no spread is inferred)")
+        lines.append(f"  note: {acc.draft_tokens:.0f} draft tokens < drafts x {acc.positions}: "
+                     "some drafts were shorter, so a_1 (drafts as its base) is a lower bound")
+    lines.append(f"  positions past {acc.positions} reuse a{acc.positions}; every request gets "
+                 "these rates (the counters pool requests, so no spread is inferred)")
     return lines
 
 

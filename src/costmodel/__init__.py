@@ -16,24 +16,52 @@ draft passes. Files, one idea each:
 Every public name is importable from `src.costmodel`.
 """
 from src.costmodel.allreduce import (
-    ALLREDUCE_IMPLEMENTATIONS, CUSTOM_ALLREDUCE_MAX_BYTES, AllReduceCost, CustomAllReduceParams,
-    allreduce_coefficients, allreduce_cost, custom_allreduce_supported, load_custom_allreduce,
+    ALLREDUCE_IMPLEMENTATIONS,
+    CUSTOM_ALLREDUCE_MAX_BYTES,
+    AllReduceCost,
+    CustomAllReduceParams,
+    allreduce_coefficients,
+    allreduce_cost,
+    custom_allreduce_supported,
+    load_custom_allreduce,
 )
 from src.costmodel.engines import (
-    DRAFT_KINDS, ENGINE_PROFILES_FILE, IDEAL_ENGINE, EngineProfile,
-    engine_profile, load_engine_profiles,
+    DRAFT_KINDS,
+    ENGINE_PROFILES_FILE,
+    IDEAL_ENGINE,
+    EngineProfile,
+    engine_profile,
+    load_engine_profiles,
 )
 from src.costmodel.flat import CostModel, FlatCostModel
 from src.costmodel.hardware import DraftSpec, HardwareCostModel, StepBreakdown
 from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
 from src.costmodel.presets import (
-    BUILTIN_PRESET_FILES, BYTES_PER_VALUE, PRESETS_DIR, AllReduceFit, CostModelInputError,
-    CostModelParams, GpuSpec, ModelSpec, Presets, check_int, check_tp, load_presets,
+    BUILTIN_PRESET_FILES,
+    BYTES_PER_VALUE,
+    PRESETS_DIR,
+    AllReduceFit,
+    CostModelInputError,
+    CostModelParams,
+    GpuSpec,
+    ModelSpec,
+    Presets,
+    check_int,
+    check_tp,
+    load_presets,
 )
 from src.costmodel.roofline import (
-    ATTENTION_KERNELS_PER_LAYER, KERNELS_PER_LAYER_NON_ATTENTION, LM_HEAD_KERNELS, PassBreakdown,
-    PassCoefficients, attention_terms_s, forward_pass_breakdown,
-    kernel_fixed_s, non_attention_forward_ms, pass_coefficients, pass_components_s,
+    ATTENTION_KERNELS_PER_LAYER,
+    KERNELS_PER_LAYER_NON_ATTENTION,
+    LM_HEAD_KERNELS,
+    PassBreakdown,
+    PassCoefficients,
+    attention_terms_s,
+    forward_pass_breakdown,
+    kernel_fixed_s,
+    non_attention_forward_ms,
+    pass_coefficients,
+    pass_components_s,
     pass_time_table_ms,
 )
 

@@ -36,7 +36,8 @@ class EngineProfile:
 
         target pass (greedy decode, t = 1, or verification, t = gamma + 1):
             overhead = step_cpu_fixed_ms + step_cpu_per_seq_ms S
-                       + [t > 1] ( (rejection_sampling_per_position_ms t + kv_bookkeeping_per_seq_ms) S
+                       + [t > 1] ( (rejection_sampling_per_position_ms t
+                                      + kv_bookkeeping_per_seq_ms) S
                                    + [scoring_batch_expansion] step_cpu_per_seq_ms S (t - 1)
                                    + verification_attention_slowdown_factor attn' - attn(S, t, C) )
             attn' = attn(S, t, C), or with scoring_batch_expansion the attention of S t
@@ -44,7 +45,8 @@ class EngineProfile:
             attn(S t, 1, t C + S t (t - 1) / 2)
         gamma draft-model / EAGLE / self-speculation passes:
             overhead = gamma (draft_pass_cpu_fixed_ms + draft_pass_cpu_per_seq_ms S)
-                       + [e > 0] ( pass(S, 1 + e, C) - pass(S, 1, C) ),  e = draft_catchup_positions_per_seq
+                       + [e > 0] ( pass(S, 1 + e, C) - pass(S, 1, C) ),
+            e = draft_catchup_positions_per_seq
         gamma n-gram passes:  overhead = gamma ngram_pass_cpu_ms
 
     attn(S, t, C) is the GPU-physics attention time of the pass and pass(S, t, C) the draft's
@@ -81,16 +83,24 @@ class EngineProfile:
 
     name: str  # profile id, e.g. "ideal" or "vllm-2024"
     description: str  # one line: which engine and version the numbers stand for
-    step_cpu_fixed_ms: float  # CPU per target pass independent of batch (schedule, prepare, sample, launch, outputs), ms
+    # CPU per target pass independent of batch (schedule, prepare, sample, launch, outputs), ms
+    step_cpu_fixed_ms: float
     step_cpu_per_seq_ms: float  # CPU per target pass per active sequence, ms
-    draft_pass_cpu_fixed_ms: float  # CPU per draft-model / EAGLE pass independent of batch (launch + sampler), ms
+    # CPU per draft-model / EAGLE pass independent of batch (launch + sampler), ms
+    draft_pass_cpu_fixed_ms: float
     draft_pass_cpu_per_seq_ms: float  # CPU per draft pass per active sequence, ms
     ngram_pass_cpu_ms: float  # CPU of one prompt-lookup (n-gram) proposal pass, ms
-    rejection_sampling_per_position_ms: float  # rejection sampler per verified position (gamma + 1 per sequence), ms
-    kv_bookkeeping_per_seq_ms: float  # KV slots for gamma+1 positions + rollback of rejected ones, per sequence per step, ms
-    draft_catchup_positions_per_seq: int  # extra positions in the first draft pass of a step (draft re-reads committed tokens)
-    verification_attention_slowdown_factor: float  # attention time of a verification pass / that of a decode-style kernel (>= 1)
-    scoring_batch_expansion: bool = False  # verification run as S (gamma+1) one-position sequences: per-seq step CPU and KV reads paid per position
+    # rejection sampler per verified position (gamma + 1 per sequence), ms
+    rejection_sampling_per_position_ms: float
+    # KV slots for gamma+1 positions + rollback of rejected ones, per sequence per step, ms
+    kv_bookkeeping_per_seq_ms: float
+    # extra positions in the first draft pass of a step (draft re-reads committed tokens)
+    draft_catchup_positions_per_seq: int
+    # attention time of a verification pass / that of a decode-style kernel (>= 1)
+    verification_attention_slowdown_factor: float
+    # verification run as S (gamma+1) one-position sequences: per-seq step CPU and KV reads paid per
+    # position
+    scoring_batch_expansion: bool = False
     # first draft pass of a step over the gamma + 1 verified positions (e = gamma)
     draft_first_pass_covers_verified: bool = False
     # n-gram proposer called once per step (all gamma drafts), not once per draft
@@ -200,7 +210,8 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
                                       f"allowed: {', '.join(ALLREDUCE_IMPLEMENTATIONS)}")
         if values["verification_attention_slowdown_factor"] < 1.0:
             raise CostModelInputError(f"{where}.verification_attention_slowdown_factor",
-                                      f"must be >= 1, got {values['verification_attention_slowdown_factor']}")
+                                      "must be >= 1, got "
+                                      f"{values['verification_attention_slowdown_factor']}")
         if values.get("launch_overlap_p", 4.0) < 1.0:
             raise CostModelInputError(f"{where}.launch_overlap_p",
                                       f"must be >= 1, got {values['launch_overlap_p']}")

@@ -27,7 +27,8 @@ def raise_does_not_fit(gpu, params, what, need_bytes, weight_bytes, kv_tokens):
     if weight_bytes > usable:  # no batch or context can fit: the weights alone are too large
         raise CostModelInputError(
             "tp", f"{what} has {weight_bytes / 1e9:.1f} GB of weights per GPU but {gpu.gpu_id} has "
-            f"{usable / 1e9:.1f} GB usable ({gpu.memory_gb:g} GB minus {params.memory_reserve_fraction:.0%} "
+            f"{usable / 1e9:.1f} GB usable ({gpu.memory_gb:g} GB minus "
+            f"{params.memory_reserve_fraction:.0%} "
             "reserve); allowed: a larger tp")
     raise CostModelInputError(
         "batch/context", f"{what} needs {need_bytes / 1e9:.1f} GB per GPU (weights "

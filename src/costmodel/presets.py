@@ -298,7 +298,8 @@ def load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
                 except (KeyError, TypeError, ValueError):
                     raise CostModelInputError(
                         f"allreduce.{gpu_id}.{n_text}",
-                        "expected a GPU count key with {latency_us, bus_bandwidth_gb_per_s}") from None
+                        "expected a GPU count key with {latency_us, "
+                        "bus_bandwidth_gb_per_s}") from None
                 allreduce[(gpu_id, n_gpus)] = fit
         for gpu_id, per_kernel in data.get("attention", {}).items():
             for kernel, raw in per_kernel.items() if isinstance(per_kernel, dict) else ():
@@ -333,7 +334,9 @@ def check_tp(model: ModelSpec, tp: int, field_name: str = "tp") -> int:
     if model.n_heads % tp or model.n_kv_heads % tp:
         allowed = [d for d in range(1, model.n_kv_heads + 1)
                    if model.n_kv_heads % d == 0 and model.n_heads % d == 0]
-        failing = " and ".join(f"{name}={n}" for name, n in (("n_heads", model.n_heads), ("n_kv_heads", model.n_kv_heads))
+        failing = " and ".join(f"{name}={n}"
+                               for name, n in (("n_heads", model.n_heads),
+                                               ("n_kv_heads", model.n_kv_heads))
                                if n % tp)
         raise CostModelInputError(
             field_name, f"{tp} does not divide {failing} of {model.model_id}; allowed: "

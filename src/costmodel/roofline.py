@@ -31,7 +31,10 @@ from typing import Sequence
 import numpy as np
 
 from src.costmodel.allreduce import (
-    AllReduceCost, CustomAllReduceParams, allreduce_coefficients, allreduce_cost,
+    AllReduceCost,
+    CustomAllReduceParams,
+    allreduce_coefficients,
+    allreduce_cost,
 )
 from src.costmodel.attention import KERNEL_SHAPES, AttentionKernelModel
 from src.costmodel.engines import EngineProfile
@@ -272,7 +275,8 @@ def attention_terms_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
     T = n_seqs * positions_per_seq
     memory_s = c.attn_read_per_ctx_token_s * (sum_context_tokens + T) + c.attn_per_new_token_s * T
     compute_s = c.attn_compute_per_pair_s * (
-        positions_per_seq * sum_context_tokens + n_seqs * (positions_per_seq * (positions_per_seq + 1) / 2))
+        positions_per_seq * sum_context_tokens + n_seqs
+        * (positions_per_seq * (positions_per_seq + 1) / 2))
     return memory_s, compute_s
 
 

@@ -9,15 +9,23 @@ from matplotlib.lines import Line2D
 
 from src.metrics import best_gamma
 from src.reporting import (
-    FONT_PT, MARKERS, decorate_speedup_axis, legend_outside, ordered, plot_speedup_grid, png_bytes,
+    FONT_PT,
+    MARKERS,
+    decorate_speedup_axis,
+    legend_outside,
+    ordered,
+    plot_speedup_grid,
+    png_bytes,
 )
 
 
 def plot_speedup_vs_batch(hw: dict):
     serving = hw["scenario"].study.serving_modes[-1]
     sim = hw["results"]
-    return plot_speedup_grid(sim[sim.serving_mode == serving], "engine_profile", lambda e: f"engine: {e}",
-                             f"{hw['scenario'].name}: speedup vs batch size ({serving}; dashed: 1.0 = no gain)")
+    return plot_speedup_grid(sim[sim.serving_mode == serving], "engine_profile",
+                             lambda e: f"engine: {e}",
+                             f"{hw['scenario'].name}: speedup vs batch size ({serving}; dashed: "
+                             "1.0 = no gain)")
 
 
 def plot_optimal_gamma(hw: dict):
@@ -31,7 +39,8 @@ def plot_optimal_gamma(hw: dict):
     batches = sorted(set(best.batch_size))
     top = int(max(best.schedule_gamma.max(), 1))
     cmap = plt.get_cmap("YlGnBu", top + 1)
-    fig, axes = plt.subplots(1, len(engine_names), figsize=(0.75 * len(batches) * len(engine_names) + 4.5,
+    fig, axes = plt.subplots(1, len(engine_names),
+                             figsize=(0.75 * len(batches) * len(engine_names) + 4.5,
                                                             0.55 * len(modes) + 1.9),
                              squeeze=False, layout="constrained")
     for i, e in enumerate(engine_names):
@@ -39,13 +48,16 @@ def plot_optimal_gamma(hw: dict):
         grid = np.zeros((len(modes), len(batches)), dtype=int)
         labels = [["" for _ in batches] for _ in modes]
         for k, m in enumerate(modes):
-            sub = best[(best.engine_profile == e) & (best.quality_mode == m)].set_index("batch_size")
-            st = steady[(steady.engine_profile == e) & (steady.quality_mode == m) & steady.mean_context]
+            sub = best[(best.engine_profile == e)
+                       & (best.quality_mode == m)].set_index("batch_size")
+            st = steady[(steady.engine_profile == e) & (steady.quality_mode == m)
+                        & steady.mean_context]
             closed = best_gamma(st, ["batch_size"]).set_index("batch_size").schedule_gamma
             for x, b in enumerate(batches):
                 g = int(sub.loc[b, "schedule_gamma"])
                 grid[k, x] = g
-                labels[k][x] = str(g) if b not in closed.index or int(closed[b]) == g else f"{g} ({int(closed[b])})"
+                same = b not in closed.index or int(closed[b]) == g
+                labels[k][x] = str(g) if same else f"{g} ({int(closed[b])})"
         im = ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=top + 0.5, aspect="auto")
         for k in range(len(modes)):
             for x in range(len(batches)):
@@ -57,7 +69,8 @@ def plot_optimal_gamma(hw: dict):
         ax.set_title(f"engine: {e}", fontsize=FONT_PT + 1)
     fig.colorbar(im, ax=axes, ticks=range(top + 1), shrink=0.9,
                  label="optimal gamma (draft tokens per step; 0 = speculation off)")
-    fig.suptitle(f"{hw['scenario'].name}: optimal gamma by batch size ({serving}, simulated; in brackets: "
+    fig.suptitle(f"{hw['scenario'].name}: optimal gamma by batch size ({serving}, simulated; in "
+                 "brackets: "
                  "the steady-state closed form's pick where it differs)", fontsize=FONT_PT + 2)
     return fig
 
@@ -78,7 +91,8 @@ def plot_speedup_by_context(hw: dict):
             bst = best_gamma(sub, ["batch_size", "context_len_tokens"])
             for k, (c, color) in enumerate(zip(contexts, colors)):
                 line = bst[bst.context_len_tokens == c].sort_values("batch_size")
-                ax.plot(line.batch_size, line.speedup, marker=MARKERS[k % len(MARKERS)], ms=4, color=color,
+                ax.plot(line.batch_size, line.speedup, marker=MARKERS[k % len(MARKERS)], ms=4,
+                        color=color,
                         label=f"{c} tokens")
             decorate_speedup_axis(ax, sorted(sub.batch_size.unique()), f"{m}\nengine: {e}",
                                   "best-gamma speedup (x), steady state" if j == 0 else None)
@@ -95,10 +109,12 @@ def plot_step_breakdown(hw: dict):
     bd, sim = hw["breakdown"], hw["results"]
     engine_names = ordered(bd, "engine_profile")
     serving = hw["scenario"].study.serving_modes[-1]
-    fig, axes = plt.subplots(1, len(engine_names), figsize=(6.2 * len(engine_names) + 2.6, 4.6), squeeze=False,
+    fig, axes = plt.subplots(1, len(engine_names), figsize=(6.2 * len(engine_names) + 2.6, 4.6),
+                             squeeze=False,
                              layout="constrained")
     parts = [("draft_physics_ms", "draft (GPU)"), ("draft_overhead_ms", "draft (engine overhead)"),
-             ("verify_physics_ms", "verify (GPU)"), ("verify_overhead_ms", "verify (engine overhead)")]
+             ("verify_physics_ms", "verify (GPU)"),
+             ("verify_overhead_ms", "verify (engine overhead)")]
     colors = ["#3182bd", "#9ecae1", "#e6550d", "#fdae6b"]
     for i, e in enumerate(engine_names):
         ax = axes[0, i]
@@ -118,7 +134,8 @@ def plot_step_breakdown(hw: dict):
         ax.set_xticks(x, [str(b) for b in sub.batch_size])
         ax.set_xlabel("batch size (concurrent sequences)")
         ax.set_ylabel("time per step (ms)")
-        ax.set_title(f"engine: {e}, gamma {gamma}, context {int(sub.context_len_tokens.iloc[0])} tokens",
+        ax.set_title(f"engine: {e}, gamma {gamma}, context {int(sub.context_len_tokens.iloc[0])} "
+                     "tokens",
                      fontsize=FONT_PT + 1)
         ax.grid(alpha=0.3, axis="y")
     handles, labels = axes[0, 0].get_legend_handles_labels()
@@ -128,12 +145,14 @@ def plot_step_breakdown(hw: dict):
         per_mode = tokens.groupby("quality_mode", sort=False).tokens_per_step.mean()
         blank = Line2D([], [], linestyle="none")
         handles += [blank, blank] + [blank] * len(per_mode)
-        labels += ["", f"tokens a gamma-{gamma} step\ncommits per sequence\n(greedy: 1; mean over\nbatch sizes):"]
+        labels += ["", f"tokens a gamma-{gamma} step\ncommits per sequence\n(greedy: 1; mean "
+                       "over\nbatch sizes):"]
         labels += [f"{m}: {t:.2f}" for m, t in per_mode.items()]
-    fig.legend(handles, labels, loc="outside right center", fontsize=FONT_PT, title="above each bar:\n"
+    fig.legend(handles, labels, loc="outside right center", fontsize=FONT_PT,
+               title="above each bar:\n"
                "spec step / greedy step", title_fontsize=FONT_PT, handlelength=1.5)
-    fig.suptitle(f"{hw['scenario'].name}: what a speculative step costs (each panel on its own scale); "
-                 "speculation pays where spec / greedy < tokens per step")
+    fig.suptitle(f"{hw['scenario'].name}: what a speculative step costs (each panel on its own "
+                 "scale); speculation pays where spec / greedy < tokens per step")
     return fig
 
 

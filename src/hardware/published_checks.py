@@ -30,7 +30,8 @@ from src.costmodel import HardwareCostModel, engine_profile
 from src.hardware.scenario import SCENARIOS_DIR, load_scenario
 from src.sweep import run_grid
 
-MAGICDEC = {"gamma_T_D_ms": 23.63, "T_V_ms": 27.90, "T_AR_ms": 26.17, "omega": 3.37, "speedup": 1.68}
+MAGICDEC = {"gamma_T_D_ms": 23.63, "T_V_ms": 27.90, "T_AR_ms": 26.17, "omega": 3.37,
+            "speedup": 1.68}
 VLLM_BLOG = {  # scenario file -> (low-load speedup, high-load speedup)
     "check-vllm-blog-70b-draft.toml": (1.5, 1 / 1.4),
     "check-vllm-blog-70b-ngram.toml": (2.8, 1 / 1.8),
@@ -96,23 +97,30 @@ def vllm_blog() -> dict:
 def markdown(magicdec_result: dict, vllm_result: dict, v1_result: dict | None = None) -> str:
     p = magicdec_predicted(magicdec_result)
     labels = {"gamma_T_D_ms": "gamma x T_D, ms", "T_V_ms": "T_V, ms", "T_AR_ms": "T_AR, ms",
-              "omega": "Omega (simulated tokens per step)", "speedup": "speedup Omega T_AR / (gamma T_D + T_V), Omega = 3.37"}
-    lines = ["MagicDec Table 1, `ideal` engine:", "", "| quantity | measured | predicted | error |", "|---|---|---|---|"]
+              "omega": "Omega (simulated tokens per step)",
+              "speedup": "speedup Omega T_AR / (gamma T_D + T_V), Omega = 3.37"}
+    lines = ["MagicDec Table 1, `ideal` engine:", "", "| quantity | measured | predicted | error |",
+             "|---|---|---|---|"]
     for key, label in labels.items():
-        lines.append(f"| {label} | {MAGICDEC[key]:.2f} | {p[key]:.2f} | {100 * (p[key] / MAGICDEC[key] - 1):+.1f}% |")
-    lines.append(f"| speedup, simulated (run_grid, continuous refill) | {MAGICDEC['speedup']:.2f} | "
-                 f"{p['simulated_speedup']:.2f} | {100 * (p['simulated_speedup'] / MAGICDEC['speedup'] - 1):+.1f}% |")
+        lines.append(f"| {label} | {MAGICDEC[key]:.2f} | {p[key]:.2f} | "
+                     f"{100 * (p[key] / MAGICDEC[key] - 1):+.1f}% |")
+    lines.append(f"| speedup, simulated (run_grid, continuous refill) | {MAGICDEC['speedup']:.2f} "
+                 f"| {p['simulated_speedup']:.2f} | "
+                 f"{100 * (p['simulated_speedup'] / MAGICDEC['speedup'] - 1):+.1f}% |")
     q = magicdec_predicted(magicdec_result, "vllm-2024")
-    lines += ["", f"The same setup under `vllm-2024` (not what MagicDec ran; for contrast): gamma x T_D "
-              f"{q['gamma_T_D_ms']:.2f} ms, T_V {q['T_V_ms']:.2f} ms, T_AR {q['T_AR_ms']:.2f} ms, simulated "
-              f"speedup {q['simulated_speedup']:.2f}x.", "",
+    lines += ["", "The same setup under `vllm-2024` (not what MagicDec ran; for contrast): gamma x "
+                  "T_D "
+              f"{q['gamma_T_D_ms']:.2f} ms, T_V {q['T_V_ms']:.2f} ms, T_AR {q['T_AR_ms']:.2f} ms, "
+              f"simulated speedup {q['simulated_speedup']:.2f}x.", "",
               "vLLM blog (Llama-3-70B, 4x H100, gamma 5), speedup measured vs predicted:", "",
-              "| check | engine | measured low | predicted B=1/2/4 | measured high | predicted B=64/128/256 |",
+              "| check | engine | measured low | predicted B=1/2/4 | measured high | predicted "
+              "B=64/128/256 |",
               "|---|---|---|---|---|---|"]
     for (name, engine), sp in vllm_result.items():
         low, high = VLLM_BLOG[name]
         check = name.removeprefix("check-vllm-blog-70b-").removesuffix(".toml")
-        lines.append(f"| {check} | {engine} | {low:.2f} | {' / '.join(f'{sp[b]:.2f}' for b in LOW_LOAD)} | "
+        lines.append(f"| {check} | {engine} | {low:.2f} | "
+                     f"{' / '.join(f'{sp[b]:.2f}' for b in LOW_LOAD)} | "
                      f"{high:.3f} | {' / '.join(f'{sp[b]:.2f}' for b in HIGH_LOAD)} |")
     if v1_result is not None:
         sync, fast = v1_result["sync"], v1_result["async"]

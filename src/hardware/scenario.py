@@ -14,12 +14,24 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from src.config import (
-    ConfigError, FixedLength, LengthDistribution, LognormalLength, StudyConfig, UniformLength,
-    build_config, check_keys, read_toml,
+    ConfigError,
+    FixedLength,
+    LengthDistribution,
+    LognormalLength,
+    StudyConfig,
+    UniformLength,
+    build_config,
+    check_keys,
+    read_toml,
 )
 from src.costmodel import (
-    CostModelInputError, EngineProfile, HardwareCostModel, IDEAL_ENGINE, check_tp,
-    load_engine_profiles, load_presets,
+    IDEAL_ENGINE,
+    CostModelInputError,
+    EngineProfile,
+    HardwareCostModel,
+    check_tp,
+    load_engine_profiles,
+    load_presets,
 )
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
@@ -33,17 +45,20 @@ DEFAULT_ENGINE_PROFILES = ("ideal", "vllm-v1")
 
 @dataclass(frozen=True)
 class Scenario:
-    """One deployment and the study grid to run on it. Build with load_scenario/scenario_from_dict."""
+    """One deployment and the study grid to run on it. Build with load_scenario or
+    scenario_from_dict."""
 
     name: str  # short id, e.g. "h100-llama8b-1b"
     description: str  # one or two sentences a reader recognises the deployment by
     gpu_id: str  # GPU preset id (src/presets/gpus.toml)
     target_model_id: str  # target model preset id (src/presets/models.toml)
-    draft: str  # draft model preset id, "eagle" (EAGLE-style head), "ngram" (prompt lookup) or "self"
+    # draft model preset id, "eagle" (EAGLE-style head), "ngram" (prompt lookup) or "self"
+    draft: str
     tp: int  # tensor-parallel degree of the target (GPUs per replica)
     draft_tp: int  # TP degree of a stand-alone draft model (= tp for eagle and self)
     engine_profiles: tuple[str, ...]  # engine profile names to run; the first is the default
-    draft_kv_budget_tokens: int | None  # cap on the cached tokens a draft pass reads per sequence; None = none
+    # cap on the cached tokens a draft pass reads per sequence; None = none
+    draft_kv_budget_tokens: int | None
     acceptance_source: str  # citation (or stated assumption) behind the alpha modes of `study`
     memory_reserve_fraction: float | None  # GPU memory kept free; None = the preset's value
     study: StudyConfig  # the grid: StudyConfig defaults + the file's [study] table
@@ -103,22 +118,26 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     check_keys("scenario", table, SCENARIO_KEYS, REQUIRED_KEYS)
     presets = load_presets()
     name = _string("name", table["name"])
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):  # it names the output folder runs/NAME
-        raise ConfigError("scenario.name", f"{name!r} is not a plain file name; allowed: letters, digits, '.', '_', '-'")
+    # it names the output folder runs/NAME
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise ConfigError("scenario.name",
+                          f"{name!r} is not a plain file name; allowed: letters, digits, '.', '_', "
+                          "'-'")
     description = table.get("description", "")
     if not isinstance(description, str):
         raise ConfigError("scenario.description", f"expected a string, got {description!r}")
     gpu = _string("gpu", table["gpu"])
     if gpu not in presets.gpus:
-        raise ConfigError("scenario.gpu", f"unknown '{gpu}'; allowed: {', '.join(sorted(presets.gpus))}")
+        raise ConfigError("scenario.gpu",
+                          f"unknown '{gpu}'; allowed: {', '.join(sorted(presets.gpus))}")
     target = _string("target", table["target"])
     if target not in presets.models:
         raise ConfigError("scenario.target",
                           f"unknown '{target}'; allowed: {', '.join(sorted(presets.models))}")
     draft = _string("draft", table["draft"])
     if draft not in presets.models and draft not in SPECIAL_DRAFTS:
-        raise ConfigError("scenario.draft", f"unknown '{draft}'; allowed: "
-                                            f"{', '.join((*SPECIAL_DRAFTS, *sorted(presets.models)))}")
+        allowed = ", ".join((*SPECIAL_DRAFTS, *sorted(presets.models)))
+        raise ConfigError("scenario.draft", f"unknown '{draft}'; allowed: {allowed}")
     tp = _positive_int("tp", table.get("tp", 1))
     try:
         check_tp(presets.model(target), tp)
@@ -165,7 +184,8 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
                           f"expected a number in 0..1 (exclusive of 1), got {reserve!r}")
     acceptance_source = table.get("acceptance_source", "")
     if not isinstance(acceptance_source, str):
-        raise ConfigError("scenario.acceptance_source", f"expected a string, got {acceptance_source!r}")
+        raise ConfigError("scenario.acceptance_source",
+                          f"expected a string, got {acceptance_source!r}")
     study_table = data.get("study", {})
     if not isinstance(study_table, Mapping):
         raise ConfigError("study", "expected a table of StudyConfig fields")
@@ -199,7 +219,8 @@ def check_memory(scenario: Scenario) -> None:
             "study.batch_sizes",
             f"batch {batch} x {tokens} tokens per sequence (longest prompt + output + gamma + 1) "
             f"needs {need_gb:.1f} GB per GPU but {scenario.gpu_id} has {usable_gb:.1f} GB usable; "
-            f"allowed: batch sizes up to {largest} at these lengths, a larger tp or shorter prompts")
+            f"allowed: batch sizes up to {largest} at these lengths, a larger tp or shorter "
+            "prompts")
 
 
 def load_scenario(path: str | Path) -> Scenario:

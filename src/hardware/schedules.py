@@ -38,7 +38,8 @@ def schedule_ranges(batches: list[int], gammas: list[int], upper: int) -> list[l
     return ranges
 
 
-def schedule_gain(sim: pd.DataFrame, schedule_gamma_by_batch: dict[int, int], fixed_gamma: int) -> tuple[float, float]:
+def schedule_gain(sim: pd.DataFrame, schedule_gamma_by_batch: dict[int, int],
+                  fixed_gamma: int) -> tuple[float, float]:
     """Throughput the schedule gains over a fixed gamma: (mean, max) over the grid's batch sizes of
     speedup(schedule) / speedup(fixed) - 1, where gamma 0 means greedy (speedup 1)."""
     ratios = []
@@ -58,7 +59,8 @@ def context_rules(best_by_batch_context: pd.DataFrame) -> list[tuple[int, int, i
     batch sizes whose ranges are identical merge. Batch and context bounds are grid values.
     """
     per_batch = []
-    for b, sub in best_by_batch_context.sort_values(["batch_size", "context_len_tokens"]).groupby("batch_size"):
+    for b, sub in best_by_batch_context.sort_values(["batch_size",
+                                                     "context_len_tokens"]).groupby("batch_size"):
         segments = []
         for c, g in zip(sub.context_len_tokens, sub.schedule_gamma):
             if segments and segments[-1][2] == g:
@@ -80,10 +82,13 @@ def schedules(sim: pd.DataFrame) -> list[dict]:
     """One vLLM schedule per (engine, quality mode, serving mode), with its gains."""
     out = []
     best = best_gamma(sim, ["engine_profile", "quality_mode", "serving_mode", "batch_size"])
-    for (engine, mode, serving), sub in best.groupby(["engine_profile", "quality_mode", "serving_mode"], sort=False):
+    for (engine, mode,
+         serving), sub in best.groupby(["engine_profile", "quality_mode", "serving_mode"],
+                                       sort=False):
         sub = sub.sort_values("batch_size")
         batches, gammas = sub.batch_size.tolist(), sub.schedule_gamma.tolist()
-        grid = sim[(sim.engine_profile == engine) & (sim.quality_mode == mode) & (sim.serving_mode == serving)]
+        grid = sim[(sim.engine_profile == engine) & (sim.quality_mode == mode)
+                   & (sim.serving_mode == serving)]
         by_batch = dict(zip(batches, gammas))
         mean_speedup = grid.groupby("gamma").speedup.mean()
         best_fixed = int(mean_speedup.idxmax())
@@ -91,7 +96,8 @@ def schedules(sim: pd.DataFrame) -> list[dict]:
         gain_two = schedule_gain(grid, by_batch, 2) if 2 in set(grid.gamma) else None
         out.append({"engine_profile": engine, "quality_mode": mode, "serving_mode": serving,
                     "ranges": schedule_ranges(batches, gammas, batches[-1]),
-                    "max_gamma": max(gammas), "best_fixed_gamma": best_fixed, "gain_vs_best_fixed": gain_best,
+                    "max_gamma": max(gammas), "best_fixed_gamma": best_fixed,
+                    "gain_vs_best_fixed": gain_best,
                     "gain_vs_gamma_2": gain_two})
     return out
 
@@ -113,5 +119,6 @@ def vllm_config_json(schedule: dict) -> str:
     """vllm_speculative_config as one line of JSON, or a sentence when speculation never pays."""
     cfg = vllm_speculative_config(schedule)
     if cfg is None:
-        return "speculation slower than greedy at every batch size: leave --speculative-config unset"
+        return ("speculation slower than greedy at every batch size: leave --speculative-config "
+                "unset")
     return json.dumps(cfg)

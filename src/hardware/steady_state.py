@@ -5,7 +5,7 @@ simulating every point (src/sweep.py) would be too slow. Under continuous refill
 busy and ragged verification, a step advances every sequence, so (MagicDec, Chen et al. 2024,
 eq. 2, with an effective tokens-per-step for a mixture of requests)
 
-    speedup(B, gamma, ctx) = Omega_eff(gamma) x T_AR(B, ctx) / (gamma T_D(B, ctx) + T_V(B, gamma, ctx))
+    speedup(B, g, ctx) = Omega_eff(g) T_AR(B, ctx) / (g T_D(B, ctx) + T_V(B, g, ctx)),  g = gamma
 
 with Omega_eff = 1 / E[1 / E[K + 1](alpha)] over the mode's alphas: a request of L tokens needs
 L / E[K + 1](alpha) steps, so a slot's tokens per step is the harmonic mean over requests (equal
@@ -27,7 +27,8 @@ def effective_tokens_per_step(alphas: np.ndarray, gamma: int,
                               hazard_profile: np.ndarray | None = None) -> float:
     """Omega_eff = 1 / mean(1 / E[K + 1](alpha)): tokens per step of a slot serving these requests
     (per-position modes: E[K + 1] from the mode's hazard profile, src/acceptance.py)."""
-    return float(1.0 / np.mean(1.0 / expected_tokens_per_step_profile(alphas, gamma, hazard_profile)))
+    return float(1.0
+                 / np.mean(1.0 / expected_tokens_per_step_profile(alphas, gamma, hazard_profile)))
 
 
 def step_times_ms(cost, batch_sizes, gammas, context_len_tokens: int) -> pd.DataFrame:
@@ -44,7 +45,8 @@ def step_times_ms(cost, batch_sizes, gammas, context_len_tokens: int) -> pd.Data
             continue  # does not fit at this batch and context
         rows.append(int(b))
     if not rows:
-        return pd.DataFrame(columns=["batch_size", "gamma", "context_len_tokens", "t_ar_ms", "t_draft_ms", "t_verify_ms"])
+        return pd.DataFrame(columns=["batch_size", "gamma", "context_len_tokens", "t_ar_ms",
+                                     "t_draft_ms", "t_verify_ms"])
     batches = np.asarray(rows)
     active = np.arange(batches.max())[None, :] < batches[:, None]  # [R, Bmax]
     ctx = np.full(active.shape, int(context_len_tokens))
@@ -53,7 +55,8 @@ def step_times_ms(cost, batch_sizes, gammas, context_len_tokens: int) -> pd.Data
     for g in gammas:
         t_draft = cost.draft_passes_time(active, int(g), ctx)
         t_verify = cost.target_pass_time(active, int(g) + 1, ctx)
-        out.append(pd.DataFrame({"batch_size": batches, "gamma": int(g), "context_len_tokens": int(context_len_tokens),
+        out.append(pd.DataFrame({"batch_size": batches, "gamma": int(g),
+                                 "context_len_tokens": int(context_len_tokens),
                                  "t_ar_ms": t_ar, "t_draft_ms": t_draft, "t_verify_ms": t_verify}))
     return pd.concat(out, ignore_index=True)
 
@@ -88,7 +91,8 @@ def overhead_variants(profile: EngineProfile) -> list[tuple[str, EngineProfile]]
     cpu_only = replace(profile, draft_catchup_positions_per_seq=0, scoring_batch_expansion=False,
                        draft_first_pass_covers_verified=False,
                        verification_attention_slowdown_factor=1.0)
-    with_catchup = replace(cpu_only, draft_catchup_positions_per_seq=profile.draft_catchup_positions_per_seq,
+    with_catchup = replace(cpu_only,
+                           draft_catchup_positions_per_seq=profile.draft_catchup_positions_per_seq,
                            draft_first_pass_covers_verified=profile.draft_first_pass_covers_verified)
     with_expansion = replace(with_catchup, scoring_batch_expansion=profile.scoring_batch_expansion)
     return [("cpu", cpu_only), ("draft_catchup", with_catchup), ("batch_expansion", with_expansion),
@@ -101,8 +105,8 @@ def overhead_variant_costs(scenario, profile: EngineProfile) -> list[tuple[str, 
 
 
 def overhead_split_ms(variant_costs, batch: int, gamma: int, context: int) -> dict[str, float]:
-    """Engine overhead of one speculative step (draft + verification), ms, split into OVERHEAD_PARTS;
-    variant_costs from overhead_variant_costs."""
+    """Engine overhead of one speculative step (draft + verification), ms, split into
+    OVERHEAD_PARTS; variant_costs from overhead_variant_costs."""
     split, previous = {}, 0.0
     for part, cost in variant_costs:
         bd = cost.step_breakdown(batch, gamma, context)

@@ -22,7 +22,8 @@ STEADY_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # steady-state batch s
 
 
 def mean_tokens(seed: int, dist) -> float:
-    """Mean of a length distribution (by 100k draws from its own stream; exact for fixed/uniform to 0.1%)."""
+    """Mean of a length distribution (by 100k draws from its own stream; exact for fixed/uniform
+    to 0.1%)."""
     return float(sample_lengths(stream(seed, "mean-length", repr(dist)), dist, (100_000,)).mean())
 
 
@@ -46,14 +47,17 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> di
     cfg = scenario.study
     say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     engines = scenario.engine_profiles
-    say(f"hardware scenario {scenario.name}: {len(engines)} engine profiles x "
-        f"{len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)} grid points"
-        + (f", {min(workers, len(engines))} at a time in worker processes" if workers > 1 and len(engines) > 1 else ""))
+    points = (len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes)
+              * len(cfg.serving_modes))
+    parallel = workers > 1 and len(engines) > 1
+    say(f"hardware scenario {scenario.name}: {len(engines)} engine profiles x {points} grid points"
+        + (f", {min(workers, len(engines))} at a time in worker processes" if parallel else ""))
     if workers > 1 and len(engines) > 1:
         grids = map_in_processes(engine_grid, [(scenario, e, quiet) for e in engines], workers)
     else:
         grids = [engine_grid(scenario, e, quiet) for e in engines]
-    say(f"hardware scenario {scenario.name}: steady-state sweeps over batch x gamma x context and plots")
+    say(f"hardware scenario {scenario.name}: steady-state sweeps over batch x gamma x context and "
+        "plots")
     steady, breakdown, attribution = [], [], []
     mean_context = mean_tokens(cfg.seed, cfg.prompt_len) + mean_tokens(cfg.seed, cfg.output_len) / 2
     ctx_mean, b_hi = int(round(mean_context)), max(cfg.batch_sizes)
@@ -67,10 +71,12 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> di
         cost = scenario.cost_model(engine)
         physics_only = scenario.cost_model(steady_state.physics_only_variant(profiles[engine]))
         for ctx in CONTEXTS_TOKENS + (ctx_mean,):
-            times = steady_state.step_times_ms(cost, sorted(set(STEADY_BATCHES) | set(cfg.batch_sizes)),
+            times = steady_state.step_times_ms(cost,
+                                               sorted(set(STEADY_BATCHES) | set(cfg.batch_sizes)),
                                                  cfg.gammas, ctx)
             for m in cfg.quality_modes:
-                t = times.assign(engine_profile=engine, quality_mode=m, mean_context=ctx == ctx_mean)
+                t = times.assign(engine_profile=engine, quality_mode=m,
+                                 mean_context=ctx == ctx_mean)
                 t["speedup"] = steady_state.steady_state_speedups(t, omega[m])
                 steady.append(t)
         variant_costs = steady_state.overhead_variant_costs(scenario, profiles[engine])
@@ -78,31 +84,41 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> di
             parts = cost.step_breakdown(b, gamma_ref, ctx_mean)
             breakdown.append({"engine_profile": engine, "batch_size": b, "gamma": gamma_ref,
                               "context_len_tokens": parts.context_len_tokens, **{
-                                  k: getattr(parts, k) for k in ("decode_physics_ms", "decode_overhead_ms",
-                                                                 "verify_physics_ms", "verify_overhead_ms",
-                                                                 "draft_physics_ms", "draft_overhead_ms")},
-                              **steady_state.overhead_split_ms(variant_costs, b, gamma_ref, ctx_mean)})
+                                  k: getattr(parts, k)
+                                  for k in ("decode_physics_ms", "decode_overhead_ms",
+                                                                 "verify_physics_ms",
+                                                                 "verify_overhead_ms",
+                                                                 "draft_physics_ms",
+                                                                 "draft_overhead_ms")},
+                              **steady_state.overhead_split_ms(variant_costs, b, gamma_ref,
+                                                               ctx_mean)})
         # where the large-batch loss comes from: closed-form best-gamma speedup at the largest batch
         # as each mechanism of the engine profile is added to the physics
-        for label, variant_cost in [("physics only", physics_only)] + [(f"+ {p}", c) for p, c in variant_costs]:
+        for label, variant_cost in [("physics only", physics_only)] + [(f"+ {p}", c)
+                                                                       for p, c in variant_costs]:
             times = steady_state.step_times_ms(variant_cost, [b_hi], cfg.gammas, ctx_mean)
             for m in cfg.quality_modes:
-                t = times.assign(quality_mode=m, speedup=steady_state.steady_state_speedups(times, omega[m]))
+                t = times.assign(quality_mode=m,
+                                 speedup=steady_state.steady_state_speedups(times, omega[m]))
                 best = best_gamma(t, ["quality_mode"]).iloc[0]
                 attribution.append({"engine_profile": engine, "quality_mode": m, "batch_size": b_hi,
-                                    "context_len_tokens": ctx_mean, "variant": label, "gamma": int(best.gamma),
+                                    "context_len_tokens": ctx_mean, "variant": label,
+                                    "gamma": int(best.gamma),
                                     "speedup": float(best.speedup)})
     results = pd.concat(grids, ignore_index=True)
     results.insert(0, "scenario", scenario.name)
-    results["greedy_throughput_tokens_per_s"] = 1000 * results.greedy_throughput_tokens_per_time_unit
-    results["speculative_throughput_tokens_per_s"] = 1000 * results.speculative_throughput_tokens_per_time_unit
-    return {"scenario": scenario, "results": results, "steady": pd.concat(steady, ignore_index=True),
+    for decoder in ("greedy", "speculative"):  # time unit ms -> tokens per second
+        results[f"{decoder}_throughput_tokens_per_s"] = (
+            1000 * results[f"{decoder}_throughput_tokens_per_time_unit"])
+    return {"scenario": scenario, "results": results,
+            "steady": pd.concat(steady, ignore_index=True),
             "breakdown": pd.DataFrame(breakdown), "attribution": pd.DataFrame(attribution),
             "mean_context": mean_context}
 
 
 def hardware_job(scenario: Scenario, quiet: bool, workers: int = 1) -> dict:
-    """run_scenario plus its plots, rendered where it ran (so a worker process returns PNG bytes)."""
+    """run_scenario plus its plots, rendered where it ran (so a worker process returns PNG
+    bytes)."""
     hw = run_scenario(scenario, quiet=quiet, workers=workers)
     hw["plots"] = render_plots(hw)
     return hw

@@ -30,8 +30,19 @@ from pathlib import Path
 from src.config import OneLineArgumentParser
 from src.costmodel import CostModelInputError, ModelSpec, load_presets
 from src.measure.plan import (
-    ATTENTION_BACKENDS, COLUMNS, GIB, MODES, WHATS, Config, RepPolicy, build_configs,
-    config_bytes, estimate_plan_s, kv_cache_bytes, memory_margin_bytes, split_by_memory,
+    ATTENTION_BACKENDS,
+    COLUMNS,
+    GIB,
+    MODES,
+    WHATS,
+    Config,
+    RepPolicy,
+    build_configs,
+    config_bytes,
+    estimate_plan_s,
+    kv_cache_bytes,
+    memory_margin_bytes,
+    split_by_memory,
     tiny_spec,
 )
 
@@ -378,7 +389,11 @@ def _measure_model(run: _Run, model: str, configs: list[Config], deadline_s: flo
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from src.measure.model import (
-        KVCache, attention_only_step, forward_step, prefill_step, random_weights,
+        KVCache,
+        attention_only_step,
+        forward_step,
+        prefill_step,
+        random_weights,
     )
     from src.measure.timing import time_step
 

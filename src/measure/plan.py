@@ -25,7 +25,11 @@ import math
 from dataclasses import dataclass, replace
 
 from src.costmodel import (
-    CostModelInputError, CostModelParams, GpuSpec, ModelSpec, forward_pass_breakdown,
+    CostModelInputError,
+    CostModelParams,
+    GpuSpec,
+    ModelSpec,
+    forward_pass_breakdown,
 )
 
 MODES = ("graph", "eager")

@@ -17,7 +17,6 @@ import argparse
 import sys
 from dataclasses import replace
 
-import numpy as np
 import pandas as pd
 
 from src.hardware.scenario import SCENARIOS_DIR
@@ -53,6 +52,7 @@ def plot(df: pd.DataFrame) -> bytes:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     from src.online.report import _png
     checks = list(dict.fromkeys(df.check))
     fig, axes = plt.subplots(1, len(checks), figsize=(6.2 * len(checks), 4.8), squeeze=False)

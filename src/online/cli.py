@@ -19,7 +19,11 @@ from dataclasses import replace
 from typing import Any
 
 from src.config import (
-    ConfigError, OneLineArgumentParser, PerPositionAlpha, check_alpha, read_toml,
+    ConfigError,
+    OneLineArgumentParser,
+    PerPositionAlpha,
+    check_alpha,
+    read_toml,
 )
 
 SERVING_KEYS = (
@@ -321,7 +325,8 @@ def config_from_args(args: argparse.Namespace):
         if isinstance(alpha, PerPositionAlpha) and len(set(alpha.rates)) > 1:
             # the serving engine samples i.i.d. acceptance only; running a per-position mode there
             # would silently treat its geometric-mean rate as every position's
-            raise ConfigError(mode_f, f"'{alpha_mode}' is a per-position mode, which serve does not "
+            raise ConfigError(mode_f,
+                              f"'{alpha_mode}' is a per-position mode, which serve does not "
                                       "support yet; use an i.i.d. mode or --alpha")
     sched_v, sched_f = pick("schedule", "schedule", None)
     schedule_json = None

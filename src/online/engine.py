@@ -618,7 +618,9 @@ class Engine:
             * spec[:, None]
         )
         R2 = np.broadcast_to(rows[:, None], order.shape)
-        put = lambda a, v: a.__setitem__((R2[act], order[act]), v[act])
+        def put(a, v):
+            a[R2[act], order[act]] = v[act]
+
         put(s.ctx, ctx0 + done_tokens)
         put(s.rem, rem0 - done_tokens)
         put(s.steps, steps0 + n_steps[:, None] * spec[:, None])

@@ -206,8 +206,9 @@ def report(args) -> str:
         where = "batch sizes"
         asked = f"{batches[0]}-{batches[-1]}" if len(batches) > 1 else str(batches[0])
     else:
-        from src.online.study import run_serving
         from dataclasses import replace
+
+        from src.online.study import run_serving
         cfg = replace(cfg, policies=f"none,schedule,fixed:{sglang_gamma}",
                       schedule_json=json.dumps([list(r) for r in schedule.ranges]))
         t = run_serving(cfg, workers=None)["table"].set_index(["policy", "rate_per_s"])

@@ -34,7 +34,9 @@ def _ci(row, key, digits=2, scale=1.0):
 
 def _table(header, rows, indent="  "):
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = lambda r: indent + "  ".join(str(x).ljust(w) for x, w in zip(r, widths))
+    def line(r):
+        return indent + "  ".join(str(x).ljust(w) for x, w in zip(r, widths))
+
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
