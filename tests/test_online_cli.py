@@ -172,3 +172,13 @@ def test_the_study_and_serve_keep_each_others_outputs(tmp_path):
     text = (tmp_path / "results" / "summary.txt").read_text()
     assert text.count("SERVING UNDER LOAD (python run.py serve)") == 1
     assert text.index("SERVING UNDER LOAD") > 0  # after the study's own sections
+
+
+def test_duration_sends_the_arrivals_of_that_window():
+    from src.online.cli import config_from_args, make_parser
+    from src.online.study import run_serving
+    cfg = config_from_args(make_parser().parse_args(
+        ["--duration-s", "20", "--rates", "3", "--policies", "none", "--replications", "2",
+         "--arrival", "gamma:2"]))
+    t = run_serving(cfg, workers=1)["table"]
+    assert 60 <= t.requests.iloc[0] <= 200  # about 2 x 3/s x 20 s

@@ -1,0 +1,77 @@
+"""Speculation policies (src/online/policies.py): vLLM's schedule semantics, parsing, adaptive."""
+import numpy as np
+import pytest
+
+from src.config import ConfigError
+from src.costmodel import HardwareCostModel
+from src.online.engine import PolicyView
+from src.online.policies import (
+    Adaptive, BatchSchedule, FixedGamma, OffAbove, compress_schedule, parse_policies,
+    parse_schedule_json,
+)
+from src.online.steptime import StepTimer
+
+
+def test_schedule_lookup_follows_vllm():
+    """vLLM's build_dynamic_sd_schedule_lookup: gaps take the previous K, the tail the last K,
+    every K capped at num_speculative_tokens (its own worked example: [(1,16,4),(32,128,2)])."""
+    dense = BatchSchedule(((1, 16, 4), (32, 128, 2)), 3).lookup(200)
+    assert dense[1] == dense[16] == 3  # capped at num_speculative_tokens
+    assert dense[17] == dense[31] == 3  # the gap carries the previous K
+    assert dense[32] == dense[128] == dense[200] == 2
+
+
+def test_schedule_json_rules_and_round_trip():
+    s = parse_schedule_json('{"num_speculative_tokens": 3, '
+                            '"num_speculative_tokens_per_batch_size": [[1, 8, 3], [9, 64, 0]]}')
+    assert s.ranges == ((1, 8, 3), (9, 64, 0)) and s.num_speculative_tokens == 3
+    for bad in ("[[2, 8, 3]]", "[[1, 8, 3], [8, 9, 1]]", "[[1, 8, -1]]", "[[1, 8]]", "{}",
+                '{"num_speculative_tokens": 0, "num_speculative_tokens_per_batch_size": [[1,2,0]]}',
+                "not json"):
+        with pytest.raises(ConfigError):
+            parse_schedule_json(bad)
+    gammas = np.array([0, 4, 4, 3, 3, 3, 0, 0])
+    s = compress_schedule(gammas)
+    assert s.ranges == ((1, 2, 4), (3, 5, 3), (6, 7, 0)) and s.num_speculative_tokens == 4
+    np.testing.assert_array_equal(s.lookup(7)[1:], gammas[1:])
+
+
+def test_parse_policies():
+    sched = BatchSchedule(((1, 1, 1),), 1)
+    names = [p.name for p in parse_policies("none,fixed,fixed:2,schedule,adaptive,off-above,"
+                                            "off-above:16:3", 4, 8, sched, 32)]
+    assert names == ["none", "fixed:4", "fixed:2", "schedule", "adaptive", "off-above:32",
+                     "off-above:16"]
+    for bad in ("magic", "fixed:0", "fixed:99", "none,none", "off-above:x", ""):
+        with pytest.raises(ConfigError):
+            parse_policies(bad, 4, 8, sched, 32)
+
+
+def _view(batch, alpha_acc, tested, engine="vllm-v1"):
+    cost = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="llama-3.2-1b",
+                                          engine=engine)
+    W = 256
+    dec = np.arange(W)[None, :] < np.array(batch)[:, None]
+    r = len(batch)
+    return PolicyView(batch=np.array(batch), decoding=dec, context=np.full((r, W), 600),
+                      accepted=np.full((r, W), alpha_acc), tested=np.full((r, W), tested),
+                      pooled_accepted=np.zeros(r), pooled_tested=np.zeros(r),
+                      timer=StepTimer(cost, True), max_gamma=8)
+
+
+def test_adaptive_speculates_deep_when_acceptance_is_high_and_not_when_it_is_low():
+    p = Adaptive(max_gamma=8)
+    high = p.gammas(_view([1], 900, 1000))  # observed acceptance 0.9 at batch 1
+    low = p.gammas(_view([1], 50, 1000))  # 0.05
+    assert high[0] >= 4 and low[0] == 0
+
+
+def test_adaptive_turns_speculation_down_as_the_batch_grows_under_a_costly_engine():
+    g = Adaptive(max_gamma=8).gammas(_view([1, 256], 700, 1000, engine="vllm-2024"))
+    assert g[0] > g[1]
+
+
+def test_off_above_and_fixed():
+    view = _view([4, 40], 0, 0)
+    np.testing.assert_array_equal(OffAbove(16, 3).gammas(view), [3, 0])
+    np.testing.assert_array_equal(FixedGamma(2).gammas(view), [2, 2])
