@@ -72,9 +72,11 @@ def test_serve_writes_csv_summary_section_and_plots_reproducibly(tmp_path):
     for name in ("serving_latency_vs_rate", "serving_throughput_latency", "serving_goodput"):
         assert (out / "plots" / f"{name}.png").stat().st_size > 10_000
     # a second run replaces the section (not appends) and gives byte-identical results
+    csv = (out / "results" / "serving.csv").read_bytes()
     p = run(*QUICK, "--out", str(out))
     assert p.returncode == 0
     assert summary.read_text() == text
+    assert (out / "results" / "serving.csv").read_bytes() == csv
     assert text.count("SERVING UNDER LOAD (") == 1
 
 
