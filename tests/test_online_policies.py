@@ -6,7 +6,12 @@ from src.config import ConfigError
 from src.costmodel import HardwareCostModel
 from src.online.engine import PolicyView
 from src.online.policies import (
-    Adaptive, BatchSchedule, FixedGamma, OffAbove, compress_schedule, parse_policies,
+    Adaptive,
+    BatchSchedule,
+    FixedGamma,
+    OffAbove,
+    compress_schedule,
+    parse_policies,
     parse_schedule_json,
 )
 from src.online.steptime import StepTimer
