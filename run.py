@@ -96,7 +96,8 @@ def study(plan: cli.RunPlan, state: dict) -> None:
         + "results and summary")
     try:
         paths = analysis.write_outputs(plan.out, cfg, reference, comparison, cost, hardware,
-                                       after_commit=lambda: state.update(published=True))
+                                       after_commit=lambda: state.update(published=True),
+                                       quiet=plan.quiet)
     except OSError as e:
         raise WriteFailed(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}") from None
     say(f"wrote {len(paths)} files in {plan.out}/results and {plan.out}/plots in "

@@ -4,11 +4,11 @@
     python scripts/time_examples.py --dry-run  # list the commands it would time
 
 The commands are read from README.md's code blocks, so the table times what the README shows.
-Examples that need files a reader brings (a /metrics snapshot, a trace) and help or listing
-commands are left out. Each runs with --quiet, its outputs in a temporary folder, so the
-repository is not touched. Wall time depends on the machine and on what else it runs: the block
-states the core count and the load average at the start; CPU time (user + system, all processes
-of the run) is the steadier figure.
+Examples that need files a reader brings (a /metrics snapshot, a trace) or a GPU (measure), and
+help or listing commands, are left out. Each runs with --quiet, its outputs in a temporary
+folder, so the repository is not touched. Wall time depends on the machine and on what else it
+runs: the block states the core count and the load average at the start; CPU time (user +
+system, all processes of the run) is the steadier figure.
 """
 from __future__ import annotations
 
@@ -31,18 +31,24 @@ from src.analysis import md_table, replace_block  # noqa: E402
 from src.reporting import write_atomic  # noqa: E402
 
 SKIP_FLAGS = ("--help", "--list", "--acceptance-from-vllm", "--acceptance-trace")
+SKIP_SUBCOMMANDS = ("measure",)  # needs a GPU and PyTorch
 
 
 def readme_examples(readme: str) -> list[str]:
     """The `python run.py ...` lines of the README's code blocks, without trailing comments."""
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", readme, flags=re.S):
+        block = re.sub(r"\\\n\s*", "", block)  # join continued lines
         for line in block.splitlines():
             line = line.split(" #", 1)[0].strip()
             if "python run.py" not in line:
                 continue
             command = line[line.index("python run.py"):]
-            if not any(flag in command.split() for flag in SKIP_FLAGS) and command not in commands:
+            words = command.split()
+            subcommand = words[2] if len(words) > 2 else ""
+            if any(flag in words for flag in SKIP_FLAGS) or subcommand in SKIP_SUBCOMMANDS:
+                continue
+            if command not in commands:
                 commands.append(command)
     return commands
 

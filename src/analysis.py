@@ -32,6 +32,7 @@ from src.reporting import (
     log2_batch_axis,
     md_table,
     ordered,
+    plot_progress,
     plot_speedup_grid,
     png_bytes,
     reference_gamma,
@@ -456,7 +457,7 @@ def study_owns(rel: str) -> bool:
 
 def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None,
                   comparison: pd.DataFrame | None, cost, hardware: dict | None = None,
-                  after_commit=None) -> list[str]:
+                  after_commit=None, quiet: bool = True) -> list[str]:
     """Render everything in memory, then write it: results/results.csv (reference and hardware rows,
     told apart by `scenario`), results/verification_comparison.csv, results/summary.txt and the
     plots of each part that ran, replacing OUT/results and OUT/plots as one set (src/outputs.py).
@@ -469,14 +470,17 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
         summary.append(summary_text(cfg, reference, comparison, cost.time_unit))
         results_dir = os.path.join(out_dir, "results")
         files[os.path.join(results_dir, "verification_comparison.csv")] = csv_bytes(comparison)
-        files[os.path.join(plots, "speedup_vs_batch.png")] = png_bytes(
-            plot_speedup_vs_batch(reference))
-        files[os.path.join(plots, "utilization_vs_batch.png")] = png_bytes(
-            plot_utilization_vs_batch(reference, reference_gamma(reference.gamma.unique())))
-        files[os.path.join(plots, "divergence_penalty.png")] = png_bytes(
-            plot_divergence_penalty(reference))
-        files[os.path.join(plots, "gamma_batch_heatmap.png")] = png_bytes(
-            plot_gamma_batch_heatmap(reference))
+        reference_plots = {
+            "speedup_vs_batch.png": lambda: plot_speedup_vs_batch(reference),
+            "utilization_vs_batch.png": lambda: plot_utilization_vs_batch(
+                reference, reference_gamma(reference.gamma.unique())),
+            "divergence_penalty.png": lambda: plot_divergence_penalty(reference),
+            "gamma_batch_heatmap.png": lambda: plot_gamma_batch_heatmap(reference)}
+        progress = plot_progress(quiet, "reference", len(reference_plots))
+        for name, plot in reference_plots.items():
+            files[os.path.join(plots, name)] = png_bytes(plot())
+            if progress:
+                progress(name)
     if hardware is not None:
         results.append(hardware["results"].assign(time_unit="ms"))
         files[os.path.join(out_dir, "results",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import tempfile
 
 import matplotlib
@@ -177,6 +178,20 @@ def plot_speedup_grid(df: pd.DataFrame, row_column: str, row_label, title: str):
 
 
 # --- files ----------------------------------------------------------------------------------------
+
+def plot_progress(quiet: bool, label: str, total: int):
+    """A callback printing `label: i/total plots (name)` on stderr after each plot (None when
+    quiet)."""
+    if quiet:
+        return None
+    done = [0]
+
+    def progress(name: str) -> None:
+        done[0] += 1
+        print(f"  {label}: {done[0]}/{total} plots ({name})", file=sys.stderr, flush=True)
+
+    return progress
+
 
 def png_bytes(fig) -> bytes:
     buf = io.BytesIO()

@@ -164,6 +164,11 @@ PLOTS = {
 }
 
 
-def render_plots(hw: dict) -> dict[str, bytes]:
-    """Every plot of PLOTS as PNG bytes, by file name."""
-    return {name: png_bytes(plot(hw)) for name, plot in PLOTS.items()}
+def render_plots(hw: dict, progress=None) -> dict[str, bytes]:
+    """Every plot of PLOTS as PNG bytes, by file name; progress(name) after each, if given."""
+    out = {}
+    for name, plot in PLOTS.items():
+        out[name] = png_bytes(plot(hw))
+        if progress:
+            progress(name)
+    return out

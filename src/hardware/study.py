@@ -9,11 +9,11 @@ import pandas as pd
 
 from src.costmodel import load_engine_profiles
 from src.hardware import steady_state
-from src.hardware.plots import render_plots
+from src.hardware.plots import PLOTS, render_plots
 from src.hardware.scenario import Scenario
 from src.metrics import best_gamma
 from src.processes import map_in_processes
-from src.reporting import reference_gamma
+from src.reporting import plot_progress, reference_gamma
 from src.sweep import progress_printer, run_grid
 from src.workload import acceptance_profile, sample_alpha, sample_lengths, stream
 
@@ -120,5 +120,5 @@ def hardware_job(scenario: Scenario, quiet: bool, workers: int = 1) -> dict:
     """run_scenario plus its plots, rendered where it ran (so a worker process returns PNG
     bytes)."""
     hw = run_scenario(scenario, quiet=quiet, workers=workers)
-    hw["plots"] = render_plots(hw)
+    hw["plots"] = render_plots(hw, plot_progress(quiet, f"{scenario.name}", len(PLOTS)))
     return hw
