@@ -502,6 +502,12 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
     files.update({os.path.join(out_dir, rel): data for rel, data in kept.items()})
     if section is not None:
         summary.append(section)
+    # so is the validation plot (drawn by scripts/update_docs.py from the calibration data)
+    from src.calibration.validation import PLOT_PATH
+    validation_plot = os.path.join(out_dir, PLOT_PATH)
+    if os.path.isfile(validation_plot):
+        with open(validation_plot, "rb") as f:
+            files[validation_plot] = f.read()
     files[os.path.join(out_dir, "results", "summary.txt")] = ("\n\n".join(summary)).encode()
     files = {os.path.relpath(path, out_dir).replace(os.sep, "/"): data
              for path, data in files.items()}

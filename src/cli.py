@@ -37,6 +37,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("src.online.cli", "serving under load: request rates, latency percentiles, policies"),
     "recommend": ("src.online.recommend", "whether to speculate, with vLLM and SGLang settings"),
     "measure": ("src.measure.cli", "time real forward steps on your GPU (needs PyTorch)"),
+    "calibrate": ("src.calibration.command", "fit the cost model to measured step times of a GPU"),
 }
 
 # StudyConfig field -> its command-line option

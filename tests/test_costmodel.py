@@ -211,16 +211,18 @@ def test_params_file_matches_dataclass_defaults(presets):
 
 def test_kernel_fixed_time_is_per_gpu_where_fitted_and_shared_elsewhere(presets):
     p = presets.params
-    a100, h100, h200 = (presets.gpu(g) for g in ("a100-80gb-sxm", "h100-sxm", "h200"))
+    a100, h100, b200 = (presets.gpu(g) for g in ("a100-80gb-sxm", "h100-sxm", "b200"))
     # fitted per GPU (written to costmodel_params.toml by scripts/fit_costmodel.py): H100's
     # kernels finish faster than A100's; the shared value for GPUs without data lies in between
     assert a100.kernel_fixed_us is not None and h100.kernel_fixed_us is not None
     assert 2.0 < h100.kernel_fixed_us < p.kernel_fixed_us < a100.kernel_fixed_us < 5.0
-    assert h200.kernel_fixed_us is None
-    assert kernel_fixed_s(h200, p) == pytest.approx(p.kernel_fixed_us * 1e-6)
+    assert b200.kernel_fixed_us is None
+    assert kernel_fixed_s(b200, p) == pytest.approx(p.kernel_fixed_us * 1e-6)
     assert kernel_fixed_s(h100, p) == pytest.approx(h100.kernel_fixed_us * 1e-6)
+    # the H200's comes from its own calibration (src/presets/h200_calibration.toml)
+    assert 2.0 < presets.gpu("h200").kernel_fixed_us < 6.0
     model = presets.model("llama-3.1-8b")
-    for gpu in (a100, h100, h200):
+    for gpu in (a100, h100, b200):
         c = pass_coefficients(gpu, model, 1, p)
         assert c.layer_fixed_s == pytest.approx(
             model.n_layers * KERNELS_PER_LAYER_NON_ATTENTION * kernel_fixed_s(gpu, p))

@@ -114,7 +114,7 @@ def test_unknown_gpu_and_models(tmp_path):
     _raises("scenario.draft", _write(tmp_path, GOOD.replace("llama-3.2-1b", "tiny")),
             "allowed: eagle, ngram, self, ")
     _raises("scenario.engine_profiles", _write(tmp_path, GOOD + 'engine_profiles = ["fast"]\n'),
-            "allowed: ideal, sglang, sglang-spec-v2, vllm-2024, vllm-v1")
+            "allowed: ideal, pytorch-eager, pytorch-graphs, sglang, sglang-spec-v2, vllm-2024, vllm-v1")
     _raises("scenario.name", _write(tmp_path, GOOD.replace('name = "x"', "name = 3")))
     _raises("scenario.gpu",
             _write(tmp_path, 'name = "x"\ntarget = "llama-3.1-8b"\ndraft = "ngram"'),
@@ -310,3 +310,23 @@ def test_largest_batch_that_fits_is_the_memory_boundary():
     assert 1 < b < 8192
     assert cost.kv_fits(b, 4000)[0] and not cost.kv_fits(b + 1, 4000)[0]
     assert cost.largest_batch_that_fits(4000, limit=b - 5) == b - 5
+
+
+def test_scenario_presets_reach_the_cost_model(tmp_path):
+    # a preset file (e.g. `python run.py calibrate --out`) named relative to the scenario file
+    (tmp_path / "mine.toml").write_text(
+        '[gpus."h100-sxm"]\nkernel_fixed_us = 30.0\n\n'
+        '[engines.ideal]\nkernels_per_layer = 20\n')
+    plain = load_scenario(_write(tmp_path, GOOD))
+    mine = load_scenario(_write(tmp_path, GOOD + 'presets = ["mine.toml"]\n'))
+    assert mine.preset_paths == (str(tmp_path / "mine.toml"),)
+    active, ctx = np.ones((1, 4), bool), np.full((1, 4), 1000)
+    slow = mine.cost_model("ideal").target_pass_time(active, 1, ctx)[0]
+    fast = plain.cost_model("ideal").target_pass_time(active, 1, ctx)[0]
+    # 32 layers x (20 + 2) kernels + 2 at 30 us instead of 12 kernels at the fitted ~3.2 us
+    assert slow > fast + 0.02 * 32 * 20
+    _raises("scenario.presets", _write(tmp_path, GOOD + 'presets = ["nope.toml"]\n'),
+            "file not found")
+    _raises("scenario.presets", _write(tmp_path, GOOD + "presets = [1]\n"), "expected a list")
+    (tmp_path / "bad.toml").write_text("[gpus.h100-sxm]\nkernel_fixed_us = -1\n")
+    _raises("scenario.presets", _write(tmp_path, GOOD + 'presets = ["bad.toml"]\n'), ">= 0")

@@ -11,7 +11,8 @@ roofline.py (so it follows whatever the GEMM, attention and all-reduce models ar
     attention (attention_s) of the decode part (S sequences, t positions, context sum C) plus that
                           of the chunks, priced as P chunks of their mean length over their context
                           sum (exact for equal chunks; causal within each chunk)
-    elementwise, kernel fixed times, verification kernels, all-reduces of T rows
+    elementwise, kernel fixed times, verification kernels (a verification or a chunk of more than
+                          one position), all-reduces of T rows
 
 For S sequences of t positions and no chunk it is the physics of
 `HardwareCostModel.target_pass_parts`; for P equal prompts and no decode part it is that of
@@ -44,10 +45,13 @@ def mixed_pass_physics_ms(c: PassCoefficients, dec_seqs, dec_positions, dec_cont
     mem_g, comp_g = gemm_terms_s(c, rows)
     gemm = np.tensordot(c.gemm_selector, _pnorm(mem_g, comp_g, c.sharpness_p), axes=1)
     total = gemm[0] + gemm[1]
-    total += c.layer_elementwise_per_token_s * T + c.layer_fixed_s + c.verify_fixed_s * (t > 1)
+    chunk_len = N / np.maximum(P, 1)
+    # the extra kernels of a pass in which some sequence scores more than one position (a
+    # verification, or a prompt chunk), as in prefill_parts
+    multi = ((S > 0) & (t > 1)) | ((P > 0) & (chunk_len > 1))
+    total += c.layer_elementwise_per_token_s * T + c.layer_fixed_s + c.verify_fixed_s * multi
     total += c.head_elementwise_per_token_s * L + c.head_fixed_s
     total += np.where(S > 0, attention_s(c, S, np.maximum(t, 1), C), 0.0)
-    chunk_len = N / np.maximum(P, 1)
     total += np.where(P > 0, attention_s(c, np.maximum(P, 1), np.maximum(chunk_len, 1), Cp,
                                          prefill=True), 0.0)
     total += c.attn_fixed_s

@@ -17,6 +17,7 @@ BUILTIN_PRESET_FILES = (
     PRESETS_DIR / "gpus.toml",
     PRESETS_DIR / "models.toml",
     PRESETS_DIR / "costmodel_params.toml",
+    PRESETS_DIR / "h200_calibration.toml",  # `python run.py calibrate` on the H200 measurements
 )
 BYTES_PER_VALUE = 2  # BF16 weights, activations and KV cache
 PRESET_TABLES = ("gpus", "models", "params", "allreduce", "attention", "engines")

@@ -33,9 +33,9 @@ def _table(header, rows, indent="   "):
 def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     sc, sim, steady, breakdown = hw["scenario"], hw["results"], hw["steady"], hw["breakdown"]
     cfg = sc.study
-    presets = load_presets()
+    presets = load_presets(sc.preset_paths)
     gpu = presets.gpu(sc.gpu_id)
-    engines = load_engine_profiles()
+    engines = load_engine_profiles(extra_paths=sc.preset_paths)
     modes, engine_names = ordered(sim, "quality_mode"), ordered(sim, "engine_profile")
     batches = sorted(sim.batch_size.unique())
     out = [f"Hardware scenario: {sc.name}", "=" * (19 + len(sc.name)), ""]

@@ -38,7 +38,7 @@ SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
 SPECIAL_DRAFTS = ("eagle", "ngram", "self")  # draft values that are not model presets
 SCENARIO_KEYS = ("name", "description", "gpu", "target", "draft", "tp", "draft_tp",
                  "engine_profiles", "draft_kv_budget_tokens", "memory_reserve_fraction",
-                 "acceptance_source")
+                 "acceptance_source", "presets")
 REQUIRED_KEYS = ("name", "gpu", "target", "draft")
 DEFAULT_ENGINE_PROFILES = ("ideal", "vllm-v1")
 
@@ -63,6 +63,7 @@ class Scenario:
     memory_reserve_fraction: float | None  # GPU memory kept free; None = the preset's value
     study: StudyConfig  # the grid: StudyConfig defaults + the file's [study] table
     source_path: str | None = None  # file the scenario was read from (None = built in code)
+    preset_paths: tuple[str, ...] = ()  # preset files merged over the built-ins (`presets`)
 
     def cost_model(self, engine_profile: str | EngineProfile | None = None) -> HardwareCostModel:
         """HardwareCostModel of this deployment with the named engine's overheads (default: the
@@ -70,12 +71,12 @@ class Scenario:
         engine = self.engine_profiles[0] if engine_profile is None else engine_profile
         params = None
         if self.memory_reserve_fraction is not None:
-            params = replace(load_presets().params,
+            params = replace(load_presets(self.preset_paths).params,
                              memory_reserve_fraction=self.memory_reserve_fraction)
         return HardwareCostModel.from_presets(
             self.gpu_id, self.target_model_id, tp=self.tp, draft=self.draft,
             draft_tp=self.draft_tp, engine=engine, params=params,
-            draft_kv_budget_tokens=self.draft_kv_budget_tokens)
+            draft_kv_budget_tokens=self.draft_kv_budget_tokens, preset_paths=self.preset_paths)
 
     def max_tokens_per_seq(self) -> int:
         """Most tokens one sequence can hold in cache: longest prompt + longest output +
@@ -116,7 +117,12 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     if not isinstance(table, Mapping):
         raise ConfigError("scenario", "missing [scenario] table")
     check_keys("scenario", table, SCENARIO_KEYS, REQUIRED_KEYS)
-    presets = load_presets()
+    preset_paths = _preset_paths(table.get("presets", []), source_path)
+    try:
+        presets = load_presets(preset_paths)
+        profiles = load_engine_profiles(extra_paths=preset_paths)
+    except CostModelInputError as e:
+        raise ConfigError("scenario.presets", str(e)) from None
     name = _string("name", table["name"])
     # it names the output folder runs/NAME
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
@@ -155,7 +161,6 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
                 check_tp(presets.model(draft), draft_tp, "draft_tp")
             except CostModelInputError as e:
                 raise ConfigError("scenario.draft_tp", e.allowed) from None
-    profiles = load_engine_profiles()
     engines = table.get("engine_profiles", list(DEFAULT_ENGINE_PROFILES))
     if isinstance(engines, str):
         engines = [engines]
@@ -198,9 +203,27 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
         draft=draft, tp=tp, draft_tp=draft_tp, engine_profiles=tuple(dict.fromkeys(engines)),
         draft_kv_budget_tokens=budget, acceptance_source=acceptance_source.strip(),
         memory_reserve_fraction=None if reserve is None else float(reserve), study=study,
-        source_path=source_path)
+        source_path=source_path, preset_paths=preset_paths)
     check_memory(scenario)
     return scenario
+
+
+def _preset_paths(value: Any, source_path: str | None) -> tuple[str, ...]:
+    """`presets`: a list of TOML files; relative ones are taken from the scenario's folder."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError("scenario.presets",
+                          f"expected a list of preset file paths, got {value!r}")
+    base = Path(source_path).parent if source_path else Path(".")
+    out = []
+    for text in value:
+        path = Path(text).expanduser()
+        path = path if path.is_absolute() else base / path
+        if not path.is_file():
+            raise ConfigError("scenario.presets", f"file not found: {path}")
+        out.append(str(path))
+    return tuple(out)
 
 
 def check_memory(scenario: Scenario) -> None:

@@ -66,7 +66,7 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> di
         sample_alpha(stream(cfg.seed, "omega", m), cfg.alpha_modes[m], (20_000,)), g,
         acceptance_profile(cfg.alpha_modes[m])) for g in cfg.gammas}
         for m in cfg.quality_modes}
-    profiles = load_engine_profiles()
+    profiles = load_engine_profiles(extra_paths=scenario.preset_paths)
     for engine in scenario.engine_profiles:
         cost = scenario.cost_model(engine)
         physics_only = scenario.cost_model(steady_state.physics_only_variant(profiles[engine]))

@@ -1,0 +1,96 @@
+"""The project's measurement format: one CSV row per timed forward pass.
+
+The columns `calibrate` reads (others, such as tokens, p10_ms, p90_ms, min_ms, reps, are ignored):
+
+    model              model preset id (src/presets/models.toml), e.g. llama-3.1-8b
+    mode               graph (the pass replayed from a CUDA graph) or eager (plain launches)
+    what               forward (the whole pass), attention_only (per layer only the KV-cache
+                       write and the attention kernel, plus embedding, final norm and LM head),
+                       or prefill (a prompt: causal attention, LM head on the last position)
+    attention_backend  flash (FlashAttention-2) or cudnn (cuDNN fused attention)
+    batch              sequences in the pass, >= 1
+    positions          new positions per sequence, >= 1 (1 = decode, gamma + 1 = verification;
+                       the prompt length for prefill)
+    context            tokens already in each sequence's KV cache, >= 0
+    median_ms          median time of the pass, ms, > 0
+
+`python run.py measure` writes it; the H200 measurements shipped with the project's calibration
+data use it too.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from src.config import ConfigError
+
+REQUIRED_COLUMNS = ("model", "mode", "what", "attention_backend", "batch", "positions", "context",
+                    "median_ms")
+MODES = ("graph", "eager")
+WHATS = ("forward", "attention_only", "prefill")
+BACKENDS = ("flash", "cudnn")
+
+
+class CalibrationInputError(ConfigError):
+    """Bad input to `calibrate`: one line naming the field (a flag, a column) and what is allowed."""
+
+
+def read_measurements(path: str, known_models, flag: str = "--measurements") -> pd.DataFrame:
+    """The rows of a measurement CSV, checked: every required column present, ids known, sizes
+    integers in range, times finite and > 0. Raises CalibrationInputError naming the problem."""
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise CalibrationInputError(flag, f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise CalibrationInputError(flag, f"{path} is a folder; expected a CSV file") from None
+    except UnicodeDecodeError:
+        raise CalibrationInputError(flag, f"{path} is not text; expected a CSV file") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "no columns"
+        raise CalibrationInputError(flag, f"{path} is not a CSV file ({reason})") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise CalibrationInputError(
+            flag, f"{path} lacks column(s) {', '.join(missing)}; required: "
+                  f"{', '.join(REQUIRED_COLUMNS)} (README, 'Measurement format')")
+    if df.empty:
+        raise CalibrationInputError(flag, f"{path} has no rows")
+    df = df[list(REQUIRED_COLUMNS)].copy()
+    for column, allowed in (("model", sorted(known_models)), ("mode", MODES), ("what", WHATS),
+                            ("attention_backend", BACKENDS)):
+        values = df[column].str.strip()
+        bad = sorted(set(values) - set(allowed))
+        if bad:
+            row = int(values.isin(bad).to_numpy().argmax()) + 2  # 1-based, after the header
+            raise CalibrationInputError(
+                f"{column} (line {row})", f"unknown '{bad[0]}'; allowed: {', '.join(allowed)}")
+        df[column] = values
+    for column, minimum in (("batch", 1), ("positions", 1), ("context", 0)):
+        df[column] = [_integer(column, text, minimum, i + 2) for i, text in enumerate(df[column])]
+    df["median_ms"] = [_time_ms(text, i + 2) for i, text in enumerate(df["median_ms"])]
+    return df.reset_index(drop=True)
+
+
+def _integer(column: str, text: str, minimum: int, line: int) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value != int(value) or value < minimum:
+        raise CalibrationInputError(f"{column} (line {line})",
+                                    f"'{text}' is not an integer >= {minimum}")
+    return int(value)
+
+
+def _time_ms(text: str, line: int) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise CalibrationInputError(f"median_ms (line {line})",
+                                    f"'{text}' is not a number; allowed: a time in ms > 0") from None
+    if not math.isfinite(value) or value <= 0:
+        raise CalibrationInputError(f"median_ms (line {line})",
+                                    f"{text} is not a time; allowed: a finite number of ms > 0")
+    return value

@@ -1,0 +1,385 @@
+"""How good the hardware cost model is: predicted vs measured on every data set it was fitted to
+or checked on, as design.md's "Validation" table and plots/validation_step_time.png.
+
+    python -m src.calibration.validation          # print the markdown table
+
+Data sets (read, never copied, from ../shared/calibration, the calibration data shipped beside
+the project; a missing file leaves its data set out):
+
+* H200 step times (h200_step_times_ms.csv): graph forward rows with `pytorch-graphs` (the faster
+  kernel per configuration), attention_only rows (each kernel), eager rows with `pytorch-eager`;
+  the presets shipped in src/presets/h200_calibration.toml were fitted to them.
+* H200 prefill (h200_prefill_times_ms.csv): checked, never fitted.
+* vidur's non-attention forward times (A100, H100): fitted by scripts/fit_costmodel.py.
+* vidur's all-reduce times: H100 DGX fitted per GPU count; A100 DGX checked against the generic
+  model it uses (design.md: vidur's A100 rows are 4-5x below published nccl-tests runs).
+* vidur's A100 CPU overheads: fitted into the vllm-2024 profile's per-step and draft-pass CPU.
+* Published step times: MagicDec Table 1 (T_AR, T_V, gamma x T_D, `ideal` engine) and vLLM
+  issue #20780 (vLLM V1 EAGLE-3 time per output token, `vllm-v1` without CPU overlap): checked.
+* Published speedups (the vLLM blog; src/hardware/published_checks.py): checked; summarised here,
+  tabulated in "Published checks".
+* The project's own H200 measurements (measurements/h200-2026-11-29, `python run.py measure`):
+  another session on another H200, wider grid (contexts to 16384, more batch sizes): checked.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from src.calibration.fit import best_of_kernels, predict
+from src.calibration.measurements import read_measurements
+from src.costmodel import (
+    load_engine_profiles,
+    load_presets,
+    non_attention_forward_ms,
+)
+from src.costmodel.allreduce import allreduce_cost
+
+REPO = Path(__file__).resolve().parents[2]
+CALIBRATION_DIR = REPO.parent / "shared" / "calibration"
+# measurements committed in the project (folder, GPU preset, label): checks only, never fitted
+INDEPENDENT = (("measurements/h200-2026-11-29", "h200", "H200 2nd session (measure)"),)
+PLOT_PATH = "plots/validation_step_time.png"
+BAND = 0.20  # the plot's +-20% band
+VIDUR_GPUS = {"a100": "a100-80gb-sxm", "h100": "h100-sxm"}
+VIDUR_MODELS = {"Llama-2-7b-hf": "llama-2-7b", "Meta-Llama-3-8B": "llama-3-8b"}
+VIDUR_SYSTEMS = {"a100_dgx": "a100-80gb-sxm", "h100_dgx": "h100-sxm"}
+
+
+@dataclass(frozen=True)
+class DataSet:
+    """One group of predicted-vs-measured values."""
+
+    name: str  # e.g. "H200 step times, graph forward"
+    gpu: str  # e.g. "H200", "A100 (TP 1-8)"
+    model: str  # e.g. "llama-3.1-8b"
+    role: str  # "fitted" or "checked"
+    quantity: str  # what is compared, e.g. "step time, ms"
+    measured: np.ndarray
+    predicted: np.ndarray
+    labels: tuple[str, ...]  # one per value: where it is (batch, positions, ...)
+    step_time: bool = True  # plotted in validation_step_time.png
+
+    @property
+    def errors(self) -> np.ndarray:
+        return self.predicted / self.measured - 1
+
+
+def _h200_sets(cal_dir: Path) -> list[DataSet]:
+    return _measured_sets(cal_dir / "h200" / "h200_step_times_ms.csv",
+                          cal_dir / "h200" / "h200_prefill_times_ms.csv", "h200", "H200",
+                          "H200", "fitted")
+
+
+def _independent_sets() -> list[DataSet]:
+    out = []
+    for folder, gpu_id, label in INDEPENDENT:
+        out += _measured_sets(REPO / folder / "step_times_ms.csv",
+                              REPO / folder / "prefill_times_ms.csv", gpu_id, label,
+                              gpu_id.upper(), "checked")
+    return out
+
+
+def _measured_sets(steps: Path, prefill: Path, gpu_id: str, label: str, gpu_label: str,
+                   role: str) -> list[DataSet]:
+    """Data sets of measurement files in the project's format: graph forward (faster kernel),
+    attention_only and eager rows of `steps` with the given role; prefill rows, checked."""
+    if not steps.is_file():
+        return []
+    presets = load_presets()
+    engines = load_engine_profiles()
+    graph, eager = engines["pytorch-graphs"], engines["pytorch-eager"]
+    gpu, models, params = presets.gpu(gpu_id), presets.models, presets.params
+    rows = read_measurements(str(steps), models)
+
+    def pred(sub, kernel=None):
+        return predict(sub, gpu, models, params, presets.attention, graph, eager, kernel)
+
+    def where(r):
+        return f"B={r.batch} t={r.positions} ctx={r.context}"
+
+    out = []
+    parts = [(f"{label} step times, graph forward (pytorch-graphs, faster kernel)", "graph",
+              "forward", role, True),
+             (f"{label} step times, attention_only (each kernel)", "graph", "attention_only",
+              role, False),
+             (f"{label} step times, eager forward (pytorch-eager)", "eager", "forward", role,
+              False)]
+    frames = [(name, rows[(rows["mode"] == mode) & (rows["what"] == what)], role, best)
+              for name, mode, what, role, best in parts]
+    if prefill.is_file():
+        frames.append((f"{label} prefill (pytorch-graphs, faster kernel)",
+                       read_measurements(str(prefill), models), "checked", True))
+    for name, sub, kind, best in frames:
+        if sub.empty:
+            continue
+        frame = best_of_kernels(sub, pred(sub, "best")) if best else sub.assign(
+            predicted_ms=pred(sub))
+        for model, m in frame.groupby("model", sort=True):
+            labels = tuple(where(r) + ("" if best else f" {r.attention_backend}")
+                           for r in m.itertuples())
+            out.append(DataSet(name, gpu_label, model, kind, "step time, ms",
+                               m["median_ms"].to_numpy(), m["predicted_ms"].to_numpy(), labels))
+    return out
+
+
+def _vidur_sets(cal_dir: Path) -> list[DataSet]:
+    out = []
+    presets = load_presets()
+    path = cal_dir / "vidur_nonattention_forward_ms.csv"
+    if path.is_file():
+        df = pd.read_csv(path)
+        for (g, m), sub in df.groupby(["gpu", "model"], sort=True):
+            pred = np.concatenate([
+                non_attention_forward_ms(presets.gpu(VIDUR_GPUS[g]),
+                                         presets.model(VIDUR_MODELS[m]), int(tp),
+                                         s["num_tokens"].to_numpy(float), presets.params)
+                for tp, s in sub.groupby("tp", sort=True)])
+            sub = sub.sort_values(["tp"], kind="stable")
+            labels = tuple(f"TP {r.tp}, {r.num_tokens} tokens" for r in sub.itertuples())
+            tps = f"TP {sub['tp'].min()}-{sub['tp'].max()}"
+            out.append(DataSet("vidur non-attention forward", f"{g.upper()} ({tps})",
+                               VIDUR_MODELS[m], "fitted", "layers without attention, ms",
+                               sub["forward_ms_non_attention"].to_numpy(), pred, labels))
+    path = cal_dir / "vidur_all_reduce_ms.csv"
+    if path.is_file():
+        df = pd.read_csv(path)
+        for system, sub in df.groupby("system", sort=True):
+            gpu = presets.gpu(VIDUR_SYSTEMS[system])
+            pred = np.concatenate([
+                allreduce_cost(gpu, int(n), presets.params, presets.allreduce).time_s(
+                    s["size_bytes"].to_numpy(float)) * 1e3
+                for n, s in sub.groupby("num_workers", sort=True)])
+            sub = sub.sort_values("num_workers", kind="stable")
+            # the model does not follow vidur's A100 rows (4-5x below published nccl-tests runs;
+            # design.md, "Tensor-parallel all-reduce"): shown, not used
+            role = "fitted" if any(f.gpu_id == gpu.gpu_id for f in presets.allreduce) \
+                else "not used"
+            labels = tuple(f"{r.num_workers} GPUs, {r.size_bytes} bytes"
+                           for r in sub.itertuples())
+            out.append(DataSet("vidur NCCL all-reduce", system.replace("_", " ").upper(), "-",
+                               role, "all-reduce, ms", sub["all_reduce_ms_median"].to_numpy(),
+                               pred, labels, step_time=False))
+    path = cal_dir / "vidur_a100_cpu_overheads.csv"
+    if path.is_file():
+        df = pd.read_csv(path)
+        # the rows the vllm-2024 profile was fitted to (src/presets/engines.toml)
+        rows = df[((df["model_name"] == "meta-llama/Llama-2-7b-hf")
+                   & (df["tensor_parallel_degree"] == 1))
+                  | ((df["model_name"] == "meta-llama/Llama-2-70b-hf")
+                     & (df["tensor_parallel_degree"] == 4))]
+        e = load_engine_profiles()["vllm-2024"]
+        measured = (rows.schedule_median + rows.sampler_e2e_median + rows.prepare_inputs_e2e_median
+                    + rows.model_execution_launch_median + rows.process_model_outputs_median)
+        pred = e.step_cpu_fixed_ms + e.step_cpu_per_seq_ms * rows["batch_size"]
+        labels = tuple(f"{r.model_name.split('/')[-1]} TP {r.tensor_parallel_degree}, "
+                       f"batch {r.batch_size}" for r in rows.itertuples())
+        out.append(DataSet("vidur CPU per step (vllm-2024)", "A100 host", "llama-2-7b/70b",
+                           "fitted", "CPU ms per step", measured.to_numpy(), pred.to_numpy(),
+                           labels, step_time=False))
+    return out
+
+
+def _published_sets() -> list[DataSet]:
+    from src.hardware import (
+        published_checks as pc,  # the study's checks; imported when needed
+    )
+    from src.hardware.scenario import SCENARIOS_DIR, load_scenario
+
+    scenario = load_scenario(SCENARIOS_DIR / "check-magicdec-table1.toml")
+    bd = scenario.cost_model("ideal").step_breakdown(batch=64, gamma=4, context_len_tokens=8000)
+    keys = ("T_AR_ms", "T_V_ms", "gamma_T_D_ms")
+    predicted = {"T_AR_ms": bd.decode_ms, "T_V_ms": bd.verify_ms, "gamma_T_D_ms": bd.draft_ms}
+    out = [DataSet("MagicDec Table 1 (ideal engine)", "H100 x4", "llama-2-7b-32k", "checked",
+                   "step time, ms", np.array([pc.MAGICDEC[k] for k in keys]),
+                   np.array([predicted[k] for k in keys]),
+                   ("T_AR", "T_V", "gamma x T_D"))]
+    sync = pc.vllm_v1_eagle3()["sync"]
+    ks = list(pc.VLLM_V1_EAGLE3)
+    out.append(DataSet("vLLM V1 EAGLE-3, issue #20780 (vllm-v1, CPU not overlapped)", "H100",
+                       "llama-3.1-8b", "checked", "time per output token, ms",
+                       np.array([pc.VLLM_V1_VANILLA_TPOT_MS]
+                                + [pc.VLLM_V1_EAGLE3[k][0] for k in ks]),
+                       np.array([sync["vanilla"]] + [sync[k] for k in ks]),
+                       ("no speculation", *(f"K={k}" for k in ks))))
+    return out
+
+
+def _blog_set(vllm_result: dict) -> list[DataSet]:
+    """The vLLM blog's speedups under vllm-2024: the low-load points set alpha and the n-gram
+    high-load point set the attention slowdown factor (fitted); the draft model at high load is
+    the one check (section 11, "Published checks")."""
+    from src.hardware import published_checks as pc
+
+    values = {"fitted": ([], [], []), "checked": ([], [], [])}
+    for (name, engine), sp in vllm_result.items():
+        if engine != "vllm-2024":
+            continue
+        low, high = pc.VLLM_BLOG[name]
+        check = name.removeprefix("check-vllm-blog-70b-").removesuffix(".toml")
+        for role, measured, batch, load in (
+                ("fitted", low, pc.LOW_LOAD[0], "low"),
+                ("checked" if check == "draft" else "fitted", high, pc.HIGH_LOAD[-1], "high")):
+            m, p, lab = values[role]
+            m.append(measured)
+            p.append(sp[batch])
+            lab.append(f"{check}, {load} load (B={batch})")
+    return [DataSet(f"vLLM blog speedups (vllm-2024), {role} points", "H100 x4", "llama-3-70b",
+                    role, "speedup", np.array(m), np.array(p), tuple(lab), step_time=False)
+            for role, (m, p, lab) in values.items() if m]
+
+
+def data_sets(cal_dir: Path = CALIBRATION_DIR, vllm_result: dict | None = None,
+              published: bool = True) -> list[DataSet]:
+    """Every data set present (module docstring); vllm_result: published_checks.vllm_blog()'s
+    output, to include the blog's speedups without simulating them twice."""
+    sets = _h200_sets(cal_dir) + _independent_sets() + _vidur_sets(cal_dir)
+    if published:
+        sets += _published_sets()
+    if vllm_result is not None:
+        sets += _blog_set(vllm_result)
+    return sets
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def markdown(sets: list[DataSet]) -> str:
+    """The Validation table: one row per data set x GPU x model."""
+    from src.reporting import md_table
+
+    rows = []
+    for s in sets:
+        err = s.errors
+        worst = int(np.argmax(np.abs(err)))
+        rows.append([s.name, s.gpu, s.model, s.role, s.quantity, str(len(err)),
+                     f"{100 * np.median(np.abs(err)):.1f}%", _pct(err[worst]),
+                     f"{s.labels[worst]}: {s.measured[worst]:.3g} vs {s.predicted[worst]:.3g}",
+                     f"{100 * np.mean(np.abs(err) <= BAND):.0f}%"])
+    header = ["data set", "GPU", "model", "fitted or checked", "quantity", "values",
+              "median abs. error", "worst error", "worst at (measured vs predicted)",
+              "within 20%"]
+    return md_table(header, rows)
+
+
+def parameters_markdown(cal_dir: Path = CALIBRATION_DIR) -> str:
+    """The H200 calibration as shipped: every fitted field with its value, and the rates they
+    imply beside the copy bandwidth and matrix-product rate measured in the same run."""
+    from src.reporting import md_table
+
+    presets = load_presets()
+    gpu = presets.gpu("h200")
+    engines = load_engine_profiles()
+    fields = ("gemv_bandwidth_efficiency_fraction", "small_gemm_bandwidth_efficiency_fraction",
+              "memory_bandwidth_efficiency_fraction", "compute_efficiency_fraction",
+              "roofline_sharpness_p", "kernel_fixed_us", "attention_softmax_flops_per_pair")
+    rows = [[f"gpus.h200.{f}", f"{getattr(gpu, f):.4g}"] for f in fields]
+    rows += [[f"attention.h200.{a.kernel}.compute_efficiency_fraction",
+              f"{a.compute_efficiency_fraction:.4g}"] for a in presets.attention
+             if a.gpu_id == "h200"]
+    rows += [[f"attention.h200.{a.kernel}.memory_bandwidth_efficiency_fraction",
+              f"{a.memory_bandwidth_efficiency_fraction:.4g}"] for a in presets.attention
+             if a.gpu_id == "h200"]
+    g, e = engines["pytorch-graphs"], engines["pytorch-eager"]
+    rows += [["engines.pytorch-graphs.verification_extra_kernels_per_layer",
+              f"{g.verification_extra_kernels_per_layer:.3g}"],
+             ["engines.pytorch-eager.cpu_launch_us_per_kernel",
+              f"{e.cpu_launch_us_per_kernel:.3g}"],
+             ["engines.pytorch-eager.launch_gap_us_per_kernel",
+              f"{e.launch_gap_us_per_kernel:.3g}"],
+             ["engines.pytorch-eager.launch_overlap_p", f"{e.launch_overlap_p:.3g}"]]
+    bw = gpu.memory_bandwidth_gb_per_s / 1e3
+    tf = gpu.dense_bf16_tflops
+    env_path = cal_dir / "h200" / "environment.json"
+    env = json.loads(env_path.read_text()) if env_path.is_file() else {}
+    copy = f" (device-to-device copy in the same run: {env['copy_tb_s']:.2f} TB/s)" \
+        if "copy_tb_s" in env else ""
+    mm = f" (an 8192^3 matrix product in the same run: {env['bf16_matmul_tflops']:.0f} TFLOP/s)" \
+        if "bf16_matmul_tflops" in env else ""
+    note = (f"As rates: 1-row GEMMs stream weights at "
+            f"{bw * gpu.gemv_bandwidth_efficiency_fraction:.2f} TB/s, 2-16-row GEMMs at "
+            f"{bw * gpu.small_gemm_bandwidth_efficiency_fraction:.2f} TB/s, larger ones at "
+            f"{bw * gpu.memory_bandwidth_efficiency_fraction:.2f} TB/s{copy}; compute-bound "
+            f"GEMMs run at {tf * gpu.compute_efficiency_fraction:.0f} TFLOP/s{mm}.")
+    return md_table(["parameter (src/presets/h200_calibration.toml)", "value"], rows) + \
+        "\n\n" + note
+
+
+def available(cal_dir: Path = CALIBRATION_DIR) -> bool:
+    """Whether the calibration data the Validation section reads are present."""
+    return (cal_dir / "h200" / "h200_step_times_ms.csv").is_file()
+
+
+def block(vllm_result: dict | None = None, cal_dir: Path = CALIBRATION_DIR,
+          sets: list[DataSet] | None = None) -> str:
+    """design.md's generated Validation block."""
+    sets = data_sets(cal_dir, vllm_result) if sets is None else sets
+    return (parameters_markdown(cal_dir) + "\n\nPredicted vs measured, per data set (error = "
+            "predicted / measured - 1; `plots/validation_step_time.png` shows every step time). "
+            "\"not used\": vidur's A100 all-reduce rows, which the model does not follow "
+            "(section 11, \"Tensor-parallel all-reduce\").\n\n" + markdown(sets))
+
+
+def plot_bytes(sets: list[DataSet]) -> bytes:
+    """plots/validation_step_time.png: measured vs predicted time, log-log, one marker per data
+    set x GPU x model, the y = x line and the +-20% band; whole steps (H200, published checks)
+    on the left, vidur's layers-without-attention times on the right."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from src.reporting import png_bytes
+
+    whole = [s for s in sets if s.step_time and not s.name.startswith("vidur")]
+    # the many small attention-only points underneath, whole steps on top
+    whole.sort(key=lambda s: "attention_only" not in s.name)
+    title = ("Whole forward steps and published step times\n"
+             "(filled markers: data fitted to; hollow: checked only)")
+    panels = [(title, whole),
+              ("Decoder layers without attention (vidur, sarathi-serve kernels)",
+               [s for s in sets if s.step_time and s.name.startswith("vidur")])]
+    panels = [(title, group) for title, group in panels if group]
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.2 * len(panels), 7.4), squeeze=False)
+    markers = "osD^vP*Xh<>p"
+    for ax, (title, group) in zip(axes[0], panels):
+        lo = min(min(s.measured.min(), s.predicted.min()) for s in group) / 1.5
+        hi = max(max(s.measured.max(), s.predicted.max()) for s in group) * 1.5
+        xs = np.geomspace(lo, hi, 50)
+        ax.fill_between(xs, xs * (1 - BAND), xs * (1 + BAND), color="0.9", zorder=0,
+                        label=f"within +-{100 * BAND:.0f}%")
+        ax.plot(xs, xs, color="0.3", lw=1, zorder=1, label="predicted = measured")
+        cmap = plt.cm.tab10 if len(group) <= 10 else plt.cm.tab20
+        colors = cmap(np.arange(len(group)) % cmap.N)
+        for i, s in enumerate(group):
+            many = len(s.measured) > 500
+            small = many or "attention_only" in s.name
+            ax.scatter(s.measured, s.predicted, s=12 if small else 30,
+                       marker=markers[i % len(markers)],
+                       facecolors=colors[i] if s.role == "fitted" else "none",
+                       edgecolors=colors[i], linewidths=1.1, alpha=0.5 if many else 0.9,
+                       zorder=2, label=f"{s.name}: {s.gpu}, {s.model} "
+                                       f"({s.role}, {len(s.measured)})")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_aspect("equal")
+        ax.set_xlabel("measured, ms")
+        ax.set_ylabel("predicted by the hardware cost model, ms")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="major", color="0.82", lw=0.5)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.09), fontsize=7, frameon=False,
+                  ncol=1)
+    return png_bytes(fig)
+
+
+if __name__ == "__main__":
+    print(block())
+    sys.exit(0)

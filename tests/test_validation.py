@@ -1,0 +1,53 @@
+"""Tests of the Validation section and plot (src/calibration/validation.py). The data sets are
+read from the calibration data beside the project (../shared/calibration); tests that need them
+skip when it is absent."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from src.calibration import validation
+
+needs_data = pytest.mark.skipif(not validation.available(),
+                                reason="../shared/calibration not present")
+
+
+@pytest.fixture(scope="module")
+def sets():
+    return validation.data_sets(published=False)
+
+
+@needs_data
+def test_every_h200_and_vidur_data_set_is_there(sets):
+    names = {(s.name.split(",")[0], s.gpu, s.model) for s in sets}
+    for model in ("llama-3.1-8b", "llama-3.2-1b"):
+        assert ("H200 step times", "H200", model) in names
+        assert ("H200 prefill (pytorch-graphs", "H200", model) in names
+    assert any(s.name == "vidur non-attention forward" and s.gpu.startswith("H100") for s in sets)
+    graph = [s for s in sets if "graph forward" in s.name and s.name.startswith("H200 step")]
+    assert sum(len(s.measured) for s in graph) == 200  # every configuration, faster kernel
+    for s in sets:
+        assert len(s.measured) == len(s.predicted) == len(s.labels) > 0
+        assert np.all(s.measured > 0) and np.all(np.isfinite(s.predicted))
+
+
+@needs_data
+def test_table_rows_carry_the_errors(sets):
+    text = validation.markdown(sets)
+    assert text.count("\n") == len(sets) + 1  # header, rule, one row per data set
+    s = sets[0]
+    assert f"{100 * np.median(np.abs(s.errors)):.1f}%" in text.splitlines()[2]
+
+
+@needs_data
+def test_plot_is_a_png(sets):
+    data = validation.plot_bytes(sets)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_missing_data_leaves_the_sets_out(tmp_path):
+    # without the calibration data only the project's own committed measurements remain
+    assert not validation.available(tmp_path)
+    sets = validation.data_sets(tmp_path, published=False)
+    assert sets and all(s.name.startswith("H200 2nd session") and s.role == "checked"
+                        for s in sets)
