@@ -26,13 +26,31 @@ QUICK = [
 ]
 
 
-def run(*args, cwd=ROOT):
-    return subprocess.run(
-        [sys.executable, os.path.join(ROOT, "run.py"), "serve", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-    )
+class Result:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def run(*args, capture=None):
+    """`python run.py serve ARGS` in this process (the subprocess path is tested once, below)."""
+    import contextlib
+    import io
+
+    import run as run_py
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = run_py.main(["serve", *args])
+        except SystemExit as e:  # argparse's own errors
+            code = e.code
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def test_serve_runs_as_a_command(tmp_path):
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "run.py"), "serve", "--rates", "0"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and p.stderr.startswith("error: --rates")
 
 
 def test_serve_writes_csv_summary_section_and_plots_reproducibly(tmp_path):
@@ -159,16 +177,18 @@ def test_the_study_and_serve_keep_each_others_outputs(tmp_path):
     """Each command replaces OUT/results and OUT/plots as one set; neither drops the other's files
     or summary section."""
     out = str(tmp_path)
-    study = [sys.executable, os.path.join(ROOT, "run.py"), "--scenario", "reference",
-             "--batch-sizes", "1,2", "--gammas", "2", "--quality-modes", "homogeneous_good",
-             "--serving-modes", "continuous_refill", "--quiet", "--out", out]
-    assert subprocess.run(study, capture_output=True, cwd=ROOT).returncode == 0
+    import run as run_py
+
+    study = ["--scenario", "reference", "--batch-sizes", "1,2", "--gammas", "2",
+             "--quality-modes", "homogeneous_good", "--serving-modes", "continuous_refill",
+             "--quiet", "--out", out]
+    assert run_py.main(study) == 0
     p = run("--rates", "4", "--requests", "20", "--replications", "2", "--policies",
             "none,fixed:2", "--workers", "1", "--quiet", "--out", out)
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "results" / "results.csv").is_file()
     assert (tmp_path / "plots" / "speedup_vs_batch.png").is_file()
-    assert subprocess.run(study, capture_output=True, cwd=ROOT).returncode == 0
+    assert run_py.main(study) == 0
     assert (tmp_path / "results" / "serving.csv").is_file()
     assert (tmp_path / "plots" / "serving_goodput.png").is_file()
     text = (tmp_path / "results" / "summary.txt").read_text()

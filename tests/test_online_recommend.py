@@ -1,22 +1,34 @@
 """`python run.py recommend`: the verdict, a --speculative-config vLLM's parser accepts, SGLang
 flags, and one-line errors."""
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from src.online.policies import parse_schedule_json
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = ["--gpu", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b"]
 
 
+class Result:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
 def run(*args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "run.py"), "recommend", *args],
-                          capture_output=True, text=True, cwd=ROOT)
+    """`python run.py recommend ARGS`, in this process."""
+    import contextlib
+    import io
+
+    import run as run_py
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = run_py.main(["recommend", *args])
+        except SystemExit as e:  # argparse's own errors
+            code = e.code
+    return Result(code, out.getvalue(), err.getvalue())
 
 
 def vllm_config(stdout: str) -> dict:
