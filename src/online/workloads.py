@@ -8,7 +8,6 @@ rate and policy serves the same requests (common random numbers).
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from src.config import (
     LengthDistribution,
     LognormalLength,
     parse_length_distribution,
+    read_toml,
 )
 from src.online.counter_rng import request_keys
 from src.workload import sample_alpha, sample_lengths, stream
@@ -55,8 +55,7 @@ def _length(name: str, table) -> LengthDistribution:
 
 
 def load_workloads(path: Path = WORKLOADS_FILE) -> dict[str, WorkloadPreset]:
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
+    data = read_toml(path, "workloads")
     out = {}
     for name, t in data.get("workloads", {}).items():
         out[name] = WorkloadPreset(
