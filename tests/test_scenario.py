@@ -114,7 +114,8 @@ def test_unknown_gpu_and_models(tmp_path):
     _raises("scenario.draft", _write(tmp_path, GOOD.replace("llama-3.2-1b", "tiny")),
             "allowed: eagle, ngram, self, ")
     _raises("scenario.engine_profiles", _write(tmp_path, GOOD + 'engine_profiles = ["fast"]\n'),
-            "allowed: ideal, pytorch-eager, pytorch-graphs, sglang, sglang-spec-v2, vllm-2024, vllm-v1")
+            "allowed: ideal, pytorch-eager, pytorch-graphs, sglang, sglang-spec-v2, vllm-2024, "
+            "vllm-v1")
     _raises("scenario.name", _write(tmp_path, GOOD.replace('name = "x"', "name = 3")))
     _raises("scenario.gpu",
             _write(tmp_path, 'name = "x"\ntarget = "llama-3.1-8b"\ndraft = "ngram"'),

@@ -33,7 +33,8 @@ BACKENDS = ("flash", "cudnn")
 
 
 class CalibrationInputError(ConfigError):
-    """Bad input to `calibrate`: one line naming the field (a flag, a column) and what is allowed."""
+    """Bad input to `calibrate`: one line naming the field (a flag, a column) and what is
+    allowed."""
 
 
 def read_measurements(path: str, known_models, flag: str = "--measurements") -> pd.DataFrame:
@@ -88,8 +89,9 @@ def _time_ms(text: str, line: int) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise CalibrationInputError(f"median_ms (line {line})",
-                                    f"'{text}' is not a number; allowed: a time in ms > 0") from None
+        raise CalibrationInputError(
+            f"median_ms (line {line})",
+            f"'{text}' is not a number; allowed: a time in ms > 0") from None
     if not math.isfinite(value) or value <= 0:
         raise CalibrationInputError(f"median_ms (line {line})",
                                     f"{text} is not a time; allowed: a finite number of ms > 0")
