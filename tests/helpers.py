@@ -1,5 +1,6 @@
 """Small builders and checks shared by the tests."""
 import io
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -38,3 +39,25 @@ def assert_rows_match(fresh: pd.DataFrame, table: pd.DataFrame, expected_rows: i
     for col in fresh.columns:
         if col not in GRID_KEYS:
             assert (merged[col] == merged[col + "_other"]).all(), col
+
+
+class Done(NamedTuple):
+    """What a command ended with, like subprocess.CompletedProcess."""
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_main(capsys, argv: list[str]) -> Done:
+    """`python run.py ARGV` in this process: run.main's exit status (argparse's SystemExit
+    included) and what it printed. Cheaper than a subprocess (no interpreter start, imports or
+    compiled-loop loading per call); tests/test_failures.py runs the real process where the process
+    itself is what is tested (signals, exit status, what gets imported)."""
+    import run
+    capsys.readouterr()  # drop what came before
+    try:
+        code = run.main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out = capsys.readouterr()
+    return Done(code, out.out, out.err)
