@@ -23,6 +23,8 @@ PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 def die_with_parent(parent_pid: int) -> None:
     """Call first thing in a child: ignore SIGINT, and end when the process parent_pid ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # Background.__init__ blocked it across the fork
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -53,6 +55,15 @@ def _child(conn, parent_pid: int, fn: Callable, args: tuple) -> None:
     conn.close()
 
 
+def stderr_line(text: str) -> None:
+    """text and its newline on stderr in one write, flushed. A process ended mid-print (a worker
+    the parent kills) then leaves a whole line or none: print() writes the text and the newline
+    separately when stderr is unbuffered (PYTHONUNBUFFERED=1), so the parent's last line could
+    otherwise continue a worker's half line."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
 class WorkerError(RuntimeError):
     """The call in a child process raised; the message holds the child's traceback."""
 
@@ -64,7 +75,17 @@ class Background:
         self._receive, send = multiprocessing.Pipe(duplex=False)
         self._process = multiprocessing.Process(target=_child, args=(send, os.getpid(), fn, args),
                                                 daemon=True)
-        self._process.start()
+        # SIGINT stays blocked from before the fork until the child ignores it: a Ctrl-C that
+        # reaches the whole process group as the child starts would otherwise interrupt its start-up
+        # (a traceback on stderr). The parent gets a pending Ctrl-C once start() returns.
+        blocked = hasattr(signal, "pthread_sigmask")
+        if blocked:
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self._process.start()
+        finally:
+            if blocked:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         send.close()  # the child holds the only write end: its death reads as EOF here
 
     def result(self) -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import sys
 import tempfile
 
 import matplotlib
@@ -31,6 +30,7 @@ from src.config import (  # noqa: E402
     UniformAlpha,
     UniformLength,
 )
+from src.processes import stderr_line  # noqa: E402
 
 FLOAT_FORMAT = "%.6g"
 
@@ -188,7 +188,7 @@ def plot_progress(quiet: bool, label: str, total: int):
 
     def progress(name: str) -> None:
         done[0] += 1
-        print(f"  {label}: {done[0]}/{total} plots ({name})", file=sys.stderr, flush=True)
+        stderr_line(f"  {label}: {done[0]}/{total} plots ({name})")
 
     return progress
 

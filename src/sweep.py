@@ -7,7 +7,6 @@ stream, so subsets and reorderings of the grid give the same numbers.
 """
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 
@@ -17,6 +16,7 @@ from src.baseline import simulate_greedy
 from src.config import StudyConfig
 from src.costmodel import CostModel
 from src.metrics import grid_point_metrics
+from src.processes import stderr_line
 from src.serving import concat_stats
 from src.speculative import simulate_speculative
 from src.workload import make_requests, stream
@@ -146,9 +146,7 @@ def progress_printer(quiet: bool, label: str = "grid"):
             elapsed = time.perf_counter() - start
             left = (f", about {elapsed / done * (total - done):.0f} s left" if done < total
                     else ", done")
-            print(f"  {label}: {done}/{total} grid points in {elapsed:.1f} s{left}",
-                  file=sys.stderr,
-                  flush=True)
+            stderr_line(f"  {label}: {done}/{total} grid points in {elapsed:.1f} s{left}")
 
     progress.last = 0
     return progress

@@ -3,8 +3,6 @@ sweeps over batch x gamma x context (closed form), and the step-time breakdown a
 """
 from __future__ import annotations
 
-import sys
-
 import pandas as pd
 
 from src.costmodel import load_engine_profiles
@@ -12,7 +10,7 @@ from src.hardware import steady_state
 from src.hardware.plots import PLOTS, render_plots
 from src.hardware.scenario import Scenario
 from src.metrics import best_gamma
-from src.processes import map_in_processes
+from src.processes import map_in_processes, stderr_line
 from src.reporting import plot_progress, reference_gamma
 from src.sweep import progress_printer, run_grid
 from src.workload import acceptance_profile, sample_alpha, sample_lengths, stream
@@ -45,7 +43,7 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> di
     (step times at the mean context)}.
     """
     cfg = scenario.study
-    say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = (lambda msg: None) if quiet else stderr_line
     engines = scenario.engine_profiles
     points = (len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes)
               * len(cfg.serving_modes))
