@@ -392,7 +392,8 @@ def plot_gamma_batch_heatmap(df: pd.DataFrame):
                     value = grid.loc[g, b]
                     ax.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=FONT_PT,
                             color=_text_color(cmap(norm(value))),
-                            fontweight="bold" if best[x] == y else None)
+                            fontweight="bold" if best[x] == y else None,
+                            in_layout=False)  # inside its cell: the layout need not measure it
             for x, y in enumerate(best):  # best gamma per batch size: a black box with a white rim
                 for ec, lw in (("white", 3.6), ("black", 1.8)):
                     ax.add_patch(plt.Rectangle((x - 0.44, y - 0.42), 0.88, 0.84, fill=False, lw=lw,

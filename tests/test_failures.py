@@ -1,5 +1,5 @@
-"""The command line as a user meets it, run as a real process: help text, bad input, and what a run
-does when it is interrupted or killed (signals), checked from outside with subprocess."""
+"""The command line as a user meets it, run as a real process: bad input, and what a run does when
+it is interrupted or killed (signals), checked from outside with subprocess; and the help text."""
 from __future__ import annotations
 
 import os
@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from tests.helpers import run_main
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INTERRUPTED = "interrupted; previous outputs left as they were"
 TERMINATED = "terminated; previous outputs left as they were"
@@ -23,15 +25,22 @@ def run_py(*argv: str, env: dict | None = None, timeout: float = 60) -> subproce
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def test_help_never_splits_an_id_across_lines():
+def test_help_never_splits_an_id_across_lines(capsys, monkeypatch):
+    """(In this process: argparse wraps help at $COLUMNS wherever it runs.)"""
     for argv in (["--help"], ["step-time", "--help"]):
+        lines = {}
         for columns in ("60", "80"):
-            text = run_py(*argv, env={"COLUMNS": columns}).stdout
+            monkeypatch.setenv("COLUMNS", columns)
+            done = run_main(capsys, argv)
+            assert done.returncode == 0
+            text = done.stdout
+            lines[columns] = text.count("\n")
             words = set(text.split())
             for name in ("homogeneous_good", "homogeneous_mid", "heterogeneous", "bimodal",
                          "static_batch", "continuous_refill", "vllm-2024", "configs/example.toml"):
                 if name in text.replace("\n", " ").replace(" ", ""):
                     assert any(name in w for w in words), (argv, columns, name)
+        assert lines["60"] > lines["80"]  # the width took effect
 
 
 def test_bad_input_is_answered_before_pandas_matplotlib_or_scipy_load():

@@ -1,16 +1,32 @@
 """Tests of the timing loop (src/measure/timing.py). The CUDA path runs against a fake of the
 few torch.cuda calls it makes (events, streams, graph capture), so its control flow is checked on
-machines without a GPU; skipped without torch."""
+machines without a GPU; skipped without torch. torch is imported when the first test here runs, not
+when pytest collects the file (a test worker that runs none of these never pays its import)."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from src.measure.plan import RepPolicy
 
-from src.measure.plan import RepPolicy  # noqa: E402
-from src.measure.timing import Timing, time_step  # noqa: E402
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+
+
+@pytest.fixture(scope="module")
+def torch():
+    import torch
+
+    return torch
+
+
+@pytest.fixture(scope="module")
+def timing(torch):
+    """src.measure.timing (it imports torch)."""
+    from src.measure import timing
+
+    return timing
 
 
 class FakeCuda:
@@ -66,7 +82,7 @@ class FakeCuda:
 
         self.Event, self.Stream, self.CUDAGraph = Event, Stream, CUDAGraph
 
-    def install(self, monkeypatch):
+    def install(self, monkeypatch, torch):
         monkeypatch.setattr(torch.cuda, "Event", self.Event)
         monkeypatch.setattr(torch.cuda, "Stream", self.Stream)
         monkeypatch.setattr(torch.cuda, "CUDAGraph", self.CUDAGraph)
@@ -75,9 +91,9 @@ class FakeCuda:
         monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
 
 
-def test_graph_mode_runs_eagerly_once_captures_once_then_times_replays(monkeypatch):
+def test_graph_mode_runs_eagerly_once_captures_once_then_times_replays(monkeypatch, torch, timing):
     fake = FakeCuda(replay_ms=2.0)
-    fake.install(monkeypatch)
+    fake.install(monkeypatch, torch)
     calls = []
 
     def step():
@@ -85,17 +101,17 @@ def test_graph_mode_runs_eagerly_once_captures_once_then_times_replays(monkeypat
         return torch.zeros(1)
 
     policy = RepPolicy(target_ms=9.0, min_reps=2, max_reps=100, warmup=2)
-    timing = time_step(step, torch.device("cuda"), "graph", policy)
+    result = timing.time_step(step, torch.device("cuda"), "graph", policy)
     assert calls == [False, True]  # one eager warm-up outside the capture, one captured call
     assert fake.captures == 1
     # 2 untimed warm-up replays, then ceil(9 / 2) = 5 timed ones of 2 ms each
     assert fake.replays == 2 + 5
-    assert timing == Timing(2.0, 2.0, 2.0, 2.0, 5)
+    assert result == timing.Timing(2.0, 2.0, 2.0, 2.0, 5)
 
 
-def test_eager_mode_times_each_call(monkeypatch):
+def test_eager_mode_times_each_call(monkeypatch, torch, timing):
     fake = FakeCuda(replay_ms=0.0)
-    fake.install(monkeypatch)
+    fake.install(monkeypatch, torch)
     durations = iter([50.0, 3.0] + [3.0, 4.0, 5.0, 3.0])  # first warm-up is slow (setup)
 
     def step():
@@ -103,19 +119,19 @@ def test_eager_mode_times_each_call(monkeypatch):
         return torch.zeros(1)
 
     policy = RepPolicy(target_ms=10.0, min_reps=2, max_reps=100, warmup=2)
-    timing = time_step(step, torch.device("cuda"), "eager", policy)
+    result = timing.time_step(step, torch.device("cuda"), "eager", policy)
     # the last warm-up (3 ms) sets reps = ceil(10 / 3) = 4; the slow first call is not timed
-    assert timing.reps == 4 and timing.min_ms == 3.0 and timing.median_ms == 3.5
+    assert result.reps == 4 and result.min_ms == 3.0 and result.median_ms == 3.5
     assert fake.captures == 0
 
 
-def test_cpu_timing_needs_eager_mode():
+def test_cpu_timing_needs_eager_mode(torch, timing):
     with pytest.raises(ValueError, match="CUDA"):
-        time_step(lambda: None, torch.device("cpu"), "graph", RepPolicy())
+        timing.time_step(lambda: None, torch.device("cpu"), "graph", RepPolicy())
 
 
-def test_timing_summary_uses_linear_percentiles():
-    t = Timing.of([1.0, 2.0, 3.0, 4.0, 5.0])
+def test_timing_summary_uses_linear_percentiles(timing):
+    t = timing.Timing.of([1.0, 2.0, 3.0, 4.0, 5.0])
     assert (t.median_ms, t.p10_ms, t.p90_ms, t.min_ms, t.reps) == (3.0, 1.4, 4.6, 1.0, 5)
     with pytest.raises(ValueError):
-        Timing.of([])
+        timing.Timing.of([])

@@ -15,7 +15,7 @@ QUICK = [
     "--rates",
     "2,16",
     "--requests",
-    "40",
+    "24",
     "--replications",
     "2",
     "--policies",

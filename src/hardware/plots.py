@@ -62,7 +62,8 @@ def plot_optimal_gamma(hw: dict):
         for k in range(len(modes)):
             for x in range(len(batches)):
                 ax.text(x, k, labels[k][x], ha="center", va="center", fontsize=FONT_PT + 1,
-                        color="white" if grid[k, x] > top / 2 else "black")
+                        color="white" if grid[k, x] > top / 2 else "black",
+                        in_layout=False)  # inside its cell: the layout need not measure it
         ax.set_xticks(range(len(batches)), [str(b) for b in batches])
         ax.set_yticks(range(len(modes)), modes if i == 0 else [""] * len(modes))
         ax.set_xlabel("batch size (concurrent sequences)")
