@@ -19,8 +19,9 @@ import signal
 import sys
 import time
 
-from src import cli
+from src import cli, console
 from src.config import ConfigError
+from src.console import sayer
 
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 130, 143
 
@@ -54,8 +55,7 @@ def study(plan: cli.RunPlan, state: dict) -> None:
     from src.sweep import Sweep, comparison_config, progress_printer, run_grid
 
     start = time.perf_counter()
-    say = (lambda msg: None) if plan.quiet else (lambda msg: print(msg, file=sys.stderr,
-                                                                   flush=True))
+    say = sayer(plan.quiet)
     cfg, scenario = plan.cfg, plan.scenario
     reference = comparison = cost = background = None
     try:
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome = ("the new outputs were already written" if state["published"]
                    else "previous outputs left as they were")
         newline = "\n" if sys.stderr.isatty() else ""  # past the terminal's ^C
-        print(f"{newline}{what}; {outcome}", file=sys.stderr)
+        console.say(f"{newline}{what}; {outcome}")
         return EXIT_INTERRUPTED if isinstance(e, KeyboardInterrupt) else EXIT_TERMINATED
     finally:
         signal.signal(signal.SIGTERM, previous_term)

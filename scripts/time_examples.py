@@ -30,7 +30,7 @@ sys.path.insert(0, ROOT)
 from src.analysis import md_table, replace_block  # noqa: E402
 from src.reporting import write_atomic  # noqa: E402
 
-SKIP_FLAGS = ("--help", "--list", "--acceptance-from-vllm", "--acceptance-trace")
+SKIP_FLAGS = ("--help", "--list", "--acceptance-from-vllm", "--acceptance-trace", "--trace")
 SKIP_SUBCOMMANDS = ("measure",)  # needs a GPU and PyTorch
 
 
@@ -58,13 +58,16 @@ def with_temp_out(command: str, folder: str) -> list[str]:
     --quiet; step-time takes neither."""
     argv = shlex.split(command)
     argv[0] = sys.executable
-    if len(argv) > 2 and argv[2] in ("step-time", "serve"):
+    subcommand = argv[2:3] if len(argv) > 2 and not argv[2].startswith("-") else []
+    options = subprocess.run([sys.executable, "run.py", *subcommand, "--help"], cwd=ROOT,
+                             capture_output=True, text=True).stdout
+    if "--out" not in options:  # a command that writes no files (step-time)
         return argv
     if "--out" in argv:
         argv[argv.index("--out") + 1] = os.path.join(folder, "out")
     else:
         argv += ["--out", os.path.join(folder, "out")]
-    return argv + ["--quiet"]
+    return argv + (["--quiet"] if "--quiet" in options else [])
 
 
 def timed(argv: list[str]) -> tuple[float, float, int]:

@@ -105,6 +105,11 @@ def test_unknown_keys(tmp_path):
     _raises("extra", p, "allowed: scenario, study")
 
 
+def test_a_draft_cost_the_scenario_would_ignore_is_refused(tmp_path):
+    path = _write(tmp_path, GOOD, "draft_cost = 0.05\n")
+    _raises("study.draft_cost", path, "not used by a scenario")
+
+
 def test_unknown_gpu_and_models(tmp_path):
     msg = _raises("scenario.gpu", _write(tmp_path, GOOD.replace("h100-sxm", "h900")),
                   "unknown 'h900'; allowed: a100-80gb-sxm, ")

@@ -194,6 +194,9 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     study_table = data.get("study", {})
     if not isinstance(study_table, Mapping):
         raise ConfigError("study", "expected a table of StudyConfig fields")
+    if "draft_cost" in study_table:  # would be ignored: the scenario's cost model prices the draft
+        raise ConfigError("study.draft_cost", "not used by a scenario: the draft's step time comes "
+                                              "from scenario.draft on scenario.gpu; remove it")
     try:
         study = build_config(study_table)
     except ConfigError as e:
