@@ -19,9 +19,8 @@ import signal
 import sys
 import time
 
-from src import cli, console
+from src import cli
 from src.config import ConfigError
-from src.console import sayer
 
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 130, 143
 
@@ -51,11 +50,11 @@ def study(plan: cli.RunPlan, state: dict) -> None:
     from src import analysis
     from src.costmodel import FlatCostModel
     from src.hardware.study import hardware_job
-    from src.processes import Background
+    from src.processes import Background, stderr_line
     from src.sweep import Sweep, comparison_config, progress_printer, run_grid
 
     start = time.perf_counter()
-    say = sayer(plan.quiet)
+    say = (lambda msg: None) if plan.quiet else stderr_line
     cfg, scenario = plan.cfg, plan.scenario
     reference = comparison = cost = background = None
     try:
@@ -132,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome = ("the new outputs were already written" if state["published"]
                    else "previous outputs left as they were")
         newline = "\n" if sys.stderr.isatty() else ""  # past the terminal's ^C
-        console.say(f"{newline}{what}; {outcome}")
+        sys.stderr.write(f"{newline}{what}; {outcome}\n")  # one write: never cut or interleaved
         return EXIT_INTERRUPTED if isinstance(e, KeyboardInterrupt) else EXIT_TERMINATED
     finally:
         signal.signal(signal.SIGTERM, previous_term)
