@@ -21,7 +21,7 @@ from src.hardware import report as hardware_report
 from src.hardware import schedules
 from src.metrics import best_gamma
 from src.mode_comparison import comparison_lines
-from src.outputs import publish
+from src.outputs import join_summary, publish
 from src.reporting import (
     FONT_PT,
     MARKERS,
@@ -509,7 +509,7 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
     if os.path.isfile(validation_plot):
         with open(validation_plot, "rb") as f:
             files[validation_plot] = f.read()
-    files[os.path.join(out_dir, "results", "summary.txt")] = ("\n\n".join(summary)).encode()
+    files[os.path.join(out_dir, "results", "summary.txt")] = join_summary(summary).encode()
     files = {os.path.relpath(path, out_dir).replace(os.sep, "/"): data
              for path, data in files.items()}
     return publish(out_dir, files, owns=study_owns, after_commit=after_commit)

@@ -32,6 +32,13 @@ OWNED = ("results", "plots")  # the folders under OUT a run swaps
 PREFIX = ".run-"
 
 
+def join_summary(parts) -> str:
+    """summary.txt from its sections: one blank line between non-empty sections, one final
+    newline. Every command that writes summary.txt joins through here, so a rerun is
+    byte-identical whichever command wrote the file last."""
+    return "\n\n".join(p.strip("\n") for p in parts if p.strip("\n")) + "\n"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -17,6 +17,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from src.outputs import join_summary
+
 SECTION_BEGIN = "=== SERVING UNDER LOAD (python run.py serve) ==="
 SECTION_END = "=== END SERVING UNDER LOAD ==="
 
@@ -219,8 +221,8 @@ def replace_section(text: str, section: str) -> str:
     if SECTION_BEGIN in text and SECTION_END in text:
         head, rest = text.split(SECTION_BEGIN, 1)
         tail = rest.split(SECTION_END, 1)[1]
-        return head + section + tail
-    return (text.rstrip("\n") + "\n\n" + section + "\n") if text.strip() else section + "\n"
+        return join_summary([head, section, tail])
+    return join_summary([text, section])
 
 
 # -- plots -------------------------------------------------------------------------------------
