@@ -161,19 +161,23 @@ def summary_section(result: dict, cfg) -> str:
     lines += [_table(["policy"] + [f"{x:g}/s" for x in rates], rows), ""]
     lines.append("S5. SLO capacity: the highest rate that meets the SLO (interpolated in log rate)")
     cap_none = slo_capacity(t, "none", cfg.slo_attainment_target)
+    top_rate = max(rates)
     rows = []
     for p in policies:
         c = slo_capacity(t, p, cfg.slo_attainment_target)
-        gain = "-" if p == "none" or cap_none == 0 else f"{c / cap_none:.2f}x"
-        rows.append([p, f"{c:.2f}/s", gain])
-    lines += [
-        _table(["policy", "capacity", "vs none"], rows),
-        "  (a capacity equal to the largest rate of the grid means the SLO held at every rate)",
-        "",
-    ]
+        # met at the grid's top rate: the capacity lies beyond the grid, its ratio is unknown
+        capped = c >= top_rate or cap_none >= top_rate
+        gain = "-" if p == "none" or cap_none == 0 or capped else f"{c / cap_none:.2f}x"
+        cap = f"> {top_rate:g}/s (met at every rate)" if c >= top_rate else f"{c:.2f}/s"
+        rows.append([p, cap, gain])
+    lines += [_table(["policy", "capacity", "vs none"], rows), ""]
     lines.append(
         "S6. Detail per (policy, rate): TTFT p50/p99 ms, TPOT p99 ms, E2E p50 s, output "
-        "tok/s, goodput req/s, mean batch, KV use, acceptance, mean gamma"
+        "tok/s, goodput req/s, mean batch, KV use, accepted/proposed, mean gamma"
+    )
+    lines.append(
+        "    accepted/proposed = draft tokens the target accepted / draft tokens proposed; "
+        "'-' where no draft runs (none)"
     )
     rows = []
     for _, row in t.iterrows():
@@ -189,8 +193,8 @@ def summary_section(result: dict, cfg) -> str:
                 _fmt(row.goodput_req_s),
                 _fmt(row.mean_batch, 1),
                 _fmt(row.kv_use),
-                _fmt(row.acceptance_rate),
-                _fmt(row.mean_gamma),
+                "-" if row.policy == "none" else _fmt(row.acceptance_rate),
+                "-" if row.policy == "none" else _fmt(row.mean_gamma),
             ]
         )
     lines += [
@@ -206,7 +210,7 @@ def summary_section(result: dict, cfg) -> str:
                 "goodput",
                 "batch",
                 "KV",
-                "accept",
+                "accepted/proposed",
                 "gamma",
             ],
             rows,
@@ -231,16 +235,30 @@ def _colors(policies):
     return {p: ("black" if p == "none" else cmap(i % 10)) for i, p in enumerate(policies)}
 
 
+_LINESTYLES = ["-", "-.", (0, (5, 1.5)), ":", (0, (3, 1, 1, 1, 1, 1))]
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+
+
+def _policy_style(policies) -> dict:
+    """Colour, line style and marker per policy, each policy its own, so that policies with equal
+    numbers (one line exactly under another) still show both."""
+    colors = _colors(policies)
+    styles = {}
+    for i, p in enumerate(policies):
+        if p == "none":
+            styles[p] = dict(color="black", lw=2.2, ls="--", marker="o", ms=4)
+        else:
+            styles[p] = dict(color=colors[p], lw=1.5, ls=_LINESTYLES[i % len(_LINESTYLES)],
+                             marker=_MARKERS[i % len(_MARKERS)], ms=5 if i % 2 else 4,
+                             mfc="none" if i % 2 else colors[p])
+    return styles
+
+
 def _policy_lines(ax, t, key, scale, colors, label=True):
+    styles = _policy_style(list(colors))
     for p, g in t.groupby("policy", sort=False):
         g = g.sort_values("rate_per_s")
-        style = dict(
-            color=colors[p],
-            lw=2.2 if p == "none" else 1.5,
-            ls="--" if p == "none" else "-",
-            marker="o",
-            ms=3.5,
-        )
+        style = styles[p]
         ax.plot(g.rate_per_s, g[key] * scale, label=p if label else None, **style)
         lo, hi = g[f"{key}_ci_low"] * scale, g[f"{key}_ci_high"] * scale
         if np.isfinite(lo).all():
@@ -253,7 +271,15 @@ def _plain_log_axis(ax, axis: str = "y") -> None:
     target = ax.yaxis if axis == "y" else ax.xaxis
     target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    target.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    lo, hi = (ax.get_ylim() if axis == "y" else ax.get_xlim())
+    # a range of about one decade has few major ticks (1, 2, 5): label minor ticks 3, 4, 6, 8 too
+    few = hi / max(lo, 1e-300) < 20
+
+    def minor(v, _):
+        mantissa = round(v / 10 ** np.floor(np.log10(v)), 6)
+        return f"{v:g}" if few and mantissa in (3, 4, 6, 8) else ""
+
+    target.set_minor_formatter(FuncFormatter(minor))
 
 
 def _png(fig) -> bytes:
@@ -297,7 +323,8 @@ def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
     axes[1, 1].axhline(cfg.slo_ttft_s * 1e3, color="grey", lw=1, ls=":")
     axes[0, 0].legend(fontsize=9, title="policy", title_fontsize=9)
     fig.suptitle(
-        f"Latency against request rate (bands: 95% CI; dotted: SLO)\n{_title(cfg)}", fontsize=10
+        f"Latency against request rate (bands: 95% CI; dotted: SLO, on the p99 panels)"
+        f"\n{_title(cfg)}", fontsize=10
     )
     fig.tight_layout()
     return _png(fig)
@@ -305,20 +332,12 @@ def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
 
 def plot_throughput_latency(t: pd.DataFrame, cfg) -> bytes:
     policies = list(dict.fromkeys(t.policy))
-    colors = _colors(policies)
+    styles = _policy_style(policies)
     fig, ax = plt.subplots(figsize=(7.5, 5.5))
     for p, g in t.groupby("policy", sort=False):
         g = g.sort_values("rate_per_s")
-        ax.plot(
-            g.output_throughput_tok_s,
-            g.tpot_p50_s * 1e3,
-            marker="o",
-            ms=4,
-            color=colors[p],
-            lw=2.2 if p == "none" else 1.5,
-            ls="--" if p == "none" else "-",
-            label=p,
-        )
+        ax.plot(g.output_throughput_tok_s, g.tpot_p50_s * 1e3, label=p,
+                **styles[p])
     last = t[t.policy == "none"].sort_values("rate_per_s")
     for _, row in last.iterrows():
         ax.annotate(
