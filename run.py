@@ -47,7 +47,8 @@ def study(plan: cli.RunPlan, state: dict) -> None:
     # heavy imports only now that the input is known to be good
     import pandas as pd
 
-    from src import analysis
+    # step_engine imports numba: here, once, before the worker forks (not again in the worker)
+    from src import analysis, step_engine  # noqa: F401
     from src.costmodel import FlatCostModel
     from src.hardware.study import hardware_job
     from src.processes import Background, stderr_line
@@ -56,7 +57,7 @@ def study(plan: cli.RunPlan, state: dict) -> None:
     start = time.perf_counter()
     say = (lambda msg: None) if plan.quiet else stderr_line
     cfg, scenario = plan.cfg, plan.scenario
-    reference = comparison = cost = background = None
+    reference = comparison = cost = background = rendered = None
     try:
         if scenario is not None and plan.reference and (os.cpu_count() or 1) > 1:
             # the hardware scenario runs in a second process beside the reference study (both are
@@ -81,6 +82,8 @@ def study(plan: cli.RunPlan, state: dict) -> None:
                                              progress=progress_printer(plan.quiet,
                                                                        f"companion ({other})"))],
                                    ignore_index=True)
+            # the reference plots and summary now, while the hardware scenario still runs
+            rendered = analysis.reference_part(cfg, reference, comparison, cost, plan.quiet)
         hardware = None
         if scenario is not None:
             if background is not None:
@@ -91,12 +94,11 @@ def study(plan: cli.RunPlan, state: dict) -> None:
     finally:
         if background is not None:
             background.kill()
-    say("writing outputs: " + ("reference plots, " if reference is not None else "")
-        + "results and summary")
+    say("writing outputs: results and summary")
     try:
         paths = analysis.write_outputs(plan.out, cfg, reference, comparison, cost, hardware,
                                        after_commit=lambda: state.update(published=True),
-                                       quiet=plan.quiet)
+                                       quiet=plan.quiet, rendered=rendered)
     except OSError as e:
         raise WriteFailed(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}") from None
     say(f"wrote {len(paths)} files in {plan.out}/results and {plan.out}/plots in "

@@ -456,32 +456,42 @@ def study_owns(rel: str) -> bool:
                    *HARDWARE_OUTPUTS)
 
 
+def reference_part(cfg: StudyConfig, reference: pd.DataFrame, comparison: pd.DataFrame, cost,
+                   quiet: bool = True) -> dict:
+    """The reference study's share of the outputs, rendered: {"summary": its summary.txt sections,
+    "files": {path relative to OUT: bytes} (its plots and verification_comparison.csv)}. run.py
+    renders it while the hardware scenario still runs in the other process."""
+    plots = {
+        "speedup_vs_batch.png": lambda: plot_speedup_vs_batch(reference),
+        "utilization_vs_batch.png": lambda: plot_utilization_vs_batch(
+            reference, reference_gamma(reference.gamma.unique())),
+        "divergence_penalty.png": lambda: plot_divergence_penalty(reference),
+        "gamma_batch_heatmap.png": lambda: plot_gamma_batch_heatmap(reference)}
+    files = {"results/verification_comparison.csv": csv_bytes(comparison)}
+    progress = plot_progress(quiet, "reference", len(plots))
+    for name, plot in plots.items():
+        files[f"plots/{name}"] = png_bytes(plot())
+        if progress:
+            progress(name)
+    return {"summary": summary_text(cfg, reference, comparison, cost.time_unit), "files": files}
+
+
 def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None,
                   comparison: pd.DataFrame | None, cost, hardware: dict | None = None,
-                  after_commit=None, quiet: bool = True) -> list[str]:
+                  after_commit=None, quiet: bool = True, rendered: dict | None = None) -> list[str]:
     """Render everything in memory, then write it: results/results.csv (reference and hardware rows,
     told apart by `scenario`), results/verification_comparison.csv, results/summary.txt and the
     plots of each part that ran, replacing OUT/results and OUT/plots as one set (src/outputs.py).
+    `rendered`: the reference part already rendered (reference_part), else it is rendered here.
     Returns the paths written."""
     results, summary, files = [], [], {}
     plots = os.path.join(out_dir, "plots")
     if reference is not None:
         results.append(reference.assign(scenario="reference", engine_profile="flat",
                                         time_unit=cost.time_unit))
-        summary.append(summary_text(cfg, reference, comparison, cost.time_unit))
-        results_dir = os.path.join(out_dir, "results")
-        files[os.path.join(results_dir, "verification_comparison.csv")] = csv_bytes(comparison)
-        reference_plots = {
-            "speedup_vs_batch.png": lambda: plot_speedup_vs_batch(reference),
-            "utilization_vs_batch.png": lambda: plot_utilization_vs_batch(
-                reference, reference_gamma(reference.gamma.unique())),
-            "divergence_penalty.png": lambda: plot_divergence_penalty(reference),
-            "gamma_batch_heatmap.png": lambda: plot_gamma_batch_heatmap(reference)}
-        progress = plot_progress(quiet, "reference", len(reference_plots))
-        for name, plot in reference_plots.items():
-            files[os.path.join(plots, name)] = png_bytes(plot())
-            if progress:
-                progress(name)
+        part = rendered or reference_part(cfg, reference, comparison, cost, quiet)
+        summary.append(part["summary"])
+        files.update({os.path.join(out_dir, rel): data for rel, data in part["files"].items()})
     if hardware is not None:
         results.append(hardware["results"].assign(time_unit="ms"))
         files[os.path.join(out_dir, "results",
