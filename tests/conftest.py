@@ -2,15 +2,26 @@
 
 Each file is one xdist group, so one worker runs all of a file's tests and a module-scoped fixture
 (a study run several tests assert on) runs once; the files that import torch share one group, so
-one worker pays its import (~2 s of CPU) and the other never does.
+one worker pays its import (~2 s of CPU) and the other never does. The groups that take longest
+(several seconds of CPU each: end-to-end runs, subprocesses, torch) go out first and the many small
+files fill in behind them, so both workers finish at about the same time; the order changes nothing
+else (no test depends on another).
 """
 import pytest
 
 TORCH_FILES = {"test_measure_cli.py", "test_measure_model.py", "test_measure_timing.py"}
+LONGEST_FIRST = ["test_end_to_end.py", "test_online_cli.py", "torch", "test_failures.py",
+                 "test_acceptance_cli.py", "test_online_checks.py", "test_calibration.py",
+                 "test_online_engine.py", "test_hardware_study.py"]
+
+
+def group_of(item) -> str:
+    return "torch" if item.path.name in TORCH_FILES else item.path.name
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items):
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(group_of(item), len(rank)))  # stable: file order kept
     for item in items:
-        group = "torch" if item.path.name in TORCH_FILES else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(group_of(item)))
