@@ -45,9 +45,36 @@ def test_plot_is_a_png(sets):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
 
 
+@needs_data
+def test_plot_legends_are_few_and_readable(sets):
+    import matplotlib.pyplot as plt
+
+    fig = validation.plot_figure(sets)
+    try:
+        timed = [s for s in sets if s.step_time]
+        # every plotted value has a colour (its data set) and a marker (its kind of pass)
+        assert all(s.source and len(s.kinds) == len(s.measured) for s in timed)
+        assert {k for s in timed for k in s.kinds} <= set(validation.KIND_MARKERS)
+        entries = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+        assert {s.source for s in timed} <= set(entries)
+        assert all(ax.get_legend() is None for ax in fig.axes)  # only the figure's legends
+        for leg in fig.legends:
+            assert len(leg.get_texts()) <= 8
+            assert min(t.get_fontsize() for t in leg.get_texts()) >= 9
+        for ax in fig.axes:  # every axis says its unit
+            assert ax.get_xlabel().endswith(", ms")
+            assert ax.get_ylabel().endswith((", ms", ", %"))
+    finally:
+        plt.close(fig)
+
+
 def test_missing_data_leaves_the_sets_out(tmp_path):
     # without the calibration data only the project's own committed measurements remain
     assert not validation.available(tmp_path)
     sets = validation.data_sets(tmp_path, published=False)
     assert sets and all(s.name.startswith("H200 2nd session") and s.role == "checked"
                         for s in sets)
+    # positions = 1 rows are decode steps, the rest of the forward rows verification steps
+    graph = [s for s in sets if "graph forward" in s.name]
+    kinds = {k for s in graph for k in s.kinds}
+    assert kinds == {validation.DECODE, validation.VERIFY}

@@ -43,12 +43,21 @@ from src.costmodel.allreduce import allreduce_cost
 REPO = Path(__file__).resolve().parents[2]
 CALIBRATION_DIR = REPO.parent / "shared" / "calibration"
 # measurements committed in the project (folder, GPU preset, label): checks only, never fitted
-INDEPENDENT = (("measurements/h200-2026-11-29", "h200", "H200 2nd session (measure)"),)
+INDEPENDENT = (("measurements/h200-2026-11-29", "h200", "H200 2nd session (measure)",
+                "H200, 2nd session (run.py measure)"),)
 PLOT_PATH = "plots/validation_step_time.png"
 BAND = 0.20  # the plot's +-20% band
 VIDUR_GPUS = {"a100": "a100-80gb-sxm", "h100": "h100-sxm"}
 VIDUR_MODELS = {"Llama-2-7b-hf": "llama-2-7b", "Meta-Llama-3-8B": "llama-3-8b"}
 VIDUR_SYSTEMS = {"a100_dgx": "a100-80gb-sxm", "h100_dgx": "h100-sxm"}
+# what kind of pass a value times (the plot's markers)
+DECODE = "decode step (1 token per sequence)"
+VERIFY = "verification step (2+ tokens per sequence)"
+PREFILL = "prefill"
+ATTENTION = "attention kernels alone"
+DRAFT = "draft passes (gamma x T_D)"
+PER_TOKEN = "time per output token"
+LAYERS = "decoder layers without attention"
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,8 @@ class DataSet:
     predicted: np.ndarray
     labels: tuple[str, ...]  # one per value: where it is (batch, positions, ...)
     step_time: bool = True  # plotted in validation_step_time.png
+    source: str = ""  # who measured it on what (the plot's colour), e.g. "H200, 2nd session"
+    kinds: tuple[str, ...] = ()  # one per value: what kind of pass it is (the plot's marker)
 
     @property
     def errors(self) -> np.ndarray:
@@ -73,22 +84,23 @@ class DataSet:
 def _h200_sets(cal_dir: Path) -> list[DataSet]:
     return _measured_sets(cal_dir / "h200" / "h200_step_times_ms.csv",
                           cal_dir / "h200" / "h200_prefill_times_ms.csv", "h200", "H200",
-                          "H200", "fitted")
+                          "H200", "fitted", "H200, calibration session")
 
 
 def _independent_sets() -> list[DataSet]:
     out = []
-    for folder, gpu_id, label in INDEPENDENT:
+    for folder, gpu_id, label, source in INDEPENDENT:
         out += _measured_sets(REPO / folder / "step_times_ms.csv",
                               REPO / folder / "prefill_times_ms.csv", gpu_id, label,
-                              gpu_id.upper(), "checked")
+                              gpu_id.upper(), "checked", source)
     return out
 
 
 def _measured_sets(steps: Path, prefill: Path, gpu_id: str, label: str, gpu_label: str,
-                   role: str) -> list[DataSet]:
+                   role: str, source: str) -> list[DataSet]:
     """Data sets of measurement files in the project's format: graph forward (faster kernel),
-    attention_only and eager rows of `steps` with the given role; prefill rows, checked."""
+    attention_only and eager rows of `steps` with the given role; prefill rows, checked.
+    Kinds: prefill rows, attention_only rows, else decode (positions = 1) or verification."""
     if not steps.is_file():
         return []
     presets = load_presets()
@@ -115,7 +127,14 @@ def _measured_sets(steps: Path, prefill: Path, gpu_id: str, label: str, gpu_labe
     if prefill.is_file():
         frames.append((f"{label} prefill (pytorch-graphs, faster kernel)",
                        read_measurements(str(prefill), models), "checked", True))
-    for name, sub, kind, best in frames:
+    def kind(r):
+        if r.what == "prefill":
+            return PREFILL
+        if r.what == "attention_only":
+            return ATTENTION
+        return DECODE if r.positions == 1 else VERIFY
+
+    for name, sub, role_, best in frames:
         if sub.empty:
             continue
         frame = best_of_kernels(sub, pred(sub, "best")) if best else sub.assign(
@@ -123,8 +142,9 @@ def _measured_sets(steps: Path, prefill: Path, gpu_id: str, label: str, gpu_labe
         for model, m in frame.groupby("model", sort=True):
             labels = tuple(where(r) + ("" if best else f" {r.attention_backend}")
                            for r in m.itertuples())
-            out.append(DataSet(name, gpu_label, model, kind, "step time, ms",
-                               m["median_ms"].to_numpy(), m["predicted_ms"].to_numpy(), labels))
+            out.append(DataSet(name, gpu_label, model, role_, "step time, ms",
+                               m["median_ms"].to_numpy(), m["predicted_ms"].to_numpy(), labels,
+                               source=source, kinds=tuple(kind(r) for r in m.itertuples())))
     return out
 
 
@@ -145,7 +165,8 @@ def _vidur_sets(cal_dir: Path) -> list[DataSet]:
             tps = f"TP {sub['tp'].min()}-{sub['tp'].max()}"
             out.append(DataSet("vidur non-attention forward", f"{g.upper()} ({tps})",
                                VIDUR_MODELS[m], "fitted", "layers without attention, ms",
-                               sub["forward_ms_non_attention"].to_numpy(), pred, labels))
+                               sub["forward_ms_non_attention"].to_numpy(), pred, labels,
+                               source=f"{g.upper()}, vidur", kinds=(LAYERS,) * len(labels)))
     path = cal_dir / "vidur_all_reduce_ms.csv"
     if path.is_file():
         df = pd.read_csv(path)
@@ -198,7 +219,8 @@ def _published_sets() -> list[DataSet]:
     out = [DataSet("MagicDec Table 1 (ideal engine)", "H100 x4", "llama-2-7b-32k", "checked",
                    "step time, ms", np.array([pc.MAGICDEC[k] for k in keys]),
                    np.array([predicted[k] for k in keys]),
-                   ("T_AR", "T_V", "gamma x T_D"))]
+                   ("T_AR", "T_V", "gamma x T_D"), source="4x H100, MagicDec Table 1",
+                   kinds=(DECODE, VERIFY, DRAFT))]
     sync = pc.vllm_v1_eagle3()["sync"]
     ks = list(pc.VLLM_V1_EAGLE3)
     out.append(DataSet("vLLM V1 EAGLE-3, issue #20780 (vllm-v1, CPU not overlapped)", "H100",
@@ -206,7 +228,8 @@ def _published_sets() -> list[DataSet]:
                        np.array([pc.VLLM_V1_VANILLA_TPOT_MS]
                                 + [pc.VLLM_V1_EAGLE3[k][0] for k in ks]),
                        np.array([sync["vanilla"]] + [sync[k] for k in ks]),
-                       ("no speculation", *(f"K={k}" for k in ks))))
+                       ("no speculation", *(f"K={k}" for k in ks)),
+                       source="H100, vLLM V1 issue #20780", kinds=(PER_TOKEN,) * (1 + len(ks))))
     return out
 
 
@@ -326,58 +349,105 @@ def block(vllm_result: dict | None = None, cal_dir: Path = CALIBRATION_DIR,
             "(section 11, \"Tensor-parallel all-reduce\").\n\n" + markdown(sets))
 
 
-def plot_bytes(sets: list[DataSet]) -> bytes:
-    """plots/validation_step_time.png: measured vs predicted time, log-log, one marker per data
-    set x GPU x model, the y = x line and the +-20% band; whole steps (H200, published checks)
-    on the left, vidur's layers-without-attention times on the right."""
+KIND_MARKERS = {DECODE: "o", VERIFY: "s", PREFILL: "D", ATTENTION: ".", DRAFT: "^",
+                PER_TOKEN: "v", LAYERS: "h"}
+LEGEND_FONT_PT = 10
+
+
+def plot_figure(sets: list[DataSet]):
+    """The figure of plots/validation_step_time.png: per value, predicted against measured time
+    (top, log-log, with the y = x line and the +-20% band) and the relative error predicted /
+    measured - 1 against measured time (bottom). Whole steps (H200 sessions, published step
+    times) on the left, vidur's decoder layers without attention on the right. Colour: the data
+    set (GPU and who measured); marker: the kind of pass; filled: fitted to, hollow: checked
+    only. Three small legends below the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    from src.reporting import png_bytes
-
-    whole = [s for s in sets if s.step_time and not s.name.startswith("vidur")]
-    # the many small attention-only points underneath, whole steps on top
-    whole.sort(key=lambda s: "attention_only" not in s.name)
-    title = ("Whole forward steps and published step times\n"
-             "(filled markers: data fitted to; hollow: checked only)")
-    panels = [(title, whole),
-              ("Decoder layers without attention (vidur, sarathi-serve kernels)",
-               [s for s in sets if s.step_time and s.name.startswith("vidur")])]
+    timed = [s for s in sets if s.step_time]
+    panels = [("Whole forward passes and published step times",
+               [s for s in timed if not s.name.startswith("vidur")]),
+              ("Decoder layers without attention (vidur's A100/H100 profiles)",
+               [s for s in timed if s.name.startswith("vidur")])]
     panels = [(title, group) for title, group in panels if group]
-    fig, axes = plt.subplots(1, len(panels), figsize=(7.2 * len(panels), 7.4), squeeze=False)
-    markers = "osD^vP*Xh<>p"
-    for ax, (title, group) in zip(axes[0], panels):
+    sources = list(dict.fromkeys(s.source for _, g in panels for s in g))
+    palette = plt.cm.tab10(np.arange(len(sources)) % 10)
+    colour = dict(zip(sources, palette))
+    kinds = [k for k in KIND_MARKERS if any(k in s.kinds for _, g in panels for s in g)]
+    fig, axes = plt.subplots(2, len(panels), figsize=(7.0 * len(panels), 11), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 2]})
+    for col, (title, group) in enumerate(panels):
+        top, bottom = axes[0, col], axes[1, col]
         lo = min(min(s.measured.min(), s.predicted.min()) for s in group) / 1.5
         hi = max(max(s.measured.max(), s.predicted.max()) for s in group) * 1.5
         xs = np.geomspace(lo, hi, 50)
-        ax.fill_between(xs, xs * (1 - BAND), xs * (1 + BAND), color="0.9", zorder=0,
-                        label=f"within +-{100 * BAND:.0f}%")
-        ax.plot(xs, xs, color="0.3", lw=1, zorder=1, label="predicted = measured")
-        cmap = plt.cm.tab10 if len(group) <= 10 else plt.cm.tab20
-        colors = cmap(np.arange(len(group)) % cmap.N)
-        for i, s in enumerate(group):
+        top.fill_between(xs, xs * (1 - BAND), xs * (1 + BAND), color="0.88", zorder=0)
+        top.plot(xs, xs, color="0.3", lw=1, zorder=1)
+        bottom.axhspan(-100 * BAND, 100 * BAND, color="0.88", zorder=0)
+        bottom.axhline(0, color="0.3", lw=1, zorder=1)
+        # attention-only points first (underneath), whole passes on top
+        for s in sorted(group, key=lambda s: ATTENTION not in s.kinds):
+            kind = np.array(s.kinds)
             many = len(s.measured) > 500
-            small = many or "attention_only" in s.name
-            ax.scatter(s.measured, s.predicted, s=12 if small else 30,
-                       marker=markers[i % len(markers)],
-                       facecolors=colors[i] if s.role == "fitted" else "none",
-                       edgecolors=colors[i], linewidths=1.1, alpha=0.5 if many else 0.9,
-                       zorder=2, label=f"{s.name}: {s.gpu}, {s.model} "
-                                       f"({s.role}, {len(s.measured)})")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_aspect("equal")
-        ax.set_xlabel("measured, ms")
-        ax.set_ylabel("predicted by the hardware cost model, ms")
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, which="major", color="0.82", lw=0.5)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.09), fontsize=7, frameon=False,
-                  ncol=1)
-    return png_bytes(fig)
+            for k in kinds:
+                on = kind == k
+                if not on.any():
+                    continue
+                style = dict(marker=KIND_MARKERS[k], s=6 if many else (40 if k == ATTENTION
+                                                                        else 22),
+                             facecolors=colour[s.source] if s.role == "fitted" else "none",
+                             edgecolors=colour[s.source], linewidths=0.9,
+                             alpha=0.35 if many else 0.8, zorder=2)
+                if k == ATTENTION:  # a dot has no edge to leave hollow
+                    style.update(facecolors=colour[s.source], linewidths=0)
+                top.scatter(s.measured[on], s.predicted[on], **style)
+                bottom.scatter(s.measured[on], 100 * s.errors[on], **style)
+        worst = max(float(np.abs(s.errors).max()) for s in group) * 100
+        limit = max(2 * 100 * BAND, worst * 1.1)
+        for ax in (top, bottom):
+            ax.set_xscale("log")
+            ax.set_xlim(lo, hi)
+            ax.grid(True, which="major", color="0.82", lw=0.5)
+            ax.tick_params(labelsize=10)
+        top.set_yscale("log")
+        top.set_ylim(lo, hi)
+        top.set_title(title, fontsize=12)
+        top.set_ylabel("predicted by the hardware cost model, ms", fontsize=11)
+        top.set_xlabel("measured, ms", fontsize=11)
+        bottom.set_ylim(-limit, limit)
+        bottom.set_ylabel("error: predicted / measured - 1, %", fontsize=11)
+        bottom.set_xlabel("measured, ms", fontsize=11)
+    fig.suptitle("Step times: the hardware cost model's prediction against measurement",
+                 fontsize=14)
+    source_handles = [Patch(facecolor=colour[src], edgecolor=colour[src], label=src)
+                      for src in sources]
+    kind_handles = [Line2D([], [], ls="none", marker=KIND_MARKERS[k], color="0.25",
+                           markersize=9 if k == ATTENTION else 7, label=k) for k in kinds]
+    how_handles = [Line2D([], [], ls="none", marker="o", color="0.25", markersize=7,
+                          label="filled: fitted to"),
+                   Line2D([], [], ls="none", marker="o", markerfacecolor="none",
+                          markeredgecolor="0.25", markersize=7, label="hollow: checked only"),
+                   Line2D([], [], color="0.3", lw=1, label="predicted = measured"),
+                   Patch(facecolor="0.88", label=f"within +-{100 * BAND:.0f}%")]
+    fig.tight_layout(rect=(0, 0.13, 1, 0.97))
+    for x, title, handles in ((0.02, "data set (colour)", source_handles),
+                              (0.40, "kind of pass (marker)", kind_handles),
+                              (0.74, "fill and band", how_handles)):
+        fig.legend(handles=handles, title=title, loc="upper left", bbox_to_anchor=(x, 0.125),
+                   fontsize=LEGEND_FONT_PT, title_fontsize=LEGEND_FONT_PT + 1, frameon=False,
+                   alignment="left")
+    return fig
+
+
+def plot_bytes(sets: list[DataSet]) -> bytes:
+    """plots/validation_step_time.png (plot_figure) as PNG bytes."""
+    from src.reporting import png_bytes
+
+    return png_bytes(plot_figure(sets))
 
 
 if __name__ == "__main__":
