@@ -7,6 +7,8 @@ one worker pays its import (~2 s of CPU) and the other never does. The groups th
 files fill in behind them, so both workers finish at about the same time; the order changes nothing
 else (no test depends on another).
 """
+import gc
+
 import pytest
 
 TORCH_FILES = {"test_measure_cli.py", "test_measure_model.py", "test_measure_timing.py"}
@@ -25,3 +27,11 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(group_of(item), len(rank)))  # stable: file order kept
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group_of(item)))
+
+
+def pytest_collection_finish(session):
+    """The modules the test files imported stay for the whole session: the garbage collector need
+    not scan them again (gc.freeze), and it runs less often (first-generation threshold 20000
+    instead of 700): about 1.5 s less CPU per worker, the tests unchanged."""
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)
