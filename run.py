@@ -63,7 +63,7 @@ def study(plan: cli.RunPlan, state: dict) -> None:
             # the hardware scenario runs in a second process beside the reference study (both are
             # single-threaded numpy; every grid point has its own random stream, so this changes
             # nothing)
-            background = Background(hardware_job, scenario, plan.quiet)
+            background = Background(hardware_job, scenario, plan.quiet, 1, plan.plots)
             say(f"hardware scenario {scenario.name}: running in a second process")
         if plan.reference:
             cost = FlatCostModel(draft_cost_ratio=cfg.draft_cost)
@@ -83,14 +83,16 @@ def study(plan: cli.RunPlan, state: dict) -> None:
                                                                        f"companion ({other})"))],
                                    ignore_index=True)
             # the reference plots and summary now, while the hardware scenario still runs
-            rendered = analysis.reference_part(cfg, reference, comparison, cost, plan.quiet)
+            rendered = analysis.reference_part(cfg, reference, comparison, cost, plan.quiet,
+                                               plots=plan.plots)
         hardware = None
         if scenario is not None:
             if background is not None:
                 say(f"waiting for the hardware scenario {scenario.name}")
                 hardware = background.result()
             else:
-                hardware = hardware_job(scenario, plan.quiet, workers=os.cpu_count() or 1)
+                hardware = hardware_job(scenario, plan.quiet, workers=os.cpu_count() or 1,
+                                        plots=plan.plots)
     finally:
         if background is not None:
             background.kill()
@@ -98,11 +100,12 @@ def study(plan: cli.RunPlan, state: dict) -> None:
     try:
         paths = analysis.write_outputs(plan.out, cfg, reference, comparison, cost, hardware,
                                        after_commit=lambda: state.update(published=True),
-                                       quiet=plan.quiet, rendered=rendered)
+                                       quiet=plan.quiet, rendered=rendered, plots=plan.plots)
     except OSError as e:
         raise WriteFailed(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}") from None
-    say(f"wrote {len(paths)} files in {plan.out}/results and {plan.out}/plots in "
-        f"{time.perf_counter() - start:.1f} s")
+    where = (f"{plan.out}/results and {plan.out}/plots" if plan.plots
+             else f"{plan.out}/results (no plots: --no-plots)")
+    say(f"wrote {len(paths)} files in {where} in {time.perf_counter() - start:.1f} s")
 
 
 def main(argv: list[str] | None = None) -> int:

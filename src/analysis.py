@@ -459,19 +459,22 @@ def study_owns(rel: str) -> bool:
 
 
 def reference_part(cfg: StudyConfig, reference: pd.DataFrame, comparison: pd.DataFrame, cost,
-                   quiet: bool = True) -> dict:
+                   quiet: bool = True, plots: bool = True) -> dict:
     """The reference study's share of the outputs, rendered: {"summary": its summary.txt sections,
-    "files": {path relative to OUT: bytes} (its plots and verification_comparison.csv)}. run.py
-    renders it while the hardware scenario still runs in the other process."""
-    plots = {
+    "files": {path relative to OUT: bytes} (its plots, unless `plots` is False, and
+    verification_comparison.csv)}. run.py renders it while the hardware scenario still runs in the
+    other process."""
+    drawings = {
         "speedup_vs_batch.png": lambda: plot_speedup_vs_batch(reference),
         "utilization_vs_batch.png": lambda: plot_utilization_vs_batch(
             reference, reference_gamma(reference.gamma.unique())),
         "divergence_penalty.png": lambda: plot_divergence_penalty(reference),
         "gamma_batch_heatmap.png": lambda: plot_gamma_batch_heatmap(reference)}
     files = {"results/verification_comparison.csv": csv_bytes(comparison)}
-    progress = plot_progress(quiet, "reference", len(plots))
-    for name, plot in plots.items():
+    if not plots:
+        drawings = {}
+    progress = plot_progress(quiet, "reference", len(drawings))
+    for name, plot in drawings.items():
         files[f"plots/{name}"] = png_bytes(plot())
         if progress:
             progress(name)
@@ -480,18 +483,20 @@ def reference_part(cfg: StudyConfig, reference: pd.DataFrame, comparison: pd.Dat
 
 def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None,
                   comparison: pd.DataFrame | None, cost, hardware: dict | None = None,
-                  after_commit=None, quiet: bool = True, rendered: dict | None = None) -> list[str]:
+                  after_commit=None, quiet: bool = True, rendered: dict | None = None,
+                  plots: bool = True) -> list[str]:
     """Render everything in memory, then write it: results/results.csv (reference and hardware rows,
     told apart by `scenario`), results/verification_comparison.csv, results/summary.txt and the
     plots of each part that ran, replacing OUT/results and OUT/plots as one set (src/outputs.py).
     `rendered`: the reference part already rendered (reference_part), else it is rendered here.
-    Returns the paths written."""
+    `plots` False: no plots, and the study's plots of an earlier run go (they would show other
+    numbers). Returns the paths written."""
     results, summary, files = [], [], {}
-    plots = os.path.join(out_dir, "plots")
+    plot_dir = os.path.join(out_dir, "plots")
     if reference is not None:
         results.append(reference.assign(scenario="reference", engine_profile="flat",
                                         time_unit=cost.time_unit))
-        part = rendered or reference_part(cfg, reference, comparison, cost, quiet)
+        part = rendered or reference_part(cfg, reference, comparison, cost, quiet, plots)
         summary.append(part["summary"])
         files.update({os.path.join(out_dir, rel): data for rel, data in part["files"].items()})
     if hardware is not None:
@@ -501,8 +506,11 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
         files[os.path.join(out_dir, "results",
                            "hardware_step_breakdown.csv")] = csv_bytes(hardware["breakdown"])
         summary.append(hardware_report.summary_text(hardware, reference))
-        for name, png in (hardware.get("plots") or hardware_plots.render_plots(hardware)).items():
-            files[os.path.join(plots, name)] = png
+        drawn = hardware.get("plots")
+        if drawn is None and plots:
+            drawn = hardware_plots.render_plots(hardware)
+        for name, png in (drawn or {}).items():
+            files[os.path.join(plot_dir, name)] = png
     if reference is not None and hardware is not None:
         summary.insert(0, at_a_glance(reference, hardware["results"]))
     table = pd.concat(results, ignore_index=True)

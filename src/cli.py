@@ -92,6 +92,10 @@ def make_parser() -> argparse.ArgumentParser:
                    "(default: "
                         "the current folder, or runs/NAME for a scenario file)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--no-plots", action="store_true",
+                   help="write results/ only, without drawing the plots (they take about half "
+                        "the run's CPU); plots an earlier run of the study left in OUT/plots are "
+                        "removed, so no plot shows other numbers than results/")
     acceptance_options.add_arguments(p)
     return p
 
@@ -181,6 +185,7 @@ class RunPlan:
     reference: bool  # run the flat-cost reference study
     out: str  # output folder: OUT/results, OUT/plots
     quiet: bool  # no progress on stderr
+    plots: bool = True  # draw the plots (--no-plots: results/ only)
     measured_acceptance: tuple[str, ...] = ()  # what the measured-acceptance options derived
 
 
@@ -196,5 +201,5 @@ def parse(argv: list[str]) -> RunPlan:
                                                  if only_scenario else ".")
     outputs.prepare(out)
     return RunPlan(cfg=cfg, scenario=scenario, reference=not only_scenario, out=out,
-                   quiet=args.quiet,
+                   quiet=args.quiet, plots=not args.no_plots,
                    measured_acceptance=measured.lines)

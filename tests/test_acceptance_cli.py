@@ -13,7 +13,7 @@ from tests.test_vllm_metrics import MODEL, accepted_lengths, vllm_metrics_text
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_study.toml")
 SMALL = ["--batch-sizes", "1,8", "--gammas", "1,2,4,6", "--serving-modes", "continuous_refill",
-         "--quiet", "--scenario", "reference", "--config", FAST]
+         "--quiet", "--no-plots", "--scenario", "reference", "--config", FAST]
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +75,8 @@ def test_eagle_scenario_says_how_per_position_changes_gamma_and_speedup(tmp_path
     assert "H7. Per-position vs i.i.d. acceptance" in summary
     assert "eagle_mtbench_per_position (per-position) vs eagle_mtbench (i.i.d.)" in summary
     assert "0.79, 0.74, 0.72, 0.73, 0.67" in summary
+    # the plots draw per-position modes too (the other runs here skip plots)
+    assert len(list((tmp_path / "plots").glob("hardware_*.png"))) == 4
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -91,15 +91,29 @@ def test_lockstep_comparison_shows_the_weakest_request_limiting_the_batch(small_
 
 
 def test_fixed_seed_gives_byte_identical_results(small_run, tmp_path):
-    assert run.main(SMALL + ["--out", str(tmp_path)]) == 0
-    for rel in OUTPUTS:  # the plots too
-        assert (tmp_path / rel).read_bytes() == (small_run / rel).read_bytes(), rel
+    """Rerun with --no-plots: the same results, byte for byte (drawing takes no random numbers),
+    and no plots."""
+    assert run.main(SMALL + ["--no-plots", "--out", str(tmp_path)]) == 0
+    for rel in OUTPUTS:
+        if rel.startswith("results/"):
+            assert (tmp_path / rel).read_bytes() == (small_run / rel).read_bytes(), rel
+    assert not (tmp_path / "plots").exists()
+
+
+def test_plots_are_byte_identical_when_drawn_again(small_run):
+    """A plot drawn twice from the same table is the same file (no time stamps, no
+    nondeterministic layout)."""
+    from src import analysis
+    from src.reporting import png_bytes
+    df = pd.read_csv(small_run / "results/results.csv")
+    first, again = (png_bytes(analysis.plot_divergence_penalty(df)) for _ in range(2))
+    assert first == again and first[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_another_seed_gives_other_numbers(small_run, tmp_path):
     """One of small_run's grid points alone (subsets give the same numbers, see below), seed 1."""
     point = ["--batch-sizes", "8", "--gammas", "4", "--quality-modes", "bimodal", "--serving-modes",
-             "continuous_refill", "--quiet", "--scenario", "reference"]
+             "continuous_refill", "--quiet", "--scenario", "reference", "--no-plots"]
     assert run.main(point + ["--seed", "1", "--out", str(tmp_path)]) == 0
     other = pd.read_csv(tmp_path / "results/results.csv")
     same = pd.read_csv(small_run / "results/results.csv").merge(other[GRID_KEYS], on=GRID_KEYS)
@@ -129,9 +143,10 @@ def test_committed_results_are_what_the_code_regenerates():
 
 def test_default_command_runs_the_reference_and_the_hardware_worker(tmp_path, capsys):
     """The default path of `python run.py` (the reference study, and the default hardware scenario
-    in a worker process beside it), on a reduced grid; in this process, the worker a real one."""
+    in a worker process beside it), on a reduced grid; in this process, the worker a real one.
+    Without plots: the other tests here and tests/test_hardware_study.py check them."""
     argv = ["--batch-sizes", "1,4", "--gammas", "2", "--quality-modes", "homogeneous_mid",
-            "--serving-modes", "continuous_refill", "--out", str(tmp_path)]
+            "--serving-modes", "continuous_refill", "--no-plots", "--out", str(tmp_path)]
     done = run_main(capsys, argv)
     assert done.returncode == 0, done.stderr
     if (os.cpu_count() or 1) > 1:
@@ -148,12 +163,12 @@ def test_default_command_runs_the_reference_and_the_hardware_worker(tmp_path, ca
                       1)
     text = (tmp_path / "results/summary.txt").read_text()
     assert text.startswith("At a glance") and f"Hardware scenario: {sc.name}" in text
-    assert len(list((tmp_path / "plots").glob("*.png"))) == 8
+    assert "no plots: --no-plots" in done.stderr and not (tmp_path / "plots").exists()
 
 
 def test_a_single_batch_size_gives_a_summary_without_repeats_or_empty_claims(tmp_path):
     argv = ["--batch-sizes", "8", "--gammas", "2,4", "--quality-modes", "homogeneous_mid",
-            "--quiet",
+            "--quiet", "--no-plots",
             "--scenario", "reference", "--out", str(tmp_path)]
     assert run.main(argv) == 0
     text = (tmp_path / "results/summary.txt").read_text()

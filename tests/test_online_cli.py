@@ -89,13 +89,15 @@ def test_serve_writes_csv_summary_section_and_plots_reproducibly(tmp_path):
     assert text.startswith("THE STUDY'S SUMMARY") and "SERVING UNDER LOAD" in text
     for name in ("serving_latency_vs_rate", "serving_throughput_latency", "serving_goodput"):
         assert (out / "plots" / f"{name}.png").stat().st_size > 10_000
-    # a second run replaces the section (not appends) and gives byte-identical results
+    # a second run replaces the section (not appends) and gives byte-identical results; with
+    # --no-plots the first run's plots go (they would show another run's numbers)
     csv = (out / "results" / "serving.csv").read_bytes()
-    p = run(*QUICK, "--out", str(out))
+    p = run(*QUICK, "--no-plots", "--out", str(out))
     assert p.returncode == 0
     assert summary.read_text() == text
     assert (out / "results" / "serving.csv").read_bytes() == csv
     assert text.count("SERVING UNDER LOAD (") == 1
+    assert not (out / "plots").exists()
 
 
 @pytest.mark.parametrize(

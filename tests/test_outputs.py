@@ -145,6 +145,22 @@ def test_a_study_run_keeps_the_serve_commands_outputs(tmp_path):
     assert "results/results.csv" in found
 
 
+def test_a_study_run_without_plots_removes_its_old_plots_and_keeps_the_serve_commands(tmp_path):
+    """--no-plots: the study's plots of an earlier run go (they would show other numbers than the
+    new results/), the serve command's files stay."""
+    outputs.publish(str(tmp_path), {"results/serving.csv": b"serve",
+                                    "plots/serving_goodput.png": b"png",
+                                    "plots/speedup_vs_batch.png": b"an earlier study's plot"})
+    argv = ["--scenario", "reference", "--batch-sizes", "1", "--gammas", "2", "--quality-modes",
+            "homogeneous_mid", "--serving-modes", "static_batch", "--out", str(tmp_path), "--quiet",
+            "--no-plots"]
+    assert run.main(argv) == 0
+    found = tree(tmp_path)
+    assert found["results/serving.csv"] == b"serve" and found["plots/serving_goodput.png"] == b"png"
+    assert "results/results.csv" in found
+    assert [rel for rel in found if rel.startswith("plots/")] == ["plots/serving_goodput.png"]
+
+
 def test_write_failure_after_the_simulation_is_one_line_exit_2(old_set, monkeypatch, capsys):
     def disk_full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", path)
@@ -153,7 +169,7 @@ def test_write_failure_after_the_simulation_is_one_line_exit_2(old_set, monkeypa
     code = run.main(["--scenario", "reference", "--batch-sizes", "1", "--gammas", "2",
                      "--quality-modes",
                      "homogeneous_mid", "--serving-modes", "static_batch", "--out", str(old_set),
-                     "--quiet"])
+                     "--quiet", "--no-plots"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("error: --out: could not write the outputs") and "No space left" in err

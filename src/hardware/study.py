@@ -114,9 +114,10 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> di
             "mean_context": mean_context}
 
 
-def hardware_job(scenario: Scenario, quiet: bool, workers: int = 1) -> dict:
-    """run_scenario plus its plots, rendered where it ran (so a worker process returns PNG
-    bytes)."""
+def hardware_job(scenario: Scenario, quiet: bool, workers: int = 1, plots: bool = True) -> dict:
+    """run_scenario plus its plots ({} when `plots` is False), rendered where it ran (so a worker
+    process returns PNG bytes)."""
     hw = run_scenario(scenario, quiet=quiet, workers=workers)
-    hw["plots"] = render_plots(hw, plot_progress(quiet, f"{scenario.name}", len(PLOTS)))
+    hw["plots"] = (render_plots(hw, plot_progress(quiet, f"{scenario.name}", len(PLOTS)))
+                   if plots else {})
     return hw

@@ -108,6 +108,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", help="processes (default: one per core, up to the rates)")
     p.add_argument("--out", help="output folder (default .): OUT/results, OUT/plots")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--no-plots", action="store_true",
+                   help="write results/ only, without drawing the serving plots; serving plots "
+                        "an earlier run left in OUT/plots are removed (they would show other "
+                        "numbers)")
     return p
 
 
@@ -384,7 +388,9 @@ def main(argv: list[str]) -> int:
     # OUT/results and OUT/plots are replaced as one set: keep what other commands wrote there
     files = report.existing_outputs(out)
     summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
-    new = report.render(result, cfg, summary)
+    new = report.render(result, cfg, summary, plots=not args.no_plots)
+    for stale in report.SWEEP_PLOTS:
+        files.pop(stale, None)
     files.update(new)
     publish(out, files)
     say(benchmark_line(result))

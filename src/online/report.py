@@ -382,19 +382,26 @@ def plot_goodput(t: pd.DataFrame, cfg) -> bytes:
     return _png(fig)
 
 
-def render(result: dict, cfg, existing_summary: str) -> dict[str, bytes]:
-    """Every output file of the sweep: path relative to OUT -> bytes. summary.txt is the existing
-    one (the study's) with its serving section replaced."""
+SWEEP_PLOTS = {
+    "plots/serving_latency_vs_rate.png": plot_latency_vs_rate,
+    "plots/serving_throughput_latency.png": plot_throughput_latency,
+    "plots/serving_goodput.png": plot_goodput,
+}
+
+
+def render(result: dict, cfg, existing_summary: str, plots: bool = True) -> dict[str, bytes]:
+    """Every output file of the sweep: path relative to OUT -> bytes (the plots only if `plots`).
+    summary.txt is the existing one (the study's) with its serving section replaced."""
     t = result["table"]
     section = summary_section(result, cfg)
-    return {
+    files = {
         "results/serving.csv": t.to_csv(index=False, float_format="%.6g",
                                         lineterminator="\n").encode(),
         "results/summary.txt": replace_section(existing_summary, section).encode(),
-        "plots/serving_latency_vs_rate.png": plot_latency_vs_rate(t, cfg),
-        "plots/serving_throughput_latency.png": plot_throughput_latency(t, cfg),
-        "plots/serving_goodput.png": plot_goodput(t, cfg),
     }
+    if plots:
+        files.update({name: plot(t, cfg) for name, plot in SWEEP_PLOTS.items()})
+    return files
 
 
 SERVING_FILES = ("results/serving.csv", "plots/serving_latency_vs_rate.png",
