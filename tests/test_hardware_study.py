@@ -119,6 +119,33 @@ def test_context_rules_merge_contexts_then_batches():
                                            (64, 64, 2048, 2048, 2)]
 
 
+def _b1_frames(sim_speedups: dict, closed_speedups: dict, half: float):
+    sim = pd.DataFrame([{"engine_profile": "e", "quality_mode": "m", "batch_size": 1, "gamma": g,
+                         "speedup": v, "speedup_ci_low": v - half, "speedup_ci_high": v + half}
+                        for g, v in sim_speedups.items()])
+    closed = pd.DataFrame([{"engine_profile": "e", "quality_mode": "m", "batch_size": 1,
+                            "gamma": g, "speedup": v, "mean_context": True}
+                           for g, v in closed_speedups.items()])
+    return sim, closed
+
+
+def test_batch_one_note_explains_a_disagreement_with_the_numbers():
+    from src.hardware.report import batch_one_note
+
+    sim, closed = _b1_frames({4: 1.95, 5: 1.934}, {4: 1.964, 5: 1.968}, 0.01)
+    text = "\n".join(batch_one_note(sim, closed, ["e"], ["m"], 1616.0, 0.95))
+    assert "e, m: closed form g5 1.968 vs g4 1.964 (0.2% apart)" in text
+    assert "simulated g4 1.950 [1.940, 1.960] vs g5 1.934 [1.924, 1.944]" in text
+    assert "mean context, 1616 tokens" in text and "either gamma is as good" in text
+    # a closed-form gap wider than the simulation's CIs is not called noise
+    sim, closed = _b1_frames({4: 1.95, 5: 1.934}, {4: 1.90, 5: 1.968}, 0.001)
+    text = "\n".join(batch_one_note(sim, closed, ["e"], ["m"], 1616.0, 0.95))
+    assert "not only noise" in text and "as good" not in text
+    # where both models pick the same gamma there is nothing to explain
+    sim, closed = _b1_frames({4: 1.95, 5: 1.934}, {4: 1.968, 5: 1.964}, 0.01)
+    assert batch_one_note(sim, closed, ["e"], ["m"], 1616.0, 0.95) == []
+
+
 def test_steady_state_speedup_formula_and_memory_limit():
     cost = default_hardware_scenario().cost_model("ideal")
     times = steady_state.step_times_ms(cost, [1, 64, 4096], [2], 2048)
