@@ -103,34 +103,68 @@ def regime_counts(rows: pd.DataFrame) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class RowGroup:
+    """Rows of one (model, mode, what, attention_backend), as arrays: what predict needs of
+    them, taken out of the frame once (a fit predicts the same rows hundreds of times)."""
+
+    model: str
+    mode: str
+    what: str
+    backend: str
+    index: np.ndarray  # positions of these rows in the frame
+    batch: np.ndarray  # S, float
+    positions: np.ndarray  # t, float
+    sum_context: np.ndarray  # S x context, float
+
+
+def row_groups(rows: pd.DataFrame) -> tuple[tuple[RowGroup, ...], int]:
+    """The groups of `rows` (in order of first appearance) and the number of rows."""
+    S_all = rows["batch"].to_numpy(float)
+    t_all = rows["positions"].to_numpy(float)
+    ctx_all = rows["context"].to_numpy(float)
+    groups = []
+    for (model_id, mode, what, backend), idx in rows.groupby(
+            ["model", "mode", "what", "attention_backend"], sort=False).indices.items():
+        S = S_all[idx]
+        groups.append(RowGroup(model_id, mode, what, backend, idx, S, t_all[idx],
+                               S * ctx_all[idx]))
+    return tuple(groups), len(rows)
+
+
 def predict(rows: pd.DataFrame, gpu: GpuSpec, models: dict, params: CostModelParams,
             attention: tuple, graph_engine: EngineProfile, eager_engine: EngineProfile | None,
             kernel: str | None = None) -> np.ndarray:
     """Predicted ms of every row: its model, mode (graph: graph_engine, eager: eager_engine),
     what (forward / attention_only / prefill) and attention kernel (the row's backend, or
     `kernel`: "best" takes the faster fitted kernel per row)."""
-    out = np.full(len(rows), np.nan)
-    for (model_id, mode, what, backend), idx in rows.groupby(
-            ["model", "mode", "what", "attention_backend"], sort=False).indices.items():
-        engine = graph_engine if mode == "graph" else eager_engine
+    return predict_groups(row_groups(rows), gpu, models, params, attention, graph_engine,
+                          eager_engine, kernel)
+
+
+def predict_groups(groups: tuple[tuple[RowGroup, ...], int], gpu: GpuSpec, models: dict,
+                   params: CostModelParams, attention: tuple, graph_engine: EngineProfile,
+                   eager_engine: EngineProfile | None, kernel: str | None = None) -> np.ndarray:
+    """predict() of rows already split by row_groups()."""
+    parts, n_rows = groups
+    out = np.full(n_rows, np.nan)
+    for g in parts:
+        engine = graph_engine if g.mode == "graph" else eager_engine
         if engine is None:
             continue
-        engine = replace(engine, attention_kernel=kernel or backend)
-        sub = rows.iloc[idx]
-        S = sub["batch"].to_numpy(float)
-        t = sub["positions"].to_numpy(float)
-        ctx = sub["context"].to_numpy(float)
-        c = pass_coefficients(gpu, models[model_id], 1, params, engine=engine,
+        engine = replace(engine, attention_kernel=kernel or g.backend)
+        S, t = g.batch, g.positions
+        c = pass_coefficients(gpu, models[g.model], 1, params, engine=engine,
                               attention_fits=attention)
-        comp = pass_components_s(c, S, t, S * ctx, prefill=what == "prefill")
-        if what == "attention_only":  # KV write + attention + the layout copies they need,
+        comp = pass_components_s(c, S, t, g.sum_context, prefill=g.what == "prefill")
+        if g.what == "attention_only":  # KV write + attention + the layout copies they need,
             gpu_s = (comp["attention"] + comp["lm_head"]  # embedding, final norm, LM head
                      + c.verify_fixed_s * (t > 1))
             ms = (gpu_s + launch_overhead_s(c, gpu_s, t)) * 1e3
         else:
             ms = (comp["layers_non_attention"] + comp["attention"] + comp["lm_head"]
                   + comp["communication"] + comp["launch"]) * 1e3
-        out[idx] = ms
+        out[g.index] = ms
     return out
 
 
@@ -210,6 +244,7 @@ def calibrate(rows: pd.DataFrame, gpu: GpuSpec, models: dict[str, ModelSpec],
         hi.append(VERIFY_PARAMETER[3])
     base_gpu = replace(gpu, gemm_wave_tile=GEMM_WAVE_TILE)
     measured = graph["median_ms"].to_numpy()
+    graph_groups = row_groups(graph)  # the rows are the same at every step of the fit
 
     def unpack(x):
         values = dict(zip(names, map(float, x)))
@@ -225,7 +260,8 @@ def calibrate(rows: pd.DataFrame, gpu: GpuSpec, models: dict[str, ModelSpec],
 
     def residuals(x):
         g, fits, engine = unpack(x)
-        return np.log(predict(graph, g, models, params, fits, engine, None) / measured)
+        return np.log(predict_groups(graph_groups, g, models, params, fits, engine, None)
+                      / measured)
 
     result = least_squares(residuals, x0, bounds=(lo, hi), x_scale="jac")
     fitted_gpu, fits, fitted_graph = unpack(result.x)
@@ -236,13 +272,14 @@ def calibrate(rows: pd.DataFrame, gpu: GpuSpec, models: dict[str, ModelSpec],
         verify = fitted_graph.verification_extra_kernels_per_layer
         start = replace(eager_engine, verification_extra_kernels_per_layer=verify)
         eager_measured = eager["median_ms"].to_numpy()
+        eager_groups = row_groups(eager)
 
         def eager_engine_of(x):
             return replace(start, **dict(zip([p[0] for p in EAGER_PARAMETERS], map(float, x))))
 
         def eager_residuals(x):
-            pred = predict(eager, fitted_gpu, models, params, fits, fitted_graph,
-                           eager_engine_of(x))
+            pred = predict_groups(eager_groups, fitted_gpu, models, params, fits,
+                                  fitted_graph, eager_engine_of(x))
             return np.log(pred / eager_measured)
 
         eager_result = least_squares(
