@@ -105,17 +105,19 @@ def regime_counts(rows: pd.DataFrame) -> dict:
 
 @dataclass(frozen=True)
 class RowGroup:
-    """Rows of one (model, mode, what, attention_backend), as arrays: what predict needs of
-    them, taken out of the frame once (a fit predicts the same rows hundreds of times)."""
+    """Rows of one model, mode and attention backend that share a cost-model call (forward and
+    attention_only rows together; prefill rows apart), as arrays taken out of the frame once:
+    a fit predicts the same rows hundreds of times, and each cost-model call has a fixed cost."""
 
     model: str
     mode: str
-    what: str
     backend: str
+    prefill: bool
     index: np.ndarray  # positions of these rows in the frame
     batch: np.ndarray  # S, float
     positions: np.ndarray  # t, float
     sum_context: np.ndarray  # S x context, float
+    attention_only: np.ndarray  # bool per row: an attention_only row (else forward / prefill)
 
 
 def row_groups(rows: pd.DataFrame) -> tuple[tuple[RowGroup, ...], int]:
@@ -123,12 +125,14 @@ def row_groups(rows: pd.DataFrame) -> tuple[tuple[RowGroup, ...], int]:
     S_all = rows["batch"].to_numpy(float)
     t_all = rows["positions"].to_numpy(float)
     ctx_all = rows["context"].to_numpy(float)
+    what = rows["what"].to_numpy()
     groups = []
-    for (model_id, mode, what, backend), idx in rows.groupby(
-            ["model", "mode", "what", "attention_backend"], sort=False).indices.items():
+    for (model_id, mode, backend, prefill), idx in rows.groupby(
+            [rows["model"], rows["mode"], rows["attention_backend"], what == "prefill"],
+            sort=False).indices.items():
         S = S_all[idx]
-        groups.append(RowGroup(model_id, mode, what, backend, idx, S, t_all[idx],
-                               S * ctx_all[idx]))
+        groups.append(RowGroup(model_id, mode, backend, bool(prefill), idx, S, t_all[idx],
+                               S * ctx_all[idx], what[idx] == "attention_only"))
     return tuple(groups), len(rows)
 
 
@@ -156,14 +160,14 @@ def predict_groups(groups: tuple[tuple[RowGroup, ...], int], gpu: GpuSpec, model
         S, t = g.batch, g.positions
         c = pass_coefficients(gpu, models[g.model], 1, params, engine=engine,
                               attention_fits=attention)
-        comp = pass_components_s(c, S, t, g.sum_context, prefill=g.what == "prefill")
-        if g.what == "attention_only":  # KV write + attention + the layout copies they need,
-            gpu_s = (comp["attention"] + comp["lm_head"]  # embedding, final norm, LM head
-                     + c.verify_fixed_s * (t > 1))
-            ms = (gpu_s + launch_overhead_s(c, gpu_s, t)) * 1e3
-        else:
-            ms = (comp["layers_non_attention"] + comp["attention"] + comp["lm_head"]
-                  + comp["communication"] + comp["launch"]) * 1e3
+        comp = pass_components_s(c, S, t, g.sum_context, prefill=g.prefill)
+        ms = (comp["layers_non_attention"] + comp["attention"] + comp["lm_head"]
+              + comp["communication"] + comp["launch"]) * 1e3
+        if g.attention_only.any():  # KV write + attention + the layout copies they need,
+            a, t_a = g.attention_only, t[g.attention_only]
+            gpu_s = (comp["attention"][a] + comp["lm_head"][a]  # embedding, final norm, LM head
+                     + c.verify_fixed_s * (t_a > 1))
+            ms[a] = (gpu_s + launch_overhead_s(c, gpu_s, t_a)) * 1e3
         out[g.index] = ms
     return out
 
