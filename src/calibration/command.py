@@ -29,7 +29,6 @@ from src.calibration.fit import (
 from src.calibration.measurements import CalibrationInputError, read_measurements
 from src.config import ConfigError, OneLineArgumentParser
 from src.costmodel import load_engine_profiles, load_presets
-from src.reporting import write_atomic
 
 WORST_ROWS = 8
 
@@ -211,6 +210,8 @@ def main(argv: list[str]) -> int:
     source = Path(args.measurements).name
     sys.stdout.write(report(cal, rows, presets, source))
     if args.out is not None:
+        from src.reporting import write_atomic  # imports matplotlib: only when writing
+
         text = preset_toml(cal, source, fit_summary(cal, rows, presets))
         try:
             write_atomic(args.out, text.encode())
