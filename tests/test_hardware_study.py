@@ -1,5 +1,6 @@
 """src/hardware/ (steady state, schedules, study run) and the hardware part of the run."""
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -119,6 +120,41 @@ def test_context_rules_merge_contexts_then_batches():
                                            (64, 64, 2048, 2048, 2)]
 
 
+def _grid(points: dict, half: float = 0.01) -> pd.DataFrame:
+    """A simulated grid of one (engine, mode, serving): {batch: {gamma: speedup}}, CI +-half."""
+    return pd.DataFrame([{"engine_profile": "e", "quality_mode": "m",
+                          "serving_mode": "continuous_refill", "batch_size": b, "gamma": g,
+                          "speedup": v, "speedup_ci_low": v - half, "speedup_ci_high": v + half}
+                         for b, by_g in points.items() for g, v in by_g.items()])
+
+
+def test_schedule_keeps_a_gamma_within_the_ci_of_the_best():
+    # gamma 5 edges ahead at B=2 and B=4 but within the CIs: no switch away from gamma 4
+    grid = _grid({1: {3: 1.80, 4: 1.95, 5: 1.94}, 2: {3: 1.79, 4: 1.940, 5: 1.945},
+                  4: {3: 1.78, 4: 1.91, 5: 1.925}})
+    r = schedules.resolved_gammas(grid)
+    assert r.gamma.tolist() == [4, 4, 4] and r.best_gamma.tolist() == [4, 5, 5]
+    [s] = schedules.schedules(grid)
+    assert s["ranges"] == [[1, 4, 4]] and s["max_gamma"] == 4
+    assert s["within_ci"].batch_size.tolist() == [2, 4]
+    # the point-best rule would have switched: the CIs are what holds gamma 4
+    narrow = schedules.resolved_gammas(_grid({1: {4: 1.95, 5: 1.94}, 2: {4: 1.94, 5: 1.945}},
+                                             half=0.001))
+    assert narrow.gamma.tolist() == [4, 5]
+
+
+def test_schedule_switches_where_the_difference_is_resolved():
+    # B=64: gamma 3 beats gamma 4 by more than both CIs; B=1: gammas 4 and 5 tie within CI, the
+    # smaller is taken
+    grid = _grid({1: {3: 1.80, 4: 1.940, 5: 1.945}, 64: {3: 1.60, 4: 1.55, 5: 1.50}})
+    r = schedules.resolved_gammas(grid)
+    assert r.gamma.tolist() == [4, 3] and r.best_gamma.tolist() == [5, 3]
+    assert schedules.schedules(grid)[0]["ranges"] == [[1, 63, 4], [64, 64, 3]]
+    # speculation goes off only where greedy (speedup 1) is clearly better than every gamma
+    off = schedules.resolved_gammas(_grid({1: {1: 1.2}, 8: {1: 0.995}, 16: {1: 0.95}}))
+    assert off.gamma.tolist() == [1, 1, 0] and off.best_gamma.tolist() == [1, 0, 0]
+
+
 def _b1_frames(sim_speedups: dict, closed_speedups: dict, half: float):
     sim = pd.DataFrame([{"engine_profile": "e", "quality_mode": "m", "batch_size": 1, "gamma": g,
                          "speedup": v, "speedup_ci_low": v - half, "speedup_ci_high": v + half}
@@ -191,6 +227,12 @@ def test_scenario_run_writes_its_files_and_answers(hardware_run):
         assert vllm_schedule_problems(cfg) == []
         entries = cfg["num_speculative_tokens_per_batch_size"]
         assert cfg["num_speculative_tokens"] == max(k for _, _, k in entries)
+    # a kept gamma that is not the best point estimate is reported with CIs that overlap
+    assert "switches gamma only where the" in text
+    for line in text.splitlines():
+        if "is within the CI of the best" in line:
+            kept, best = re.findall(r"([\d.]+) \[([\d.]+), ([\d.]+)\]", line)
+            assert float(kept[0]) <= float(best[0]) and float(kept[2]) >= float(best[1])
     # vllm-v1 against ideal: its fused kernels (8 per layer, not 10) help most at small batch,
     # its first draft pass over all verified positions costs most at large batch, so its edge
     # over ideal shrinks with batch and turns into a loss at batch 128

@@ -42,7 +42,7 @@ def _speedup_text(by_gamma: pd.DataFrame, gamma: int) -> str:
 
 def batch_one_note(sim: pd.DataFrame, steady: pd.DataFrame, engine_names: list[str],
                    modes: list[str], mean_context: float, confidence: float) -> list[str]:
-    """Why the best gamma at the smallest batch differs between H1/H3 (simulated) and H4 (closed
+    """Why the best gamma at the smallest batch differs between H1 (simulated) and H4 (closed
     form): per (engine, quality mode) where they disagree, the two gammas' speedups under both
     models, then what differs between the models. Empty where they agree everywhere."""
     b1 = int(sim.batch_size.min())
@@ -60,7 +60,7 @@ def batch_one_note(sim: pd.DataFrame, steady: pd.DataFrame, engine_names: list[s
                 pairs.append((e, m, s.set_index("gamma"), c.set_index("gamma"), g_sim, g_closed))
     if not pairs:
         return []
-    out = [f"   Best gamma at B={b1}: H1/H3 simulate it, this closed form computes it, and they "
+    out = [f"   Best gamma at B={b1}: H1 simulates it, this closed form computes it, and they "
            f"differ (closed form at the mean context, {mean_context:.0f} tokens):"]
     gaps, halves = [], []
     for e, m, s, c, g_sim, g_closed in pairs:
@@ -209,7 +209,13 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
                "\"model\" and")
     out.append("    \"method\" keys. Below each: the throughput the schedule gains over the best "
                "single fixed gamma")
-    out.append("    and over gamma 2 (mean / max over the simulated batch sizes):")
+    out.append("    and over gamma 2 (mean / max over the simulated batch sizes). It switches "
+               "gamma only where the")
+    out.append("    difference is resolved: a batch size keeps the previous batch size's gamma "
+               "(else the smallest one)")
+    out.append(f"    while that gamma's {cfg.confidence:.0%} CI overlaps the best gamma's; a line "
+               "says where it is not the best point")
+    out.append("    estimate (design.md, section 11):")
     for s in schedules.schedules(sim):
         if s["serving_mode"] != serving:
             continue
@@ -220,6 +226,11 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
                       f"{s['gain_vs_gamma_2'][1]:+.1%}")
         out.append(f"   {s['engine_profile']}, {s['quality_mode']}:")
         out.append(f"     {schedules.vllm_config_json(s)}")
+        for r in s["within_ci"].itertuples():
+            out.append(f"     B={r.batch_size}: gamma {r.gamma} is within the CI of the best, "
+                       f"gamma {r.best_gamma} ({r.speedup:.3f} [{r.speedup_ci_low:.3f}, "
+                       f"{r.speedup_ci_high:.3f}] vs {r.best_speedup:.3f} [{r.best_ci_low:.3f}, "
+                       f"{r.best_ci_high:.3f}])")
         out.append(f"     {gains}")
     out.append("")
 

@@ -8,8 +8,6 @@ import json
 import numpy as np
 import pandas as pd
 
-from src.metrics import best_gamma
-
 
 def crossover_batch(batches: np.ndarray, speedups: np.ndarray) -> int | None:
     """Smallest batch size of the grid at which speculation is slower than greedy (speedup < 1)."""
@@ -78,17 +76,48 @@ def context_rules(best_by_batch_context: pd.DataFrame) -> list[tuple[int, int, i
     return rules
 
 
+def resolved_gammas(grid: pd.DataFrame) -> pd.DataFrame:
+    """The schedule's gamma per batch size of one (engine, quality mode, serving mode) grid, with
+    a switch only where the difference is resolved.
+
+    At each batch size (ascending) the candidates are the gammas whose speedup CI overlaps the
+    best gamma's (ci_high >= the best's ci_low; greedy, gamma 0, counts with speedup 1 and no
+    width). The previous batch size's gamma is kept while it is a candidate; otherwise (and at the
+    first batch size) the smallest candidate is taken. The best is the highest point estimate, or
+    gamma 0 where none beats greedy (speedup <= 1), as in metrics.best_gamma. Grid points have
+    independent random streams, so two non-overlapping 95% CIs mean a resolved difference.
+
+    One row per batch size: batch_size, gamma (the schedule's), best_gamma, and the speedup with
+    CI of both (speedup, speedup_ci_low, speedup_ci_high; best_speedup, best_ci_low, best_ci_high).
+    """
+    rows, previous = [], None
+    for b, at_b in grid.groupby("batch_size", sort=True):
+        greedy = pd.DataFrame({"gamma": [0], "speedup": [1.0], "speedup_ci_low": [1.0],
+                               "speedup_ci_high": [1.0]})
+        cand = pd.concat([greedy, at_b[["gamma", "speedup", "speedup_ci_low",
+                                        "speedup_ci_high"]]], ignore_index=True)
+        cand = cand.sort_values("gamma").set_index("gamma")
+        top = cand.speedup.idxmax()
+        best = int(top) if cand.speedup[top] > 1.0 else 0
+        within = cand.index[cand.speedup_ci_high >= cand.speedup_ci_low[best]]
+        kept = previous if previous in within else int(within.min())
+        rows.append({"batch_size": int(b), "gamma": kept, "best_gamma": best,
+                     **cand.loc[kept, ["speedup", "speedup_ci_low", "speedup_ci_high"]],
+                     "best_speedup": cand.speedup[best], "best_ci_low": cand.speedup_ci_low[best],
+                     "best_ci_high": cand.speedup_ci_high[best]})
+        previous = kept
+    return pd.DataFrame(rows)
+
+
 def schedules(sim: pd.DataFrame) -> list[dict]:
-    """One vLLM schedule per (engine, quality mode, serving mode), with its gains."""
+    """One vLLM schedule per (engine, quality mode, serving mode) from resolved_gammas, with its
+    gains and the batch sizes where it keeps a gamma within the CI of the best."""
     out = []
-    best = best_gamma(sim, ["engine_profile", "quality_mode", "serving_mode", "batch_size"])
     for (engine, mode,
-         serving), sub in best.groupby(["engine_profile", "quality_mode", "serving_mode"],
+         serving), grid in sim.groupby(["engine_profile", "quality_mode", "serving_mode"],
                                        sort=False):
-        sub = sub.sort_values("batch_size")
-        batches, gammas = sub.batch_size.tolist(), sub.schedule_gamma.tolist()
-        grid = sim[(sim.engine_profile == engine) & (sim.quality_mode == mode)
-                   & (sim.serving_mode == serving)]
+        resolved = resolved_gammas(grid)
+        batches, gammas = resolved.batch_size.tolist(), resolved.gamma.tolist()
         by_batch = dict(zip(batches, gammas))
         mean_speedup = grid.groupby("gamma").speedup.mean()
         best_fixed = int(mean_speedup.idxmax())
@@ -98,7 +127,8 @@ def schedules(sim: pd.DataFrame) -> list[dict]:
                     "ranges": schedule_ranges(batches, gammas, batches[-1]),
                     "max_gamma": max(gammas), "best_fixed_gamma": best_fixed,
                     "gain_vs_best_fixed": gain_best,
-                    "gain_vs_gamma_2": gain_two})
+                    "gain_vs_gamma_2": gain_two,
+                    "within_ci": resolved[resolved.gamma != resolved.best_gamma]})
     return out
 
 
