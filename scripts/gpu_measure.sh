@@ -73,15 +73,33 @@ if [ -z "${MEASURE_DRY_RUN:-}" ]; then
 fi
 
 # --- plan: configuration count and time estimate of every run (dry runs: no torch, and
-# `python -m src.measure` skips run.py's study imports) ------------------------------------
+# `src.measure` without run.py's study imports). One Python process plans every run: a process
+# per run spent most of its time importing numpy and the cost model again. ------------------
+plans=$("$PY" - "$COMMON" "${ARGS[@]}" <<'PYEOF'
+import contextlib, io, sys
+from src.measure.cli import main
+for args in sys.argv[2:]:  # each run's options, split on spaces as the shell splits them
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = main(sys.argv[1].split() + args.split() + ["--dry-run"])
+    plan = [line for line in printed.getvalue().splitlines() if line.startswith("plan:")]
+    if status != 0 or len(plan) != 1:
+        sys.exit(2)  # measure said why on stderr; the runs planned so far are printed
+    print(plan[0], flush=True)
+PYEOF
+)
+status=$?
+PLANS=()
+[ -n "$plans" ] && mapfile -t PLANS <<< "$plans"
+if [ "$status" -ne 0 ] || [ "${#PLANS[@]}" -ne "${#NAMES[@]}" ]; then
+  echo "error: the plan of run ${NAMES[${#PLANS[@]}]:-?} failed" >&2
+  exit 2
+fi
 EST=()
 TOTAL_CONFIGS=0
 TOTAL_EST=0
 for i in "${!NAMES[@]}"; do
-  # shellcheck disable=SC2086
-  plan=$("$PY" -m src.measure $COMMON ${ARGS[$i]} --dry-run) || {
-    echo "error: the plan of run ${NAMES[$i]} failed" >&2; exit 2; }
-  line=$(printf '%s\n' "$plan" | grep '^plan:')
+  line=${PLANS[$i]}
   n=$(printf '%s\n' "$line" | sed -E 's/^plan: ([0-9]+) configurations.*/\1/')
   s=$(printf '%s\n' "$line" | sed -E 's/.*estimated ([0-9]+) s.*/\1/')
   EST+=("$((s + STARTUP_S))")
