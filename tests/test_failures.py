@@ -99,7 +99,8 @@ class Run:
                                      start_new_session=True)
         self.lines: queue.Queue = queue.Queue()
         self.stderr: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self):
         for line in self.proc.stderr:
@@ -119,7 +120,10 @@ class Run:
 
     def finish(self, timeout: float = 20) -> tuple[int, str]:
         rc = self.proc.wait(timeout=timeout)
-        time.sleep(0.1)  # let the reader thread take the last line
+        # the reader ends at the end of stderr: every line is taken (a fixed pause could miss the
+        # last one on a loaded machine); a worker still holding stderr open keeps it from ending,
+        # hence the limit (the caller then finds the worker alive)
+        self._reader.join(timeout=timeout)
         return rc, "".join(self.stderr)
 
     def kill(self):
