@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import os
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.colors import TwoSlopeNorm
 
 from src.acceptance import expected_speedup_flat, expected_speedup_flat_per_position
 from src.config import PerPositionAlpha, StudyConfig
@@ -35,6 +33,7 @@ from src.reporting import (
     plot_progress,
     plot_speedup_grid,
     png_bytes,
+    pyplot,
     reference_gamma,
     table,
 )
@@ -302,6 +301,7 @@ def plot_speedup_vs_batch(df: pd.DataFrame):
 
 
 def plot_utilization_vs_batch(df: pd.DataFrame, gamma: int):
+    plt = pyplot()
     modes, servings = ordered(df, "quality_mode"), ordered(df, "serving_mode")
     batches = sorted(df.batch_size.unique())
     fig, axes = plt.subplots(1, len(modes), figsize=(3.9 * len(modes) + 2.6, 4.8), sharey=True,
@@ -337,6 +337,7 @@ def plot_utilization_vs_batch(df: pd.DataFrame, gamma: int):
 
 
 def plot_divergence_penalty(df: pd.DataFrame):
+    plt = pyplot()
     modes, servings = ordered(df, "quality_mode"), ordered(df, "serving_mode")
     batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
     shown_batches = sorted({batches[0], batches[-1]})
@@ -372,9 +373,11 @@ def _text_color(rgba) -> str:
 
 
 def plot_gamma_batch_heatmap(df: pd.DataFrame):
+    plt = pyplot()
     modes, servings = ordered(df, "quality_mode"), ordered(df, "serving_mode")
     batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
     lo, hi = min(df.speedup.min(), 0.99), max(df.speedup.max(), 1.01)
+    from matplotlib.colors import TwoSlopeNorm
     norm = TwoSlopeNorm(vcenter=1.0, vmin=lo, vmax=hi)
     cmap = plt.get_cmap("RdBu")
     fig, axes = plt.subplots(len(servings), len(modes),

@@ -11,14 +11,10 @@ import io
 import os
 import tempfile
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from src.config import (  # noqa: E402
+from src.config import (
     ALPHA_CLIP,
     BetaAlpha,
     FixedLength,
@@ -30,7 +26,7 @@ from src.config import (  # noqa: E402
     UniformAlpha,
     UniformLength,
 )
-from src.processes import stderr_line  # noqa: E402
+from src.processes import stderr_line
 
 FLOAT_FORMAT = "%.6g"
 
@@ -105,6 +101,16 @@ def reference_gamma(gammas) -> int:
 
 # --- plots ----------------------------------------------------------------------------------------
 
+def pyplot():
+    """matplotlib.pyplot with the Agg backend (files, no screen), imported at the first plot: a run
+    that draws nothing (--no-plots, refused input, an interrupted start) never loads matplotlib
+    (about 0.45 s of CPU)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
 FONT_PT = 9  # legends, annotations and panel titles: never smaller
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
@@ -113,6 +119,7 @@ def gamma_styles(gammas) -> dict:
     """A colour and marker per gamma that can be told apart: the qualitative tab10 palette (ten
     distinct hues) with a different marker for each, so neighbouring gammas never look alike; past
     ten gammas, evenly spaced viridis colours with the markers repeating."""
+    plt = pyplot()
     gammas = sorted(gammas)
     if len(gammas) <= 10:
         colors = [plt.cm.tab10(i) for i in range(len(gammas))]
@@ -122,6 +129,7 @@ def gamma_styles(gammas) -> dict:
 
 
 def log2_batch_axis(ax, batches):
+    plt = pyplot()
     ax.set_xscale("log", base=2)
     ax.set_xticks(batches)
     ax.set_xticklabels([str(b) for b in batches])
@@ -151,6 +159,7 @@ def plot_speedup_grid(df: pd.DataFrame, row_column: str, row_label, title: str):
     """Speedup vs batch size, one panel per (row_column value, quality mode), a line per gamma with
     its confidence band; used for the reference study (rows: serving modes) and the hardware
     scenarios (rows: engine profiles)."""
+    plt = pyplot()
     modes, rows = ordered(df, "quality_mode"), ordered(df, row_column)
     batches, gammas = sorted(df.batch_size.unique()), sorted(df.gamma.unique())
     fig, axes = plt.subplots(len(rows), len(modes),
@@ -194,6 +203,7 @@ def plot_progress(quiet: bool, label: str, total: int):
 
 
 def png_bytes(fig) -> bytes:
+    plt = pyplot()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)

@@ -54,6 +54,16 @@ def test_bad_input_is_answered_before_pandas_matplotlib_or_scipy_load():
         assert not {"pandas", "matplotlib", "scipy"} & imported, argv
 
 
+def test_matplotlib_loads_only_to_draw():
+    """Importing every module of the study, the hardware scenario and serve loads no matplotlib:
+    a --no-plots run, or one stopped before its plots, never pays its import (about 0.45 s)."""
+    code = ("import sys, run, src.analysis, src.hardware.study, src.hardware.plots, "
+            "src.online.report, src.online.cli; print('matplotlib' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-500:]
+
+
 # --- signals ------------------------------------------------------------------------------------
 
 def old_outputs(out) -> dict:

@@ -3,9 +3,7 @@ length, what a speculative step costs. Input: the dict src/hardware/study.run_sc
 """
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.lines import Line2D
 
 from src.metrics import best_gamma
 from src.reporting import (
@@ -16,6 +14,7 @@ from src.reporting import (
     ordered,
     plot_speedup_grid,
     png_bytes,
+    pyplot,
 )
 
 
@@ -31,6 +30,7 @@ def plot_speedup_vs_batch(hw: dict):
 def plot_optimal_gamma(hw: dict):
     """The best gamma per (quality mode, batch size) as a labelled grid per engine profile: the
     simulated pick in each cell, and in brackets the steady-state closed form's where it differs."""
+    plt = pyplot()
     sim, steady = hw["results"], hw["steady"]
     serving = hw["scenario"].study.serving_modes[-1]
     best = best_gamma(sim[sim.serving_mode == serving],
@@ -77,6 +77,7 @@ def plot_optimal_gamma(hw: dict):
 
 
 def plot_speedup_by_context(hw: dict):
+    plt = pyplot()
     steady = hw["steady"]
     steady = steady[~steady.mean_context]
     modes, engine_names = ordered(steady, "quality_mode"), ordered(steady, "engine_profile")
@@ -107,6 +108,7 @@ def plot_step_breakdown(hw: dict):
     """Stacked bars of one speculative step's time per batch size, one panel per engine,
     the greedy step beside it, and the tokens a speculative step commits per sequence (simulated
     at the same gamma): speculation pays where spec step / greedy step is below that number."""
+    plt = pyplot()
     bd, sim = hw["breakdown"], hw["results"]
     engine_names = ordered(bd, "engine_profile")
     serving = hw["scenario"].study.serving_modes[-1]
@@ -146,6 +148,7 @@ def plot_step_breakdown(hw: dict):
     tokens = sim[(sim.gamma == gamma) & (sim.serving_mode == serving)]
     if not tokens.empty:  # acceptance does not depend on the engine: one line per quality mode
         per_mode = tokens.groupby("quality_mode", sort=False).tokens_per_step.mean()
+        from matplotlib.lines import Line2D
         blank = Line2D([], [], linestyle="none")
         handles += [blank, blank] + [blank] * len(per_mode)
         labels += ["", f"tokens a gamma-{gamma} step\ncommits per sequence\n(greedy: 1; mean "

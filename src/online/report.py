@@ -10,14 +10,11 @@ from __future__ import annotations
 import io
 import os
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from src.outputs import join_summary
+from src.reporting import pyplot
 
 SECTION_BEGIN = "=== SERVING UNDER LOAD (python run.py serve) ==="
 SECTION_END = "=== END SERVING UNDER LOAD ==="
@@ -231,6 +228,7 @@ def replace_section(text: str, section: str) -> str:
 
 # -- plots -------------------------------------------------------------------------------------
 def _colors(policies):
+    plt = pyplot()
     cmap = plt.get_cmap("tab10")
     return {p: ("black" if p == "none" else cmap(i % 10)) for i, p in enumerate(policies)}
 
@@ -283,6 +281,7 @@ def _plain_log_axis(ax, axis: str = "y") -> None:
 
 
 def _png(fig) -> bytes:
+    plt = pyplot()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -298,6 +297,7 @@ def _title(cfg) -> str:
 
 
 def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
+    plt = pyplot()
     policies = list(dict.fromkeys(t.policy))
     colors = _colors(policies)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
@@ -331,6 +331,7 @@ def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
 
 
 def plot_throughput_latency(t: pd.DataFrame, cfg) -> bytes:
+    plt = pyplot()
     policies = list(dict.fromkeys(t.policy))
     styles = _policy_style(policies)
     fig, ax = plt.subplots(figsize=(7.5, 5.5))
@@ -359,6 +360,7 @@ def plot_throughput_latency(t: pd.DataFrame, cfg) -> bytes:
 
 
 def plot_goodput(t: pd.DataFrame, cfg) -> bytes:
+    plt = pyplot()
     policies = list(dict.fromkeys(t.policy))
     colors = _colors(policies)
     fig, ax = plt.subplots(figsize=(7.5, 5.5))
