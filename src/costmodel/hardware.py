@@ -397,6 +397,40 @@ class HardwareCostModel:
         overlap = np.where(verify, overlap_spec, e.cpu_overlap_decode)
         return physics, gpu + np.where(overlap, np.maximum(step_cpu - step_gpu, 0.0), cpu)
 
+    def step_ms(self, load: PassLoad, gamma, with_draft: bool = True):
+        """(target_ms[R], draft_ms[R]) of one step that verifies gamma drafts: exactly
+        target_pass_time(gamma + 1) and draft_passes_time(gamma) of `load` (draft 0 without
+        with_draft), computed with the draft passes priced once (where the engine overlaps CPU
+        with GPU the target pass needs them too). The serving engine's per-step call."""
+        gamma = np.asarray(gamma)
+        t = gamma + 1
+        physics, cpu, gpu = self._target_parts(load, t)
+        e = self.engine
+        overlap_spec = self.draft.kind in e.cpu_overlap_draft_kinds
+        draft_parts = None
+        if not (e.cpu_overlap_decode or overlap_spec):
+            overhead = cpu + gpu
+        else:  # the branch of _target_pass_parts, step for step
+            verify = t > 1
+            step_cpu, step_gpu = cpu, physics + gpu
+            if overlap_spec and np.any(verify):
+                g = np.where(verify, t - 1, 0)
+                step_cpu = step_cpu + self._draft_cpu_ms(load.n_seqs, g)
+                if np.any(step_cpu > step_gpu):
+                    # g equals gamma wherever it matters (g = gamma for gamma > 0, 0 = gamma else)
+                    draft_parts = self._draft_parts(load, gamma)
+                    d_phys, _, d_gpu = draft_parts
+                    step_gpu = step_gpu + d_phys + d_gpu
+            overlap = np.where(verify, overlap_spec, e.cpu_overlap_decode)
+            overhead = gpu + np.where(overlap, np.maximum(step_cpu - step_gpu, 0.0), cpu)
+        target = physics + overhead
+        if not with_draft:
+            return target, np.zeros_like(target)
+        d_phys, d_cpu, d_gpu = draft_parts or self._draft_parts(load, gamma)
+        if self.draft.kind in e.cpu_overlap_draft_kinds:
+            return target, d_phys + d_gpu
+        return target, d_phys + (d_cpu + d_gpu)
+
     def target_pass_time(self, active, positions_per_seq, context_len_tokens):
         """float[R] ms of one target pass, physics + engine overhead (0 where a replication has
         no active slot). positions_per_seq: int, or int[R] (one value per replication)."""

@@ -147,9 +147,8 @@ class Adaptive:
         g = np.arange(G + 1)
         n = G + 1
         dec = np.repeat(view.decoding, n, axis=0)
-        ctx = np.repeat(view.context, n, axis=0)
         gam = np.tile(g, r)
-        target, draft = view.timer.decode_ms(dec, gam, ctx)
+        target, draft = view.timer.decode_ms_each_gamma(view.decoding, view.context, g)
         tokens = (expected_tokens_per_step(np.repeat(a, n, axis=0), gam[:, None]) * dec).sum(axis=1)
         goodput = np.where(dec.any(axis=1), tokens / np.maximum(target + draft, 1e-12), 0.0)
         return goodput.reshape(r, n).argmax(axis=1).astype(np.int64)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from src.costmodel import HardwareCostModel, PassCoefficients, memory_usable_bytes
+from src.costmodel.hardware import PassLoad
 from src.costmodel.prefill import mixed_pass_physics_ms
 
 
@@ -46,12 +47,22 @@ class StepTimer:
         decoding [R, B] bool, gamma [R] int, context [R, B] cached tokens. Returns (target_ms,
         draft_ms), each [R].
         """
-        gamma = np.asarray(gamma)
-        physics, overhead = self.cost.target_pass_parts(decoding, gamma + 1, context)
-        target = physics + overhead
-        if not self.speculative:
-            return target, np.zeros_like(target)
-        return target, self.cost.draft_passes_time(decoding, gamma, context)
+        return self.cost.step_ms(PassLoad.from_masks(decoding, context), gamma, self.speculative)
+
+    def decode_ms_each_gamma(self, decoding: np.ndarray, context: np.ndarray, gammas):
+        """decode_ms of every row at every gamma of `gammas` ([G] ints): (target_ms, draft_ms),
+        each [R G], row r's G values in order. The same numbers as decode_ms on the rows repeated
+        G times (the per-row sums are taken once: a policy weighing every gamma calls this)."""
+        gammas = np.asarray(gammas)
+        k = gammas.size
+        load = PassLoad.from_masks(decoding, context)
+        n_seqs, sum_ctx = np.repeat(load.n_seqs, k), np.repeat(load.sum_ctx, k)
+        if self.cost.draft_kv_budget_tokens is None:
+            load = PassLoad(n_seqs, sum_ctx, load.max_seqs)
+        else:  # a capped draft cache needs every sequence's context
+            load = PassLoad(n_seqs, sum_ctx, load.max_seqs, np.repeat(decoding, k, axis=0),
+                            np.repeat(context, k, axis=0))
+        return self.cost.step_ms(load, np.tile(gammas, decoding.shape[0]), self.speculative)
 
     def prefill_extra_ms(self, n_decode, gamma, decode_context_sum, chunk_seqs, chunk_tokens,
                          chunk_context_sum, chunk_logits) -> np.ndarray:
