@@ -37,13 +37,41 @@ def mixed_pass_physics_ms(c: PassCoefficients, dec_seqs, dec_positions, dec_cont
     S, t, C, P, N, Cp, Lp = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (
         dec_seqs, dec_positions, dec_context_sum, chunk_seqs, chunk_tokens, chunk_context_sum,
         chunk_logits)))
+    return _mixed_ms(c, S, t, C, P, N, Cp, Lp, decode_attention_s(c, S, t, C))
+
+
+def mixed_pass_extra_ms(c: PassCoefficients, dec_seqs, dec_positions, dec_context_sum,
+                        chunk_seqs, chunk_tokens, chunk_context_sum, chunk_logits) -> np.ndarray:
+    """What the chunks add to the decode part's pass: mixed_pass_physics_ms with the chunks minus
+    mixed_pass_physics_ms without them (the same numbers; the decode part's attention, which both
+    passes share, is computed once). Arguments as mixed_pass_physics_ms's."""
+    S, t, C, P, N, Cp, Lp = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (
+        dec_seqs, dec_positions, dec_context_sum, chunk_seqs, chunk_tokens, chunk_context_sum,
+        chunk_logits)))
+    attention = decode_attention_s(c, S, t, C)
+    zero = np.zeros(S.shape)
+    return (_mixed_ms(c, S, t, C, P, N, Cp, Lp, attention)
+            - _mixed_ms(c, S, t, C, zero, zero, zero, zero, attention))
+
+
+def decode_attention_s(c: PassCoefficients, S, t, C):
+    """Attention of a mixed pass's decode part, s ([R] float arrays; None: no decode part)."""
+    if not np.any(S > 0):
+        return None  # adds 0 to every row
+    return np.where(S > 0, attention_s(c, S, np.maximum(t, 1), C), 0.0)
+
+
+def _mixed_ms(c: PassCoefficients, S, t, C, P, N, Cp, Lp, dec_attention):
+    """mixed_pass_physics_ms of float arrays of one shape, the decode part's attention given."""
     T = S * t + N
     L = S * t + Lp
     G = len(c.gemm_weight_s)
     rows = np.broadcast_to(T, (G,) + T.shape).copy()
     rows[c.head_gemm_index] = L
     mem_g, comp_g = gemm_terms_s(c, rows)
-    gemm = np.tensordot(c.gemm_selector, _pnorm(mem_g, comp_g, c.sharpness_p), axes=1)
+    pnorm = _pnorm(mem_g, comp_g, c.sharpness_p)
+    # np.tensordot(c.gemm_selector, pnorm, axes=1), without its reshaping calls: the same dot
+    gemm = np.dot(c.gemm_selector, pnorm.reshape(G, -1)).reshape((2,) + T.shape)
     total = gemm[0] + gemm[1]
     chunk_len = N / np.maximum(P, 1)
     # the extra kernels of a pass in which some sequence scores more than one position (a
@@ -51,9 +79,11 @@ def mixed_pass_physics_ms(c: PassCoefficients, dec_seqs, dec_positions, dec_cont
     multi = ((S > 0) & (t > 1)) | ((P > 0) & (chunk_len > 1))
     total += c.layer_elementwise_per_token_s * T + c.layer_fixed_s + c.verify_fixed_s * multi
     total += c.head_elementwise_per_token_s * L + c.head_fixed_s
-    total += np.where(S > 0, attention_s(c, S, np.maximum(t, 1), C), 0.0)
-    total += np.where(P > 0, attention_s(c, np.maximum(P, 1), np.maximum(chunk_len, 1), Cp,
-                                         prefill=True), 0.0)
+    if dec_attention is not None:
+        total += dec_attention
+    if np.any(P > 0):  # else it adds 0 to every row
+        total += np.where(P > 0, attention_s(c, np.maximum(P, 1), np.maximum(chunk_len, 1), Cp,
+                                             prefill=True), 0.0)
     total += c.attn_fixed_s
     if c.comm_custom is None:
         total += c.comm_fixed_s + c.comm_per_token_s * T

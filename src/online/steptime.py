@@ -19,7 +19,7 @@ import numpy as np
 
 from src.costmodel import HardwareCostModel, PassCoefficients, memory_usable_bytes
 from src.costmodel.hardware import PassLoad
-from src.costmodel.prefill import mixed_pass_physics_ms
+from src.costmodel.prefill import mixed_pass_extra_ms, mixed_pass_physics_ms
 
 
 class StepTimer:
@@ -75,9 +75,8 @@ class StepTimer:
         """
         t = np.asarray(gamma) + 1
         c = self.target_c
-        extra = (mixed_pass_physics_ms(c, n_decode, t, decode_context_sum, chunk_seqs,
-                                       chunk_tokens, chunk_context_sum, chunk_logits)
-                 - mixed_pass_physics_ms(c, n_decode, t, decode_context_sum))
+        extra = mixed_pass_extra_ms(c, n_decode, t, decode_context_sum, chunk_seqs, chunk_tokens,
+                                    chunk_context_sum, chunk_logits)
         e = self.engine
         extra = extra + np.where(chunk_seqs > 0, e.step_cpu_per_seq_ms * chunk_seqs
                                  + np.where(n_decode > 0, 0.0, e.step_cpu_fixed_ms), 0.0)
