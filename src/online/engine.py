@@ -274,20 +274,28 @@ class Engine:
             out[sel] = np.clip(g.policy.gammas(view), 0, self.max_gamma)
         return out
 
-    def _step_ms(self, rows, decoding, gamma, ctx, pf_sums=None):
-        """(target + prefill ms, draft ms) per row of one step; decoding/ctx are [r, W]."""
+    def _step_ms(self, rows, n_dec, dec_ctx, gamma, width, masks, pf_sums=None):
+        """(target + prefill ms, draft ms) per row of one step: n_dec decoding sequences over
+        dec_ctx cached tokens ([r]) in `width` slots; masks() gives the [r, width] (decoding,
+        context) arrays, asked only by a deployment whose step time needs every slot's
+        context."""
         target = np.zeros(rows.size)
         draft = np.zeros(rows.size)
         deps = self.row_dep[rows]
-        for d in np.unique(deps):
-            sel = np.nonzero(deps == d)[0] if len(self.deployments) > 1 else slice(None)
-            timer = self.deployments[d].timer
-            t, dr = timer.decode_ms(decoding[sel], gamma[sel], ctx[sel])
+        for d, dep in enumerate(self.deployments):
+            if len(self.deployments) == 1:
+                sel = slice(None)
+            else:
+                sel = np.nonzero(deps == d)[0]
+                if not sel.size:
+                    continue
+            timer = dep.timer
+            slots = masks() if timer.needs_slot_contexts else (None, None)
+            t, dr = timer.decode_ms_totals(n_dec[sel], dec_ctx[sel], gamma[sel], width,
+                                           *(None if x is None else x[sel] for x in slots))
             if pf_sums is not None:
-                n_dec = decoding[sel].sum(axis=1)
-                dec_ctx = (ctx[sel] * decoding[sel]).sum(axis=1)
                 t = t + timer.prefill_extra_ms(
-                    n_dec, gamma[sel], dec_ctx, *(x[sel] for x in pf_sums)
+                    n_dec[sel], gamma[sel], dec_ctx[sel], *(x[sel] for x in pf_sums)
                 )
             target[sel] = t
             draft[sel] = dr
@@ -488,7 +496,9 @@ class Engine:
             (ctx * has_chunk).sum(axis=1),
             completes.sum(axis=1),
         )
-        target_ms, draft_ms = self._step_ms(rows, decoding, g, ctx, pf_sums)
+        target_ms, draft_ms = self._step_ms(
+            rows, np.count_nonzero(decoding, axis=1), (ctx * decoding).sum(axis=1), g, W,
+            lambda: (decoding, ctx), pf_sums)
         step_ms = target_ms + draft_ms
         self.last_step_ms[rows] = np.where(step_ms > 0, step_ms, self.last_step_ms[rows])
         end = start + step_ms
@@ -595,10 +605,14 @@ class Engine:
         kv_bad = demand > self.cap[rows][:, None]
         kv_limit = np.where(kv_bad.any(axis=1), kv_bad.argmax(axis=1), K)
         # step times of the stretch: [m * K] rows of [w] slots
-        ctx_flat = ctx_before.transpose(0, 2, 1).reshape(m * K, w)
-        act_flat = np.broadcast_to(act[:, None, :], (m, K, w)).reshape(m * K, w)
-        g_flat = np.repeat(gamma, K)
-        target_ms, draft_ms = self._step_ms(np.repeat(rows, K), act_flat, g_flat, ctx_flat)
+        def masks():
+            return (np.broadcast_to(act[:, None, :], (m, K, w)).reshape(m * K, w),
+                    ctx_before.transpose(0, 2, 1).reshape(m * K, w))
+
+        target_ms, draft_ms = self._step_ms(
+            np.repeat(rows, K), np.repeat(n, K),
+            (ctx_before * act[:, :, None]).sum(axis=1).reshape(m * K), np.repeat(gamma, K), w,
+            masks)
         times = (target_ms + draft_ms).reshape(m, K)
         ends = self.clock[rows][:, None] + np.cumsum(times, axis=1)
         crossed = (ends >= next_arrival_ms[:, None]) & free_slot[:, None]

@@ -49,6 +49,24 @@ class StepTimer:
         """
         return self.cost.step_ms(PassLoad.from_masks(decoding, context), gamma, self.speculative)
 
+    @property
+    def needs_slot_contexts(self) -> bool:
+        """Whether a step's time needs every sequence's context, not just their count and sum
+        (a draft KV cache capped at a budget reads min(context, budget) per sequence)."""
+        return self.cost.draft_kv_budget_tokens is not None
+
+    def decode_ms_totals(self, n_decode, decode_context_sum, gamma, max_seqs: int,
+                         decoding=None, context=None):
+        """decode_ms from the per-row totals: n_decode decoding sequences (count of `decoding`)
+        over decode_context_sum cached tokens (sum of context x decoding); the same numbers.
+        max_seqs: the slot width of the rows; decoding / context: the [R, B] masks, needed only
+        where needs_slot_contexts."""
+        if self.needs_slot_contexts:
+            load = PassLoad(n_decode, decode_context_sum, max_seqs, decoding, context)
+        else:
+            load = PassLoad(n_decode, decode_context_sum, max_seqs)
+        return self.cost.step_ms(load, gamma, self.speculative)
+
     def decode_ms_each_gamma(self, decoding: np.ndarray, context: np.ndarray, gammas):
         """decode_ms of every row at every gamma of `gammas` ([G] ints): (target_ms, draft_ms),
         each [R G], row r's G values in order. The same numbers as decode_ms on the rows repeated
@@ -57,7 +75,7 @@ class StepTimer:
         k = gammas.size
         load = PassLoad.from_masks(decoding, context)
         n_seqs, sum_ctx = np.repeat(load.n_seqs, k), np.repeat(load.sum_ctx, k)
-        if self.cost.draft_kv_budget_tokens is None:
+        if not self.needs_slot_contexts:
             load = PassLoad(n_seqs, sum_ctx, load.max_seqs)
         else:  # a capped draft cache needs every sequence's context
             load = PassLoad(n_seqs, sum_ctx, load.max_seqs, np.repeat(decoding, k, axis=0),
