@@ -117,7 +117,9 @@ class EngineResult:
 
 @dataclass
 class PolicyView:
-    """What a policy may look at when it picks gamma for its rows (all from the past)."""
+    """What a policy may look at when it picks gamma for its rows (all from the past). The slot
+    state (context, accepted, tested, pooled_*) is None for a policy whose class sets
+    `reads_slot_state = False` (one that looks at the batch size only)."""
 
     batch: np.ndarray  # [r] sequences running (decode + prefill) at the step's start
     decoding: np.ndarray  # [r, W] slot is decoding
@@ -212,9 +214,9 @@ class Engine:
         self.allow_segments = allow_segments
         R, N = requests.arrival_s.shape
         self.R, self.N = R, N
-        self.row_policy = np.empty(R, dtype=object)
-        for g in groups:
-            self.row_policy[g.rows] = g.policy
+        self.row_group = np.full(R, -1)  # index into groups (compared as ints, not policies)
+        for i, g in enumerate(groups):
+            self.row_group[g.rows] = i
         self.cap = np.array([deployments[d].kv_capacity_blocks for d in self.row_dep], np.int64)
         self.n_req = requests.n_requests
         longest = np.where(
@@ -271,23 +273,24 @@ class Engine:
         """gamma per row from its policy (0 for rows of deployments without a draft)."""
         out = np.zeros(rows.size, np.int64)
         s = self.s
-        pols = self.row_policy[rows]
-        for g in self.groups:
-            sel = np.nonzero(pols == g.policy)[0] if len(self.groups) > 1 else np.arange(rows.size)
+        row_group = self.row_group[rows]
+        for i, g in enumerate(self.groups):
+            sel = np.nonzero(row_group == i)[0] if len(self.groups) > 1 else np.arange(rows.size)
             if not sel.size:
                 continue
             r = rows[sel]
             dep = self.deployments[self.row_dep[r[0]]]
             if not dep.speculative:
                 continue
+            slot_state = getattr(g.policy, "reads_slot_state", True)
             view = PolicyView(
                 batch=running[sel].sum(axis=1),
                 decoding=decoding[sel],
-                context=s.ctx[r],
-                accepted=s.acc[r],
-                tested=s.tested[r],
-                pooled_accepted=self.pool_acc[r],
-                pooled_tested=self.pool_tested[r],
+                context=s.ctx[r] if slot_state else None,
+                accepted=s.acc[r] if slot_state else None,
+                tested=s.tested[r] if slot_state else None,
+                pooled_accepted=self.pool_acc[r] if slot_state else None,
+                pooled_tested=self.pool_tested[r] if slot_state else None,
                 timer=dep.timer,
                 max_gamma=self.max_gamma,
             )
@@ -604,11 +607,11 @@ class Engine:
         K = int(min(max(1.25 * percentile_75(predicted) + 2, 1),
                     min(self.max_segment_steps, max(self.segment_work // (m * w), 1))))
         cap_steps = np.full(m, K)
-        pols = self.row_policy[rows]
-        for g_ in self.groups:
+        row_group = self.row_group[rows]
+        for i, g_ in enumerate(self.groups):
             limit = getattr(g_.policy, "max_segment_steps", None)
             if limit is not None:
-                cap_steps = np.where(pols == g_.policy, np.minimum(cap_steps, limit), cap_steps)
+                cap_steps = np.where(row_group == i, np.minimum(cap_steps, limit), cap_steps)
         K = int(cap_steps.max())
         j = np.arange(K)
         gcol = gamma[:, None, None]

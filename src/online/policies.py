@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -42,6 +43,7 @@ from src.config import ConfigError
 @dataclass(frozen=True)
 class NoSpeculation:
     name: str = "none"
+    reads_slot_state: ClassVar[bool] = False  # looks at the batch size only
     speculative: bool = False
     max_segment_steps: int | None = None
 
@@ -52,6 +54,7 @@ class NoSpeculation:
 @dataclass(frozen=True)
 class FixedGamma:
     gamma: int
+    reads_slot_state: ClassVar[bool] = False  # looks at the batch size only
     speculative: bool = True
     max_segment_steps: int | None = None
 
@@ -70,6 +73,7 @@ class BatchSchedule:
     ranges: tuple[tuple[int, int, int], ...]
     num_speculative_tokens: int
     name: str = "schedule"
+    reads_slot_state: ClassVar[bool] = False  # looks at the batch size only
     speculative: bool = True
     max_segment_steps: int | None = None
 
@@ -106,6 +110,7 @@ class BatchSchedule:
 class OffAbove:
     max_running: int
     gamma: int
+    reads_slot_state: ClassVar[bool] = False  # looks at the batch size only
     speculative: bool = True
     max_segment_steps: int | None = None
 
@@ -125,6 +130,7 @@ class Adaptive:
     prior_alpha: float = 0.5  # pooled estimate before any draft was tested
     prior_tokens: float = 8.0  # pseudo-observations behind each request's prior
     name: str = "adaptive"
+    reads_slot_state: ClassVar[bool] = True  # reads the slots' contexts and acceptance counts
     speculative: bool = True
     max_segment_steps: int | None = 8  # re-decide at least every 8 decode steps
 
