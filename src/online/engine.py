@@ -591,9 +591,10 @@ class Engine:
             w *= 2
         w = min(w, s.W)
         order = np.argsort(~running, axis=1, kind="stable")[:, :w]  # running slots first
-        act = np.take_along_axis(running, order, axis=1)
         m = rows.size
-        take = lambda a: np.take_along_axis(a[rows], order, axis=1)  # noqa: E731
+        act = running[np.arange(m)[:, None], order]
+        R2 = np.broadcast_to(rows[:, None], order.shape)
+        take = lambda a: a[R2, order]  # noqa: E731  (the slots in `order`, [m, w])
         ctx0, rem0, alpha, key, steps0 = (take(x) for x in (s.ctx, s.rem, s.alpha, s.key, s.steps))
         # how many steps to draw: enough for most rows to reach their next event (an arrival they
         # can admit, or a sequence finishing), predicted from the last step time and the expected
@@ -651,7 +652,6 @@ class Engine:
             np.where(in_seg[:, None, :] & act[:, :, None], k + (k < gcol), 0).sum(axis=2)
             * spec[:, None]
         )
-        R2 = np.broadcast_to(rows[:, None], order.shape)
         def put(a, v):
             a[R2[act], order[act]] = v[act]
 
