@@ -8,7 +8,14 @@ from src.config import FixedLength
 from src.costmodel import HardwareCostModel
 from src.online.arrivals import ArrivalProcess, arrival_times
 from src.online.counter_rng import request_keys
-from src.online.engine import Deployment, Engine, EngineLimits, RequestTable, RowGroup
+from src.online.engine import (
+    Deployment,
+    Engine,
+    EngineLimits,
+    RequestTable,
+    RowGroup,
+    percentile_75,
+)
 from src.online.policies import FixedGamma, NoSpeculation
 from src.online.steptime import StepTimer, kv_capacity_tokens
 from src.workload import stream
@@ -124,3 +131,19 @@ def test_fixed_lengths_give_same_requests_to_every_policy():
     rq, *_ = _run([NoSpeculation(), FixedGamma(2)], reps=2, n=10, prompt=(8, 9), output=(5, 6))
     np.testing.assert_array_equal(rq.arrival_s[:2], rq.arrival_s[2:])
     assert FixedLength(5)  # the study's length kinds are what workloads use
+
+
+def test_stretch_length_percentile_is_numpys():
+    """percentile_75 (the stretch length's quantile) is np.percentile(x, 75) bit for bit: the
+    stretch length, and so how the steps are grouped, must not change with it."""
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        n = int(rng.integers(1, 40))
+        x = rng.exponential(rng.uniform(0.1, 1000), n)
+        if rng.random() < 0.3:
+            x = np.round(x)  # ties
+        if rng.random() < 0.2:
+            x[rng.integers(0, n)] = np.inf
+        with np.errstate(invalid="ignore"):  # inf - inf, as np.percentile meets it too
+            ref, got = np.percentile(x, 75), percentile_75(x)
+        np.testing.assert_array_equal(got, ref)

@@ -9,6 +9,7 @@ from src.online.policies import (
     Adaptive,
     BatchSchedule,
     FixedGamma,
+    NoSpeculation,
     OffAbove,
     compress_schedule,
     parse_policies,
@@ -80,3 +81,17 @@ def test_off_above_and_fixed():
     view = _view([4, 40], 0, 0)
     np.testing.assert_array_equal(OffAbove(16, 3).gammas(view), [3, 0])
     np.testing.assert_array_equal(FixedGamma(2).gammas(view), [2, 2])
+
+
+def test_batch_size_policies_need_no_slot_state():
+    """Policies that declare reads_slot_state = False get views without the slots' contexts and
+    acceptance counts (the engine skips copying them) and decide the same."""
+    full = _view([1, 4, 40, 200], 0, 0)
+    bare = PolicyView(batch=full.batch, decoding=full.decoding, context=None, accepted=None,
+                      tested=None, pooled_accepted=None, pooled_tested=None, timer=full.timer,
+                      max_gamma=8)
+    sched = BatchSchedule(((1, 8, 4), (9, 64, 2)), 4)
+    for policy in (NoSpeculation(), FixedGamma(3), OffAbove(16, 3), sched):
+        assert not policy.reads_slot_state
+        np.testing.assert_array_equal(policy.gammas(bare), policy.gammas(full))
+    assert Adaptive(max_gamma=8).reads_slot_state
