@@ -1,6 +1,8 @@
 """The serving engine (src/online/engine.py): exactness of the stretch path, accounting
 identities, preemption, and the checks of the serving model against the fixed-batch study."""
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from src.online.engine import (
     Deployment,
     Engine,
     EngineLimits,
+    EngineResult,
     RequestTable,
     RowGroup,
     percentile_75,
@@ -147,3 +150,20 @@ def test_stretch_length_percentile_is_numpys():
         with np.errstate(invalid="ignore"):  # inf - inf, as np.percentile meets it too
             ref, got = np.percentile(x, 75), percentile_75(x)
         np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("engine", ["vllm-v1", "vllm-2024"])
+def test_one_decode_call_for_both_deployments_gives_the_same_numbers(engine):
+    """Rows without a draft (always at gamma 0) priced in the same call as the rows with one (the
+    draft deployment's timer, whose target pass is the same) give exactly the numbers of one call
+    per deployment: with prefill chunks, stretches and preemptions."""
+    deps = _deployments(engine, kv_blocks=150)
+    args = _run([NoSpeculation(), FixedGamma(3)], reps=2, n=30, rate=30.0, deps=deps)
+    shared = Engine(*args, max_gamma=4)
+    assert shared.decode_host == 1
+    apart = Engine(*args, max_gamma=4)
+    apart.decode_host = None
+    a, b = shared.run(), apart.run()
+    assert a.preemptions.sum() > 0
+    for f in fields(EngineResult):
+        np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)

@@ -96,3 +96,19 @@ def test_chunk_extra_is_the_difference_of_the_two_mixed_passes(gpu):
            - mixed_pass_physics_ms(c, n_dec, t, dec_ctx))
     np.testing.assert_array_equal(extra, ref)
     assert np.all(extra[chunks == 0] == 0) and np.all(extra[chunks > 0] > 0)
+
+
+def test_same_target_pass_only_for_the_same_target_and_engine():
+    spec = _timer("h100-sxm", "llama-3.1-8b", "llama-3.2-1b", "vllm-v1", None)
+    plain = _timer("h100-sxm", "llama-3.1-8b", "ngram", "vllm-v1", None, speculative=False)
+    assert spec.same_target_pass(plain) and plain.same_target_pass(spec)
+    for other in (_timer("h100-sxm", "llama-3.1-8b", "ngram", "sglang", None),
+                  _timer("h100-sxm", "llama-3.2-1b", "ngram", "vllm-v1", None),
+                  _timer("h200", "llama-3.1-8b", "ngram", "vllm-v1", None)):
+        assert not spec.same_target_pass(other)
+    # at gamma 0 the draft deployment's timer gives the plain one's target time, draft 0
+    decoding, context, _ = _batch(11)
+    zero = np.zeros(decoding.shape[0], np.int64)
+    target, draft = spec.decode_ms(decoding, zero, context)
+    np.testing.assert_array_equal(target, plain.decode_ms(decoding, zero, context)[0])
+    assert not draft.any()

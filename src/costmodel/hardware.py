@@ -339,12 +339,14 @@ class HardwareCostModel:
         ratio = compute_ms / np.maximum(memory_ms, 1e-300) + 1e-300
         return memory_ms * np.exp(np.log1p(np.exp(p * np.log(ratio))) * (1.0 / p))
 
-    def _target_parts(self, load: PassLoad, positions_per_seq):
-        """(physics_ms, cpu_ms, gpu_overhead_ms) [R] of one target pass; see target_pass_parts."""
+    def _target_parts(self, load: PassLoad, positions_per_seq, check_fits: bool = True):
+        """(physics_ms, cpu_ms, gpu_overhead_ms) [R] of one target pass; see target_pass_parts.
+        check_fits False: the caller has checked the memory fit (check_step_fits)."""
         n_seqs, sum_ctx = load.n_seqs, load.sum_ctx
         t = np.asarray(positions_per_seq)
         tokens = n_seqs * t
-        self._check_fits(sum_ctx + tokens, n_seqs)
+        if check_fits:
+            self._check_fits(sum_ctx + tokens, n_seqs)
         table = self._table_ms("target", load.max_seqs, int(t.max()))
         attention = self._attention_pnorm_ms(self._target_c, n_seqs, tokens, t, sum_ctx)
         physics = table.ravel().take(n_seqs * table.shape[1] + t) + attention
@@ -397,14 +399,20 @@ class HardwareCostModel:
         overlap = np.where(verify, overlap_spec, e.cpu_overlap_decode)
         return physics, gpu + np.where(overlap, np.maximum(step_cpu - step_gpu, 0.0), cpu)
 
-    def step_ms(self, load: PassLoad, gamma, with_draft: bool = True):
+    def check_step_fits(self, load: PassLoad, gamma) -> None:
+        """The memory check of step_ms (CostModelInputError where weights + KV do not fit)."""
+        self._check_fits(load.sum_ctx + load.n_seqs * (np.asarray(gamma) + 1), load.n_seqs)
+
+    def step_ms(self, load: PassLoad, gamma, with_draft: bool = True, check_fits: bool = True):
         """(target_ms[R], draft_ms[R]) of one step that verifies gamma drafts: exactly
         target_pass_time(gamma + 1) and draft_passes_time(gamma) of `load` (draft 0 without
         with_draft), computed with the draft passes priced once (where the engine overlaps CPU
-        with GPU the target pass needs them too). The serving engine's per-step call."""
+        with GPU the target pass needs them too). The serving engine's per-step call.
+        check_fits False: the caller has run check_step_fits (on whichever model its rows use:
+        rows at gamma 0 get the target pass time of any model with this target and engine)."""
         gamma = np.asarray(gamma)
         t = gamma + 1
-        physics, cpu, gpu = self._target_parts(load, t)
+        physics, cpu, gpu = self._target_parts(load, t, check_fits)
         e = self.engine
         overlap_spec = self.draft.kind in e.cpu_overlap_draft_kinds
         draft_parts = None
@@ -418,7 +426,7 @@ class HardwareCostModel:
                 step_cpu = step_cpu + self._draft_cpu_ms(load.n_seqs, g)
                 if np.any(step_cpu > step_gpu):
                     # g equals gamma wherever it matters (g = gamma for gamma > 0, 0 = gamma else)
-                    draft_parts = self._draft_parts(load, gamma)
+                    draft_parts = self._draft_parts(load, gamma, check_fits)
                     d_phys, _, d_gpu = draft_parts
                     step_gpu = step_gpu + d_phys + d_gpu
             overlap = np.where(verify, overlap_spec, e.cpu_overlap_decode)
@@ -426,7 +434,7 @@ class HardwareCostModel:
         target = physics + overhead
         if not with_draft:
             return target, np.zeros_like(target)
-        d_phys, d_cpu, d_gpu = draft_parts or self._draft_parts(load, gamma)
+        d_phys, d_cpu, d_gpu = draft_parts or self._draft_parts(load, gamma, check_fits)
         if self.draft.kind in e.cpu_overlap_draft_kinds:
             return target, d_phys + d_gpu
         return target, d_phys + (d_cpu + d_gpu)
@@ -469,9 +477,9 @@ class HardwareCostModel:
         return g * (np.where(n_seqs > 0, e.draft_pass_cpu_fixed_ms, 0.0)
                     + e.draft_pass_cpu_per_seq_ms * n_seqs)
 
-    def _draft_parts(self, load: PassLoad, gamma):
+    def _draft_parts(self, load: PassLoad, gamma, check_fits: bool = True):
         """(physics_ms, cpu_ms, gpu_overhead_ms) [R] of gamma draft passes; see
-        draft_passes_parts."""
+        draft_passes_parts. check_fits False: the caller has checked the memory fit."""
         n_seqs = load.n_seqs
         g = np.asarray(gamma)
         e = self.engine
@@ -480,7 +488,8 @@ class HardwareCostModel:
             zero = np.zeros(n_seqs.shape)
             return zero, cpu, zero
         sum_ctx = load.sum_ctx
-        self._check_fits(sum_ctx + n_seqs * (g + 1), n_seqs)
+        if check_fits:
+            self._check_fits(sum_ctx + n_seqs * (g + 1), n_seqs)
         # extra positions of the first draft pass: all verified ones but one, or a fixed catch-up
         # (a self-speculation draft shares the target's network, whose verification pass already
         # wrote the KV entries the draft's window takes: no catch-up)

@@ -212,6 +212,7 @@ class Engine:
         self.segment_work = segment_work
         self.max_segment_steps = max_segment_steps
         self.allow_segments = allow_segments
+        self.decode_host = self._decode_host()
         R, N = requests.arrival_s.shape
         self.R, self.N = R, N
         self.row_group = np.full(R, -1)  # index into groups (compared as ints, not policies)
@@ -297,14 +298,26 @@ class Engine:
             out[sel] = np.clip(g.policy.gammas(view), 0, self.max_gamma)
         return out
 
+    def _decode_host(self) -> int | None:
+        """The one deployment with a draft, if every other one prices its steps (all at gamma 0)
+        exactly as it does: then the decode part of a step is one call for all rows."""
+        spec = [d for d, dep in enumerate(self.deployments) if dep.speculative]
+        if len(self.deployments) < 2 or len(spec) != 1:
+            return None
+        host = self.deployments[spec[0]].timer
+        others = (dep.timer for d, dep in enumerate(self.deployments) if d != spec[0])
+        return spec[0] if all(host.same_target_pass(t) for t in others) else None
+
     def _step_ms(self, rows, n_dec, dec_ctx, gamma, width, masks, pf_sums=None):
         """(target + prefill ms, draft ms) per row of one step: n_dec decoding sequences over
         dec_ctx cached tokens ([r]) in `width` slots; masks() gives the [r, width] (decoding,
         context) arrays, asked only by a deployment whose step time needs every slot's
         context."""
+        deps = self.row_dep[rows]
+        if self.decode_host is not None:
+            return self._shared_step_ms(deps, n_dec, dec_ctx, gamma, width, masks, pf_sums)
         target = np.zeros(rows.size)
         draft = np.zeros(rows.size)
-        deps = self.row_dep[rows]
         for d, dep in enumerate(self.deployments):
             if len(self.deployments) == 1:
                 sel = slice(None)
@@ -322,6 +335,26 @@ class Engine:
                 )
             target[sel] = t
             draft[sel] = dr
+        return target, draft
+
+    def _shared_step_ms(self, deps, n_dec, dec_ctx, gamma, width, masks, pf_sums):
+        """_step_ms with the decode part of every row in one call of the deployment with the
+        draft (rows of the others are at gamma 0: the same numbers, see _decode_host); the
+        memory checks and the prefill chunks per deployment."""
+        host = self.deployments[self.decode_host].timer
+        sels = [np.nonzero(deps == d)[0] for d in range(len(self.deployments))]
+        for sel, dep in zip(sels, self.deployments):
+            if sel.size:
+                dep.timer.check_fits(n_dec[sel], dec_ctx[sel], gamma[sel])
+        slots = masks() if host.needs_slot_contexts else (None, None)
+        target, draft = host.decode_ms_totals(n_dec, dec_ctx, gamma, width, *slots,
+                                              check_fits=False)
+        draft[deps != self.decode_host] = 0.0  # no draft (its passes cost 0 at gamma 0 anyway)
+        if pf_sums is not None:
+            for sel, dep in zip(sels, self.deployments):
+                if sel.size:
+                    target[sel] = target[sel] + dep.timer.prefill_extra_ms(
+                        n_dec[sel], gamma[sel], dec_ctx[sel], *(x[sel] for x in pf_sums))
         return target, draft
 
     def _itl_add(self, rows, gaps_ms, weights=None):

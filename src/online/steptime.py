@@ -15,6 +15,8 @@ fill its own KV cache (`draft_prefill_ms`).
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
 from src.costmodel import HardwareCostModel, PassCoefficients, memory_usable_bytes
@@ -56,16 +58,43 @@ class StepTimer:
         return self.cost.draft_kv_budget_tokens is not None
 
     def decode_ms_totals(self, n_decode, decode_context_sum, gamma, max_seqs: int,
-                         decoding=None, context=None):
+                         decoding=None, context=None, check_fits: bool = True):
         """decode_ms from the per-row totals: n_decode decoding sequences (count of `decoding`)
         over decode_context_sum cached tokens (sum of context x decoding); the same numbers.
         max_seqs: the slot width of the rows; decoding / context: the [R, B] masks, needed only
-        where needs_slot_contexts."""
+        where needs_slot_contexts. check_fits False: the caller ran check_fits (for rows at gamma
+        0 of another timer with the same target pass, see same_target_pass, that timer's)."""
         if self.needs_slot_contexts:
             load = PassLoad(n_decode, decode_context_sum, max_seqs, decoding, context)
         else:
             load = PassLoad(n_decode, decode_context_sum, max_seqs)
-        return self.cost.step_ms(load, gamma, self.speculative)
+        return self.cost.step_ms(load, gamma, self.speculative, check_fits)
+
+    def check_fits(self, n_decode, decode_context_sum, gamma) -> None:
+        """decode_ms's memory check: CostModelInputError where weights + KV cache do not fit."""
+        self.cost.check_step_fits(PassLoad(n_decode, decode_context_sum, 0), gamma)
+
+    def same_target_pass(self, other: "StepTimer") -> bool:
+        """Whether `other` prices every step at gamma 0 exactly as this timer does: the same
+        engine profile and target-pass coefficients (a deployment with and one without the
+        draft). Such rows can share one decode_ms_totals call of the timer with the draft
+        (their draft time is 0; only the memory check differs: check_fits per timer)."""
+        a, b = self.cost, other.cost
+        if a.engine != b.engine or a.time_unit != b.time_unit:
+            return False
+        for f in fields(PassCoefficients):
+            x, y = getattr(a._target_c, f.name), getattr(b._target_c, f.name)
+            if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+                same = (isinstance(x, np.ndarray) and isinstance(y, np.ndarray)
+                        and x.dtype == y.dtype and np.array_equal(x, y))
+            else:
+                try:
+                    same = bool(x == y)
+                except (TypeError, ValueError):  # something holding arrays: do not share
+                    same = False
+            if not same:
+                return False
+        return True
 
     def decode_ms_each_gamma(self, decoding: np.ndarray, context: np.ndarray, gammas):
         """decode_ms of every row at every gamma of `gammas` ([G] ints): (target_ms, draft_ms),
