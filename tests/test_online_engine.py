@@ -140,7 +140,7 @@ def test_stretch_length_percentile_is_numpys():
     """percentile_75 (the stretch length's quantile) is np.percentile(x, 75) bit for bit: the
     stretch length, and so how the steps are grouped, must not change with it."""
     rng = np.random.default_rng(5)
-    for _ in range(3000):
+    for _ in range(1000):
         n = int(rng.integers(1, 40))
         x = rng.exponential(rng.uniform(0.1, 1000), n)
         if rng.random() < 0.3:
@@ -152,12 +152,12 @@ def test_stretch_length_percentile_is_numpys():
         np.testing.assert_array_equal(got, ref)
 
 
-@pytest.mark.parametrize("engine", ["vllm-v1", "vllm-2024"])
-def test_one_decode_call_for_both_deployments_gives_the_same_numbers(engine):
+def test_one_decode_call_for_both_deployments_gives_the_same_numbers():
     """Rows without a draft (always at gamma 0) priced in the same call as the rows with one (the
     draft deployment's timer, whose target pass is the same) give exactly the numbers of one call
-    per deployment: with prefill chunks, stretches and preemptions."""
-    deps = _deployments(engine, kv_blocks=150)
+    per deployment: with prefill chunks, stretches and preemptions, under an engine that overlaps
+    CPU with GPU (the branch where the draft's time enters the target pass)."""
+    deps = _deployments("vllm-v1", kv_blocks=150)
     args = _run([NoSpeculation(), FixedGamma(3)], reps=2, n=30, rate=30.0, deps=deps)
     shared = Engine(*args, max_gamma=4)
     assert shared.decode_host == 1
