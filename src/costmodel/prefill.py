@@ -66,7 +66,8 @@ def _mixed_ms(c: PassCoefficients, S, t, C, P, N, Cp, Lp, dec_attention):
     T = S * t + N
     L = S * t + Lp
     G = len(c.gemm_weight_s)
-    rows = np.broadcast_to(T, (G,) + T.shape).copy()
+    rows = np.empty((G,) + T.shape)  # T rows for every GEMM, L for the LM head
+    rows[:] = T
     rows[c.head_gemm_index] = L
     mem_g, comp_g = gemm_terms_s(c, rows)
     pnorm = _pnorm(mem_g, comp_g, c.sharpness_p)

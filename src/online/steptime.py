@@ -128,8 +128,9 @@ class StepTimer:
         extra = extra + np.where(chunk_seqs > 0, e.step_cpu_per_seq_ms * chunk_seqs
                                  + np.where(n_decode > 0, 0.0, e.step_cpu_fixed_ms), 0.0)
         if self.draft_c is not None:  # the draft network fills its KV cache with the same chunks
-            extra = extra + mixed_pass_physics_ms(self.draft_c, 0, 1, 0, chunk_seqs, chunk_tokens,
-                                                  chunk_context_sum, chunk_logits)
+            zero = np.zeros(np.shape(chunk_seqs))  # no decode part (arrays: no broadcasting)
+            extra = extra + mixed_pass_physics_ms(self.draft_c, zero, zero + 1, zero, chunk_seqs,
+                                                  chunk_tokens, chunk_context_sum, chunk_logits)
         return extra
 
     def prefill_ms(self, batch: int, prompt_tokens: int) -> float:
