@@ -358,7 +358,7 @@ class Engine:
         return target, draft
 
     def _itl_add(self, rows, gaps_ms, weights=None):
-        """Add inter-token gaps of rows (same shapes) to their histograms."""
+        """Add inter-token gaps of rows (rows broadcast against gaps_ms) to their histograms."""
         b = (
             np.searchsorted(
                 ITL_BIN_EDGES_MS, np.maximum(gaps_ms, ITL_BIN_EDGES_MS[0]), side="right"
@@ -685,29 +685,32 @@ class Engine:
             np.where(in_seg[:, None, :] & act[:, :, None], k + (k < gcol), 0).sum(axis=2)
             * spec[:, None]
         )
+        put_r, put_c = R2[act], order[act]  # the running slots, row by row
+
         def put(a, v):
-            a[R2[act], order[act]] = v[act]
+            a[put_r, put_c] = v[act]
 
         put(s.ctx, ctx0 + done_tokens)
         put(s.rem, rem0 - done_tokens)
         put(s.steps, steps0 + n_steps[:, None] * spec[:, None])
         put(s.acc, take(s.acc) + acc_add)
         put(s.tested, take(s.tested) + tested_add)
-        self.pool_acc[rows] += acc_add.sum(axis=1)
+        acc_rows = acc_add.sum(axis=1)
+        self.pool_acc[rows] += acc_rows
         self.pool_tested[rows] += tested_add.sum(axis=1)
-        self.stat["acc"][rows] += acc_add.sum(axis=1)
+        self.stat["acc"][rows] += acc_rows
         self.stat["prop"][rows] += gamma * n * n_steps
         # inter-token gaps: the first step's per sequence, then one per sequence per step
         end0 = ends[:, 0]
         last_emit = take(s.last_emit)
         first_gap = end0[:, None] - last_emit
-        self._itl_add(R2[act], first_gap[act])
+        self._itl_add(put_r, first_gap[act])
         if (n_steps > 1).any():
             w_steps = np.where(in_seg & (j[None, :] > 0), n[:, None], 0).astype(float)
-            self._itl_add(np.broadcast_to(rows[:, None], times.shape), times, w_steps)
+            self._itl_add(rows[:, None], times, w_steps)  # rows broadcast against [m, K]
         end_last = ends[mi, last]
         self.last_step_ms[rows] = times[mi, last]
-        put(s.last_emit, np.broadcast_to(end_last[:, None], order.shape))
+        s.last_emit[put_r, put_c] = np.repeat(end_last, n)  # n running slots per row, in order
         seg_ms = np.where(in_seg, times, 0.0).sum(axis=1)
         self.stat["steps"][rows] += n_steps
         self.stat["busy"][rows] += seg_ms
