@@ -95,3 +95,19 @@ def test_batch_size_policies_need_no_slot_state():
         assert not policy.reads_slot_state
         np.testing.assert_array_equal(policy.gammas(bare), policy.gammas(full))
     assert Adaptive(max_gamma=8).reads_slot_state
+
+
+def test_adaptive_weighs_gammas_the_kv_cache_cannot_hold_without_failing():
+    """On an L40S with its KV cache full (a burst of long scenario requests), the adaptive policy
+    weighs gamma 8 for every running sequence, more lookahead than memory holds: that is a
+    hypothetical price, not a step; the engine preempts for the gamma it picks. (It raised the
+    cost model's out-of-memory error mid-run.)"""
+    from src.online.cli import config_from_args, make_parser
+    from src.online.study import run_serving
+    cfg = config_from_args(make_parser().parse_args(
+        ["--scenario", "configs/scenarios/l40s-llama8b-1b.toml", "--workload", "scenario",
+         "--rates", "80", "--requests", "150", "--replications", "2", "--policies",
+         "none,adaptive"]))
+    t = run_serving(cfg, workers=1)["table"]
+    assert list(t.policy) == ["none", "adaptive"]
+    assert (t.preemptions_per_request > 0).any()  # the cache really was full

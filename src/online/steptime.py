@@ -99,7 +99,10 @@ class StepTimer:
     def decode_ms_each_gamma(self, decoding: np.ndarray, context: np.ndarray, gammas):
         """decode_ms of every row at every gamma of `gammas` ([G] ints): (target_ms, draft_ms),
         each [R G], row r's G values in order. The same numbers as decode_ms on the rows repeated
-        G times (the per-row sums are taken once: a policy weighing every gamma calls this)."""
+        G times (the per-row sums are taken once: a policy weighing every gamma calls this).
+        No memory check: a policy may weigh a gamma whose lookahead slots the KV cache could not
+        hold for every sequence; for the gamma it picks, the engine preempts until they fit
+        (src/online/engine.py, step 2), as vLLM's scheduler does."""
         gammas = np.asarray(gammas)
         k = gammas.size
         load = PassLoad.from_masks(decoding, context)
@@ -109,7 +112,8 @@ class StepTimer:
         else:  # a capped draft cache needs every sequence's context
             load = PassLoad(n_seqs, sum_ctx, load.max_seqs, np.repeat(decoding, k, axis=0),
                             np.repeat(context, k, axis=0))
-        return self.cost.step_ms(load, np.tile(gammas, decoding.shape[0]), self.speculative)
+        return self.cost.step_ms(load, np.tile(gammas, decoding.shape[0]), self.speculative,
+                                 check_fits=False)
 
     def prefill_extra_ms(self, n_decode, gamma, decode_context_sum, chunk_seqs, chunk_tokens,
                          chunk_context_sum, chunk_logits) -> np.ndarray:
