@@ -96,7 +96,9 @@ def summary_section(result: dict, cfg) -> str:
         + "); where that is not much longer than a request's time in the system, a rate is a "
         "burst the engine drains rather than a steady state, and throughputs (over the makespan, "
         "drain included) fall short of the offered rate.",
-        f"Default gamma (steady-state best at batch 1): {prep.default_gamma}; schedule: "
+        f"Default gamma: {prep.default_gamma}, the steady-state closed form's best at batch 1 "
+        "and this workload's mean context (H4 of the hardware study; H1's simulation, with "
+        "contexts that grow, can pick a neighbouring gamma within its CI); schedule: "
         f"{prep.schedule.vllm_json()}",
         "",
     ]
