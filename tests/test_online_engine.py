@@ -1,11 +1,12 @@
 """The serving engine (src/online/engine.py): exactness of the stretch path, accounting
 identities, preemption, and the checks of the serving model against the fixed-batch study."""
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
 
+from src.acceptance import hazard_profile
 from src.config import FixedLength
 from src.costmodel import HardwareCostModel
 from src.online.arrivals import ArrivalProcess, arrival_times
@@ -167,3 +168,27 @@ def test_one_decode_call_for_both_deployments_gives_the_same_numbers():
     assert a.preemptions.sum() > 0
     for f in fields(EngineResult):
         np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
+
+
+def _with_profile(args, profile):
+    rq, *rest = args
+    return (replace(rq, hazard_profile=profile), *rest)
+
+
+def test_per_position_stretches_equal_single_steps_and_equal_steps_are_iid():
+    """With a per-position hazard profile (the EAGLE scenario's rates) the stretch path still
+    gives exactly what single steps give; the profile D_i = i gives the i.i.d. engine bit for
+    bit; the falling rates change the outcome."""
+    args = _run([NoSpeculation(), FixedGamma(4)], reps=1, n=16, rate=3.0, output=(2, 60))
+    profile = hazard_profile((0.79, 0.74, 0.72, 0.73, 0.67), 4)
+    pp = _with_profile(args, profile)
+    fast = Engine(*pp, max_gamma=4).run()
+    slow = Engine(*pp, max_gamma=4, allow_segments=False).run()
+    assert fast.steps.sum() == slow.steps.sum()
+    np.testing.assert_array_equal(fast.accepted_drafts, slow.accepted_drafts)
+    np.testing.assert_allclose(fast.finish_s, slow.finish_s, rtol=1e-9)
+    iid = Engine(*args, max_gamma=4).run()
+    steps = Engine(*_with_profile(args, np.arange(1.0, 5.0)), max_gamma=4).run()
+    for f in fields(iid):
+        np.testing.assert_array_equal(getattr(steps, f.name), getattr(iid, f.name))
+    assert not np.array_equal(fast.accepted_drafts, iid.accepted_drafts)

@@ -34,11 +34,22 @@ def request_keys(rng: np.random.Generator, shape) -> np.ndarray:
     ) + rng.integers(0, 2, size=shape, dtype=np.int64).astype(np.uint64)
 
 
-def accepted_drafts(key: np.ndarray, counter: np.ndarray, alpha: np.ndarray, gamma) -> np.ndarray:
-    """Drafts accepted before the first rejection, capped at gamma: floor(ln U / ln alpha).
+def accepted_drafts(key: np.ndarray, counter: np.ndarray, alpha: np.ndarray, gamma,
+                    hazard_profile: np.ndarray | None = None) -> np.ndarray:
+    """Drafts accepted before the first rejection, capped at gamma.
 
-    P(K >= k) = P(U <= alpha^k) = alpha^k, the geometric law of i.i.d. acceptance
-    (src.acceptance); gamma broadcasts (0 gives 0)."""
+    i.i.d. (hazard_profile None): min(floor(ln U / ln alpha), gamma). P(K >= k) = P(U <= alpha^k)
+    = alpha^k, the geometric law of i.i.d. acceptance (src.acceptance); gamma broadcasts (0 gives
+    0).
+
+    Per position: with E = -ln U ~ Exp(1) and the mode's hazard profile D_1 <= D_2 <= ... (alpha
+    being the request's representative rate exp(-s Cbar), src.acceptance),
+    K = min(#{i : D_i <= E / -ln alpha}, gamma), so P(K >= i) = alpha^(D_i) = prod_{j <= i} a_j.
+    E / -ln alpha is computed as ln U / ln alpha, the same float as the i.i.d. path, so the profile
+    D_i = i gives the i.i.d. K bit for bit. The profile needs at least max(gamma) positions."""
     u = uniform_open_closed(key, counter)
-    k = (np.log(u) / np.log(alpha)).astype(np.int64)
+    if hazard_profile is None:
+        k = (np.log(u) / np.log(alpha)).astype(np.int64)
+    else:
+        k = np.searchsorted(hazard_profile, np.log(u) / np.log(alpha), side="right")
     return np.minimum(k, gamma)

@@ -19,9 +19,10 @@ scheduler.py`, in the order it schedules):
    first chunk (chunked prefill: a long prompt is spread over several steps).
 4. The step's time is the cost model's: the target pass over the decode/verification positions and
    the prefill chunks, plus the draft passes (src/online/steptime.py).
-5. Each decoding sequence commits K + 1 tokens (K accepted drafts, geometric, capped at gamma;
-   K = 0 without speculation), capped at what it still needs; a sequence whose prompt prefill ends
-   in this step samples its first token (its time to first token). Finished requests leave.
+5. Each decoding sequence commits K + 1 tokens (K accepted drafts, geometric, capped at gamma,
+   or the per-position law when the requests carry a hazard profile; K = 0 without speculation),
+   capped at what it still needs; a sequence whose prompt prefill ends in this step samples its
+   first token (its time to first token). Finished requests leave.
 
 Between events nothing changes but the contexts: when a row has no prefill in progress and no
 request it could admit, the engine advances it through a whole stretch of decode steps at once (up
@@ -79,6 +80,9 @@ class RequestTable:
     output_tokens: np.ndarray  # int64 >= 1
     alpha: np.ndarray  # per-token acceptance probability, 0 < alpha < 1
     key: np.ndarray  # uint64: the request's acceptance stream (src/online/counter_rng.py)
+    # shape D_1..D_max_gamma of a per-position mode's acceptance (src/acceptance.py), shared by
+    # every row; alpha is then each request's representative rate. None: i.i.d. acceptance.
+    hazard_profile: np.ndarray | None = None
 
     @property
     def n_requests(self) -> np.ndarray:
@@ -162,6 +166,18 @@ SLOT_FIELDS = {
     "last_emit": (np.float64, 0.0),
     "admit_seq": (np.int64, 0),
 }
+
+
+def _expected_tokens_per_step(alpha: np.ndarray, gamma: np.ndarray,
+                              profile: np.ndarray | None) -> np.ndarray:
+    """E[K + 1] of [m, w] slots at their row's gamma ([m]): the i.i.d. closed form, or
+    1 + sum_{i <= gamma} alpha^(D_i) with a hazard profile (src.acceptance)."""
+    if profile is None:
+        return expected_tokens_per_step(alpha, gamma[:, None])
+    top = int(gamma.max(initial=0))
+    within = np.arange(1, top + 1) <= gamma[:, None, None]  # [m, 1, top]
+    terms = np.exp(np.log(alpha)[:, :, None] * profile[:top])  # [m, w, top]
+    return 1.0 + np.where(within, terms, 0.0).sum(axis=2)
 
 
 def _ceil_div(a, b):
@@ -558,7 +574,8 @@ class Engine:
         # outcomes of the decoding sequences
         rr, cc = np.nonzero(decoding)
         gr = g[rr]
-        k = accepted_drafts(s.key[rows[rr], cc], s.steps[rows[rr], cc], s.alpha[rows[rr], cc], gr)
+        k = accepted_drafts(s.key[rows[rr], cc], s.steps[rows[rr], cc], s.alpha[rows[rr], cc], gr,
+                            self.rq.hazard_profile)
         commit = np.minimum(k + 1, s.rem[rows[rr], cc])
         R_rows = rows[rr]
         spec = gr > 0
@@ -633,7 +650,7 @@ class Engine:
         # can admit, or a sequence finishing), predicted from the last step time and the expected
         # tokens per step; a row whose stretch is longer continues next iteration (any K gives
         # the same numbers, only the work differs)
-        per_step = expected_tokens_per_step(alpha, gamma[:, None])
+        per_step = _expected_tokens_per_step(alpha, gamma, self.rq.hazard_profile)
         to_finish = np.where(act, rem0 / per_step, np.inf).min(axis=1)
         to_arrival = np.where(free_slot, (next_arrival_ms - self.clock[rows])
                               / np.maximum(self.last_step_ms[rows], 1e-3), np.inf)
@@ -649,7 +666,8 @@ class Engine:
         K = int(cap_steps.max())
         j = np.arange(K)
         gcol = gamma[:, None, None]
-        k = accepted_drafts(key[:, :, None], steps0[:, :, None] + j, alpha[:, :, None], gcol)
+        k = accepted_drafts(key[:, :, None], steps0[:, :, None] + j, alpha[:, :, None], gcol,
+                            self.rq.hazard_profile)
         tokens = np.cumsum(k + 1, axis=2)  # [m, w, K] committed after step j (uncapped)
         fin = (tokens >= rem0[:, :, None]) & act[:, :, None]
         any_fin = fin.any(axis=1)  # [m, K]
