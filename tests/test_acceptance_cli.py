@@ -118,13 +118,20 @@ def test_bad_measured_acceptance_is_one_line_exit_2_and_writes_nothing(tmp_path,
     assert captured.out == "" and not out.exists()
 
 
-def test_serve_refuses_a_per_position_mode_instead_of_running_it_as_iid(tmp_path, capsys):
-    """The serving-under-load engine samples i.i.d. acceptance only; a per-position mode there must
-    be refused, not silently run at its geometric-mean rate."""
+def test_serve_runs_a_per_position_mode_and_says_so(tmp_path):
+    """serve runs the EAGLE scenario's per-position mode with its per-position law (not its
+    geometric-mean rate as i.i.d.): the summary names the mode, says it is per-position with its
+    rates (the default gamma's closed form: tests/test_online_policies.py)."""
     path = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle.toml")
     out = tmp_path / "out"
-    code = run.main(["serve", "--scenario", path, "--quality-mode", "eagle_mtbench_per_position",
-                     "--out", str(out)])
-    err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "is a per-position mode" in err
-    assert not out.exists()
+    argv = ["serve", "--scenario", path, "--quality-mode", "eagle_mtbench_per_position",
+            "--rates", "2,16", "--requests", "24", "--replications", "2",
+            "--policies", "none,fixed,adaptive", "--no-plots", "--workers", "1", "--quiet",
+            "--out", str(out)]
+    assert run.main(argv) == 0
+    df = pd.read_csv(out / "results" / "serving.csv")
+    assert set(df.quality_mode) == {"eagle_mtbench_per_position"}
+    assert (df[df.policy != "none"].acceptance_rate > 0).all()
+    summary = (out / "results" / "summary.txt").read_text()
+    assert ("acceptance mode eagle_mtbench_per_position (per-position: conditional rates "
+            "a1..a5 = 0.79, 0.74, 0.72, 0.73, 0.67") in summary

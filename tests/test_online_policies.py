@@ -2,6 +2,12 @@
 import numpy as np
 import pytest
 
+from src.acceptance import (
+    expected_tokens_per_step,
+    expected_tokens_per_step_per_position,
+    hazard_profile,
+    mean_hazard,
+)
 from src.config import ConfigError
 from src.costmodel import HardwareCostModel
 from src.online.engine import PolicyView
@@ -14,6 +20,7 @@ from src.online.policies import (
     compress_schedule,
     parse_policies,
     parse_schedule_json,
+    steady_state_gammas,
 )
 from src.online.steptime import StepTimer
 
@@ -111,3 +118,28 @@ def test_adaptive_weighs_gammas_the_kv_cache_cannot_hold_without_failing():
     t = run_serving(cfg, workers=1)["table"]
     assert list(t.policy) == ["none", "adaptive"]
     assert (t.preemptions_per_request > 0).any()  # the cache really was full
+
+
+def test_steady_state_gammas_price_a_per_position_mode_with_its_closed_form():
+    """The default gamma and schedule of a per-position mode: speedups use E[K + 1] = 1 + sum_{i
+    <= g} prod_{j <= i} a_j (src/acceptance.py); the profile D_i = i gives the i.i.d. numbers
+    (to rounding)."""
+    cost = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="llama-3.2-1b",
+                                          engine="vllm-v1")
+    plain = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="ngram",
+                                           engine="vllm-v1")
+    spec, greedy = StepTimer(cost, True), StepTimer(plain, False)
+    rates = (0.79, 0.74, 0.72, 0.73, 0.67)
+    alpha = np.array([np.exp(-mean_hazard(rates))])  # one request with exactly these rates
+    iid = steady_state_gammas(spec, greedy, alpha, 600.0, 16, 6)
+    same = steady_state_gammas(spec, greedy, alpha, 600.0, 16, 6,
+                               hazard_profile=np.arange(1.0, 7.0))
+    np.testing.assert_array_equal(iid[0], same[0])  # the same best gammas
+    for a, b in zip(iid[1:], same[1:]):  # sum of alpha^i vs the geometric series' closed form
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    _, _, by_gamma = steady_state_gammas(spec, greedy, alpha, 600.0, 16, 6,
+                                         hazard_profile=hazard_profile(rates, 6))
+    for g in range(1, 7):  # the ratio of the two laws' E[K + 1] at every batch size
+        ratio = (expected_tokens_per_step_per_position(rates, g)
+                 / expected_tokens_per_step(alpha[0], g))
+        np.testing.assert_allclose(by_gamma[g, 1:] / iid[2][g, 1:], ratio, rtol=1e-12)

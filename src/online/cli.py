@@ -326,12 +326,13 @@ def config_from_args(args: argparse.Namespace):
                 mode_f, f"unknown quality mode '{alpha_mode}'; allowed: {', '.join(sorted(modes))}"
             )
         alpha = modes[alpha_mode]
-        if isinstance(alpha, PerPositionAlpha) and len(set(alpha.rates)) > 1:
-            # the serving engine samples i.i.d. acceptance only; running a per-position mode there
-            # would silently treat its geometric-mean rate as every position's
+        if (isinstance(alpha, PerPositionAlpha) and len(set(alpha.rates)) > 1
+                and trace is not None and trace.alpha is not None):
+            # the trace's alphas are i.i.d. per-token rates; they would replace the mode's
             raise ConfigError(mode_f,
-                              f"'{alpha_mode}' is a per-position mode, which serve does not "
-                                      "support yet; use an i.i.d. mode or --alpha")
+                              f"'{alpha_mode}' is a per-position mode, but the trace gives each "
+                              "request's i.i.d. alpha; drop the trace's alpha column or use an "
+                              "i.i.d. mode")
     sched_v, sched_f = pick("schedule", "schedule", None)
     schedule_json = None
     if sched_v is not None:

@@ -22,7 +22,9 @@ batch, as vLLM and SGLang run it (one draft length per step).
 
   with a_i the request's acceptance estimated from its own past steps (accepted / tested drafts,
   shrunk towards the row's pooled estimate with `prior_tokens` pseudo-observations) and the step
-  times from the cost model at the batch's current contexts; g = 0 is plain decoding.
+  times from the cost model at the batch's current contexts; g = 0 is plain decoding. Under a
+  per-position mode (rates that fall along the draft) this i.i.d. estimate is misspecified, as a
+  real engine's would be: it is kept as the policy an engine without per-position knowledge runs.
 * `off-above:N[:G]`: gamma = G while at most N sequences run, else 0 (vLLM v0's
   `speculative_disable_by_batch_size`); G defaults to the workload's best batch-1 gamma.
 """
@@ -36,7 +38,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from src.acceptance import expected_tokens_per_step
+from src.acceptance import expected_tokens_per_step, expected_tokens_per_step_profile
 from src.config import ConfigError
 
 
@@ -285,6 +287,7 @@ def steady_state_gammas(
     max_batch: int,
     max_gamma: int,
     kv_tokens: int | None = None,
+    hazard_profile: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Best gamma (0 = off) and its speedup for every batch size 1..max_batch in steady state.
 
@@ -294,7 +297,8 @@ def steady_state_gammas(
 
     Every sequence at `context_tokens`; speedup(B, g) = Omega_eff(g) T_AR(B) / (T_D(B, g) +
     T_V(B, g)) with Omega_eff = 1 / mean(1 / E[K + 1](alpha)) over the workload's alphas (MagicDec's
-    batched form, Chen et al. 2024; src/hardware/steady_state.py uses the same). Returns
+    batched form, Chen et al. 2024; src/hardware/steady_state.py uses the same); for a per-position
+    mode (`hazard_profile`, src/acceptance.py) E[K + 1] = 1 + sum_{i <= g} alpha^(D_i). Returns
     ([max_batch + 1] best gamma, [max_batch + 1] its speedup, [max_gamma + 1, max_batch + 1] the
     speedup of every gamma), batch index 0 unused.
     """
@@ -312,7 +316,7 @@ def steady_state_gammas(
     by_gamma = np.ones((max_gamma + 1, full + 1))  # speedup of each gamma (row 0: off)
     for g in range(1, max_gamma + 1):
         target, draft = spec_timer.decode_ms(active, np.full(B.size, g), ctx)
-        omega = 1.0 / np.mean(1.0 / expected_tokens_per_step(alphas, g))
+        omega = 1.0 / np.mean(1.0 / expected_tokens_per_step_profile(alphas, g, hazard_profile))
         s = omega * t_ar / (target + draft)
         by_gamma[g, 1 : max_batch + 1] = s
         by_gamma[g, max_batch + 1 :] = s[-1]

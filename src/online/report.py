@@ -68,6 +68,16 @@ def slo_capacity(table: pd.DataFrame, policy: str, target: float) -> float:
     return float(np.exp(np.log(r0) + f * (np.log(r1) - np.log(r0))))
 
 
+def _acceptance_label(cfg, prep) -> str:
+    """The acceptance mode that ran, saying so where it is per-position (with its rates)."""
+    if prep.hazard_profile is None:
+        return cfg.alpha_mode
+    rates = ", ".join(f"{a:.2f}" for a in cfg.alpha.rates)
+    return (f"{cfg.alpha_mode} (per-position: conditional rates a1..a{len(cfg.alpha.rates)} = "
+            f"{rates}, later positions reuse the last; the adaptive policy still estimates one "
+            "i.i.d. alpha per request)")
+
+
 def summary_section(result: dict, cfg) -> str:
     """The serving section of summary.txt (between SECTION_BEGIN and SECTION_END)."""
     t = result["table"]
@@ -81,7 +91,7 @@ def summary_section(result: dict, cfg) -> str:
         f"Deployment: {sc.name} ({sc.target_model_id} + draft {sc.draft} on {sc.gpu_id}, tp "
         f"{sc.tp}), engine profile {cfg.engine_profile}.",
         f"Workload: {cfg.workload} ({cfg.workload_source.split('.')[0]}); arrivals "
-        f"{cfg.arrival.label()}; acceptance mode {cfg.alpha_mode}.",
+        f"{cfg.arrival.label()}; acceptance mode {_acceptance_label(cfg, prep)}.",
         f"Engine: max_num_seqs {cfg.limits.max_num_seqs}, max_num_batched_tokens "
         f"{cfg.limits.max_num_batched_tokens}, KV cache "
             f"{prep.deployments[0].kv_capacity_blocks * 16} "

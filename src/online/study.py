@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from src.config import ConfigError
+from src.acceptance import hazard_profile
+from src.config import ConfigError, PerPositionAlpha
 from src.hardware.scenario import max_length_tokens
 from src.online import metrics
 from src.online.arrivals import unit_gaps
@@ -45,6 +46,8 @@ class Prepared:
     schedule_speedups: np.ndarray  # steady-state speedup of the schedule's gamma per batch size
     default_gamma: int
     mean_context_tokens: float
+    # the per-position mode's hazard profile D_1..D_max_gamma (None: i.i.d. acceptance)
+    hazard_profile: np.ndarray | None = None
 
 
 def deployments(cfg: ServeConfig) -> tuple[Deployment, Deployment]:
@@ -58,6 +61,17 @@ def deployments(cfg: ServeConfig) -> tuple[Deployment, Deployment]:
         blocks = kv_capacity_tokens(cost, cfg.limits.max_num_seqs) // bs
         out.append(Deployment(StepTimer(cost, spec), blocks))
     return tuple(out)
+
+
+def serving_hazard_profile(cfg: ServeConfig) -> np.ndarray | None:
+    """D_1..D_max_gamma of a per-position mode (src/acceptance.py), as the study samples it
+    (src/workload.py); None for i.i.d. acceptance, and where a trace's own alphas replace the
+    mode's (cli.py refuses a per-position mode with them)."""
+    if not isinstance(cfg.alpha, PerPositionAlpha):
+        return None
+    if cfg.trace is not None and cfg.trace.alpha is not None:
+        return None
+    return hazard_profile(cfg.alpha.rates, cfg.max_gamma)
 
 
 def longest_request_tokens(cfg: ServeConfig) -> int:
@@ -88,6 +102,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
         if cfg.trace is not None and cfg.trace.alpha is not None
         else sample_alpha(stream(cfg.seed, "serving-omega", cfg.alpha_mode), cfg.alpha, (20_000,))
     )
+    profile = serving_hazard_profile(cfg)
     gammas, speedups, by_gamma = steady_state_gammas(
         deps[1].timer,
         deps[0].timer,
@@ -96,6 +111,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
         cfg.limits.max_num_seqs,
         cfg.max_gamma,
         kv_tokens=min(d.kv_capacity_blocks for d in deps) * bs,
+        hazard_profile=profile,
     )
     default_gamma = int(gammas[1]) or 1
     if cfg.schedule_json is not None:
@@ -112,10 +128,11 @@ def prepare(cfg: ServeConfig) -> Prepared:
     )
     if not any(p.name == "none" for p in policies):  # every speedup is measured against it
         policies = [NoSpeculation()] + policies
-    return Prepared(deps, tuple(policies), schedule, speedups, default_gamma, mean_ctx)
+    return Prepared(deps, tuple(policies), schedule, speedups, default_gamma, mean_ctx, profile)
 
 
-def _requests_for_rate(cfg: ServeConfig, rate: float, n_policies: int) -> RequestTable:
+def _requests_for_rate(cfg: ServeConfig, rate: float, n_policies: int,
+                       hazard_profile: np.ndarray | None = None) -> RequestTable:
     """Rows policy-major (policy i, replication r at row i R + r); every policy sees the same
     requests and arrivals (common random numbers)."""
     R = cfg.replications
@@ -173,6 +190,7 @@ def _requests_for_rate(cfg: ServeConfig, rate: float, n_policies: int) -> Reques
         output_tokens=stacked(2, 1, np.int64),
         alpha=stacked(3, 0.5, float),
         key=stacked(4, 0, np.uint64),
+        hazard_profile=hazard_profile,
     )
 
 
@@ -180,7 +198,7 @@ def simulate_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
     """Run every policy at one rate; returns (EngineResult, rows of each policy, wall seconds)."""
     start = time.perf_counter()
     P, R = len(prepared.policies), cfg.replications
-    requests = _requests_for_rate(cfg, rate, P)
+    requests = _requests_for_rate(cfg, rate, P, prepared.hazard_profile)
     groups = [RowGroup(p, np.arange(i * R, (i + 1) * R)) for i, p in enumerate(prepared.policies)]
     row_dep = np.repeat([1 if p.speculative else 0 for p in prepared.policies], R)
     engine = Engine(
