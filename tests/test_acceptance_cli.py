@@ -135,3 +135,17 @@ def test_serve_runs_a_per_position_mode_and_says_so(tmp_path):
     summary = (out / "results" / "summary.txt").read_text()
     assert ("acceptance mode eagle_mtbench_per_position (per-position: conditional rates "
             "a1..a5 = 0.79, 0.74, 0.72, 0.73, 0.67") in summary
+
+
+def test_serve_refuses_a_per_position_mode_over_a_traces_iid_alphas(tmp_path, capsys):
+    """A trace's alpha column holds i.i.d. per-token rates that would replace the mode's: with a
+    per-position mode that is one line naming --quality-mode, exit 2, nothing written."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,alpha\n0,100,20,0.6\n1,120,30,0.7\n")
+    path = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle.toml")
+    out = tmp_path / "out"
+    code = run.main(["serve", "--scenario", path, "--quality-mode", "eagle_mtbench_per_position",
+                     "--trace", str(trace), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: --quality-mode")
+    assert "is a per-position mode, but the trace gives" in err and not out.exists()
