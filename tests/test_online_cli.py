@@ -111,6 +111,7 @@ def test_serve_writes_csv_summary_section_and_plots_reproducibly(tmp_path):
         (["--workload", "nosuch"], "--workload"),
         (["--slo", "ttft=2"], "--slo"),
         (["--slo", "ttft=fast,tpot=50ms"], "--slo"),
+        (["--slo", "ttft=2s,tpot=50"], "--slo"),  # a bare number: no unit, refused
         (["--arrival", "gamma:-1"], "--arrival"),
         (["--requests", "0"], "--requests"),
         (["--max-num-seqs", "64", "--max-num-batched-tokens", "32"], "--max-num-batched-tokens"),
@@ -173,6 +174,12 @@ def test_value_parsers():
     assert parse_rates("--rates", "4,1,2") == (1.0, 2.0, 4.0)
     with pytest.raises(ConfigError, match="twice"):
         parse_rates("--rates", "1,1")
+    # a number without a unit was once read as seconds (tpot=50 -> 50 000 ms): refused instead
+    with pytest.raises(ConfigError, match=r"tpot=50 has no unit; allowed: a number with s or ms, "
+                                          r"e\.g\. tpot=50ms"):
+        parse_slo("--slo", "ttft=2s,tpot=50")
+    with pytest.raises(ConfigError, match=r"ttft=2 has no unit; .* e\.g\. ttft=2s"):
+        parse_slo("--slo", "ttft=2,tpot=50ms")
 
 
 def test_the_study_and_serve_keep_each_others_outputs(tmp_path):

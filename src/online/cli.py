@@ -87,7 +87,7 @@ def make_parser() -> argparse.ArgumentParser:
         "replayed as is, or rescaled to each --rates value",
     )
     p.add_argument("--arrival", help="poisson (default) or gamma:CV (burstier for CV > 1)")
-    p.add_argument("--slo", help="ttft=2s,tpot=50ms (default); units s or ms")
+    p.add_argument("--slo", help="ttft=2s,tpot=50ms (default); each time needs its unit, s or ms")
     p.add_argument("--requests", help="requests per replication (default 500)")
     p.add_argument("--duration-s", help="instead of --requests: arrivals over this many seconds")
     p.add_argument("--replications", help="independent replications per point (default 4)")
@@ -169,6 +169,11 @@ def parse_slo(flag: str, value: Any) -> tuple[float, float]:
         if not eq or key not in ("ttft", "tpot") or key in out:
             raise ConfigError(flag, f"'{value}' does not parse; expected ttft=2s,tpot=50ms")
         amount = amount.strip()
+        if amount and not amount.endswith("s"):  # a bare number: seconds or milliseconds?
+            example = f"{key}={amount}{'ms' if key == 'tpot' else 's'}"
+            raise ConfigError(
+                flag, f"{key}={amount} has no unit; allowed: a number with s or ms, e.g. {example}"
+            )
         unit = 1e-3 if amount.endswith("ms") else 1.0
         number = amount[:-2] if amount.endswith("ms") else amount.removesuffix("s")
         try:
