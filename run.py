@@ -105,7 +105,11 @@ def study(plan: cli.RunPlan, state: dict) -> None:
         raise WriteFailed(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}") from None
     where = (f"{plan.out}/results and {plan.out}/plots" if plan.plots
              else f"{plan.out}/results (no plots: --no-plots)")
-    say(f"wrote {len(paths)} files in {where} in {time.perf_counter() - start:.1f} s")
+    own = [p for p in paths
+           if analysis.study_owns(os.path.relpath(p, plan.out).replace(os.sep, "/"))]
+    kept = (f"; kept {len(paths) - len(own)} files of other commands there" if len(own) < len(paths)
+            else "")
+    say(f"wrote {len(own)} files in {where}{kept} in {time.perf_counter() - start:.1f} s")
 
 
 def main(argv: list[str] | None = None) -> int:

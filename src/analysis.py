@@ -438,13 +438,24 @@ def at_a_glance(reference: pd.DataFrame, hardware: pd.DataFrame) -> str:
                        else "-"
                                     for b in shown]
                     + [f"B={below[0]}" if below else f"- (faster to B={sub.index.max()})"])
+    # where it loses: not at the best gamma (the table), but at gammas too long for the draft
+    slower = both[both.speedup_ci_high < 1.0]
+    if slower.empty:
+        losses = "No simulated grid point is significantly slower than greedy (CI below 1.0)."
+    else:
+        first = slower.sort_values(["gamma", "batch_size"]).iloc[0]
+        losses = (f"Speculation loses where gamma is too long for the draft: {len(slower)} of the "
+                  f"{len(both)} grid points behind this table\n(every gamma) are significantly "
+                  f"slower than greedy (CI below 1.0), the shortest such gamma {first.gamma} "
+                  f"({first.engine_profile}, {first.quality_mode}, B={first.batch_size});\n"
+                  "section 3 and H2 give the crossovers.")
     return ("At a glance: best-gamma speedup over greedy, continuous refill (sections below give "
             "CIs and details);\n"
             "last column: the smallest batch size at which even the best gamma is slower than "
             "greedy\n\n"
             + table(["cost model: quality mode"] + [f"B={b}" for b in shown]
                     + ["slower than greedy from"], rows)
-            + "\n")
+            + "\n\n" + losses + "\n")
 
 
 REFERENCE_OUTPUTS = ("results/verification_comparison.csv", "plots/speedup_vs_batch.png",
@@ -514,8 +525,9 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
             drawn = hardware_plots.render_plots(hardware)
         for name, png in (drawn or {}).items():
             files[os.path.join(plot_dir, name)] = png
-    if reference is not None and hardware is not None:
-        summary.insert(0, at_a_glance(reference, hardware["results"]))
+    if reference is not None and hardware is not None:  # after the title, before the setup
+        title, _, rest = summary[0].partition("\n\n")
+        summary[0:1] = [title, at_a_glance(reference, hardware["results"]), rest]
     table = pd.concat(results, ignore_index=True)
     first = ["scenario", "engine_profile", "time_unit"]  # same column order whichever parts ran
     table = table[first + [c for c in table.columns if c not in first]]

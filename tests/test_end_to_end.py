@@ -162,7 +162,9 @@ def test_default_command_runs_the_reference_and_the_hardware_worker(tmp_path, ca
     assert_rows_match(run_grid(cfg, sc.cost_model("vllm-v1")), hw[hw.engine_profile == "vllm-v1"],
                       1)
     text = (tmp_path / "results/summary.txt").read_text()
-    assert text.startswith("At a glance") and f"Hardware scenario: {sc.name}" in text
+    assert text.startswith("Batched speculative decoding: summary of the sweep\n====")
+    assert text.split("\n\n")[1].startswith("At a glance")
+    assert f"Hardware scenario: {sc.name}" in text
     assert "no plots: --no-plots" in done.stderr and not (tmp_path / "plots").exists()
 
 

@@ -55,7 +55,7 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> di
     else:
         grids = [engine_grid(scenario, e, quiet) for e in engines]
     say(f"hardware scenario {scenario.name}: steady-state sweeps over batch x gamma x context and "
-        "plots")
+        "the step-time breakdown")
     steady, breakdown, attribution = [], [], []
     mean_context = mean_tokens(cfg.seed, cfg.prompt_len) + mean_tokens(cfg.seed, cfg.output_len) / 2
     ctx_mean, b_hi = int(round(mean_context)), max(cfg.batch_sizes)
