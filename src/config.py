@@ -273,11 +273,25 @@ def coerce(name: str, value: Any, kind: str, error: type[ConfigError] = ConfigEr
     return _number(name, value, integer=kind == "int", error=error)
 
 
+def list_items(name: str, value: Any, allowed: str) -> list:
+    """Items of a comma-separated string or a TOML list, strings stripped. No item, or an empty
+    one ('1,,2', a trailing comma), is refused rather than dropped: the study's and serve's lists
+    share this rule. `allowed` ends "expected a non-empty comma-separated list of ..."."""
+    if isinstance(value, str):
+        items = [s.strip() for s in value.split(",")] if value.strip() else []
+    else:
+        items = value
+    expected = f"expected a non-empty comma-separated list of {allowed}"
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ConfigError(name, expected)
+    if any(isinstance(i, str) and not i.strip() for i in items):
+        shown = value if isinstance(value, str) else ",".join(map(str, value))
+        raise ConfigError(name, f"'{shown}' has an empty item; {expected}")
+    return [i.strip() if isinstance(i, str) else i for i in items]
+
+
 def _int_list(name: str, value: Any, low: int, high: int) -> tuple[int, ...]:
-    items = [s.strip() for s in value.split(",")] if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)) or not items or any(i == "" for i in items):
-        raise ConfigError(name,
-                          f"expected a non-empty comma-separated list of integers {low}..{high}")
+    items = list_items(name, value, f"integers {low}..{high}")
     out = []
     for item in items:
         n = _number(name, item, integer=True)
@@ -290,9 +304,7 @@ def _int_list(name: str, value: Any, low: int, high: int) -> tuple[int, ...]:
 
 
 def _name_list(name: str, value: Any, known: tuple[str, ...]) -> tuple[str, ...]:
-    items = [s.strip() for s in value.split(",")] if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)) or not items or any(i == "" for i in items):
-        raise ConfigError(name, f"expected a non-empty comma-separated list of: {', '.join(known)}")
+    items = list_items(name, value, f"these names: {', '.join(known)}")
     for i, item in enumerate(items):
         if item not in known:
             raise ConfigError(name, f"unknown {item!r}; allowed: {', '.join(known)}")

@@ -106,6 +106,9 @@ def test_serve_writes_csv_summary_section_and_plots_reproducibly(tmp_path):
         (["--rates", "0,2"], "--rates"),
         (["--rates", "-1"], "--rates"),
         (["--rates", "x"], "--rates"),
+        (["--rates", "1,,2"], "--rates: '1,,2' has an empty item"),  # as the study's lists
+        (["--rates", "1,2,"], "--rates: '1,2,' has an empty item"),
+        (["--policies", "none,,fixed:2"], "--policies: 'none,,fixed:2' has an empty item"),
         (["--policies", "none,magic"], "--policies"),
         (["--policies", "fixed:0"], "--policies"),
         (["--workload", "nosuch"], "--workload"),
@@ -174,6 +177,8 @@ def test_value_parsers():
     assert parse_rates("--rates", "4,1,2") == (1.0, 2.0, 4.0)
     with pytest.raises(ConfigError, match="twice"):
         parse_rates("--rates", "1,1")
+    with pytest.raises(ConfigError, match="empty item"):  # a [serving] rates list too
+        parse_rates("serving.rates", [1, " ", 2])
     # a number without a unit was once read as seconds (tpot=50 -> 50 000 ms): refused instead
     with pytest.raises(ConfigError, match=r"tpot=50 has no unit; allowed: a number with s or ms, "
                                           r"e\.g\. tpot=50ms"):

@@ -23,6 +23,7 @@ from src.config import (
     OneLineArgumentParser,
     PerPositionAlpha,
     check_alpha,
+    list_items,
     read_toml,
 )
 
@@ -139,11 +140,10 @@ def _positive_float(flag: str, value: Any) -> float:
 
 
 def parse_rates(flag: str, value: Any) -> tuple[float, ...]:
-    items = value if isinstance(value, list) else str(value).split(",")
+    items = list_items(flag, value if isinstance(value, list) else str(value),
+                       "rates > 0 in requests/s, e.g. 1,2,4")
     rates = []
     for item in items:
-        if isinstance(item, str) and not item.strip():
-            continue
         try:
             r = float(item)
         except (TypeError, ValueError):
@@ -153,8 +153,6 @@ def parse_rates(flag: str, value: Any) -> tuple[float, ...]:
         if not (math.isfinite(r) and r > 0):
             raise ConfigError(flag, f"{item} is not a rate > 0 (requests/s)")
         rates.append(r)
-    if not rates:
-        raise ConfigError(flag, "no rate given; allowed: rates > 0 in requests/s, e.g. 1,2,4")
     if len(set(rates)) != len(rates):
         raise ConfigError(flag, "a rate is listed twice")
     return tuple(sorted(rates))

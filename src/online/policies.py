@@ -39,7 +39,7 @@ from typing import ClassVar
 import numpy as np
 
 from src.acceptance import expected_tokens_per_step, expected_tokens_per_step_profile
-from src.config import ConfigError
+from src.config import ConfigError, list_items
 
 
 @dataclass(frozen=True)
@@ -177,9 +177,7 @@ def parse_policies(
 
     `fixed` without G uses default_gamma; `off-above` without N uses default_off_above."""
     out, seen = [], set()
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
+    for part in list_items(field_name, text, POLICY_FORMS):
         head, _, rest = part.partition(":")
         try:
             if part == "none":
@@ -212,8 +210,6 @@ def parse_policies(
             raise ConfigError(field_name, f"'{part}' is listed twice")
         seen.add(policy.name)
         out.append(policy)
-    if not out:
-        raise ConfigError(field_name, f"no policy given; allowed: {POLICY_FORMS}")
     return out
 
 
