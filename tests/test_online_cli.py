@@ -169,6 +169,13 @@ def test_trace_replay_runs(tmp_path):
     assert p.returncode == 0, p.stderr
     t = pd.read_csv(tmp_path / "o" / "results" / "serving.csv")
     assert t.requests.tolist() == [80, 80] and t.rate_per_s.iloc[0] == pytest.approx(4.0)
+    # labelled as what ran: the trace's arrival times and alphas, not poisson and a quality mode
+    assert set(t.arrival) == {"trace"} and set(t.quality_mode) == {"trace"}
+    summary = (tmp_path / "o" / "results" / "summary.txt").read_text()
+    workload = next(line for line in summary.splitlines() if line.startswith("Workload:"))
+    assert workload == ("Workload: trace (t.csv, 40 requests); arrivals from the trace; "
+                        "acceptance from the trace's alpha column."), workload
+    assert "poisson" not in summary
 
 
 def test_value_parsers():

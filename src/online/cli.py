@@ -300,7 +300,7 @@ def config_from_args(args: argparse.Namespace):
         if args.workload is not None:
             raise ConfigError("--workload", "give either --workload or --trace, not both")
         workload, prompt_len, output_len = "trace", None, None
-        source = f"trace {os.path.basename(args.trace)} ({len(trace.arrival_s)} requests)."
+        source = f"{os.path.basename(args.trace)}, {len(trace.arrival_s)} requests."
         from src.config import FixedLength
 
         prompt_len = FixedLength(int(trace.prompt_tokens.max()))

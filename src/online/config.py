@@ -37,3 +37,16 @@ class ServeConfig:
     seed: int = 20261129
     confidence: float = 0.95
     slo_attainment_target: float = 0.9  # a rate "meets the SLO" when this share of requests does
+
+    @property
+    def arrival_label(self) -> str:
+        """How requests arrive: "trace" when a trace is replayed (its own times, perhaps
+        rescaled to a rate), else the process's label ("poisson", "gamma(cv=2)")."""
+        return "trace" if self.trace is not None else self.arrival.label()
+
+    @property
+    def alpha_label(self) -> str:
+        """The acceptance that runs: "trace" when the trace's alpha column gives each request's
+        alpha (the quality mode is then not used), else the mode's name."""
+        from_trace = self.trace is not None and self.trace.alpha is not None
+        return "trace" if from_trace else self.alpha_mode

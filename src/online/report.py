@@ -90,8 +90,13 @@ def summary_section(result: dict, cfg) -> str:
         SECTION_BEGIN,
         f"Deployment: {sc.name} ({sc.target_model_id} + draft {sc.draft} on {sc.gpu_id}, tp "
         f"{sc.tp}), engine profile {cfg.engine_profile}.",
-        f"Workload: {cfg.workload} ({cfg.workload_source.split('.')[0]}); arrivals "
-        f"{cfg.arrival.label()}; acceptance mode {_acceptance_label(cfg, prep)}.",
+        f"Workload: {cfg.workload} ("
+        + (cfg.workload_source.rstrip(".") if cfg.trace is not None  # a file name has dots
+           else cfg.workload_source.split(".")[0])
+        + "); arrivals "
+        + ("from the trace" if cfg.trace is not None else cfg.arrival.label())
+        + ("; acceptance from the trace's alpha column." if cfg.alpha_label == "trace"
+           else f"; acceptance mode {_acceptance_label(cfg, prep)}."),
         f"Engine: max_num_seqs {cfg.limits.max_num_seqs}, max_num_batched_tokens "
         f"{cfg.limits.max_num_batched_tokens}, KV cache "
             f"{prep.deployments[0].kv_capacity_blocks * 16} "
@@ -304,7 +309,7 @@ def _title(cfg) -> str:
     sc = cfg.scenario
     return (
         f"{sc.target_model_id} + {sc.draft} on {sc.gpu_id} (tp {sc.tp}), "
-        f"{cfg.engine_profile}, {cfg.workload}, {cfg.arrival.label()} arrivals"
+        f"{cfg.engine_profile}, {cfg.workload}, {cfg.arrival_label} arrivals"
     )
 
 

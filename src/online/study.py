@@ -281,8 +281,8 @@ def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: No
         "scenario": scenario.name,
         "engine_profile": cfg.engine_profile,
         "workload": cfg.workload,
-        "arrival": cfg.arrival.label(),
-        "quality_mode": cfg.alpha_mode,
+        "arrival": cfg.arrival_label,
+        "quality_mode": cfg.alpha_label,
     }
     for i, (k, v) in enumerate(meta.items()):
         table.insert(i, k, v)
