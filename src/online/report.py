@@ -1,6 +1,6 @@
 """The serving sweep's outputs: results/serving.csv, the serving section of summary.txt, plots.
 
-Plots (plots/): serving_latency_vs_rate.png (p50 and p99 TPOT and TTFT against the request rate,
+Plots (plots/): serving_latency_vs_rate.png (p50 and p90 TPOT and TTFT against the request rate,
 one line per policy, 95% intervals as bands), serving_throughput_latency.png (TPOT p50 against
 output throughput, one point per rate), serving_goodput.png (requests per second meeting the SLO).
 """
@@ -50,22 +50,85 @@ def stops_paying(table: pd.DataFrame, policy: str, key: str = "tpot_p50_speedup"
     return None
 
 
-def slo_capacity(table: pd.DataFrame, policy: str, target: float) -> float:
-    """Highest rate at which at least `target` of the requests meet the SLO, interpolated in log
-    rate between the grid's rates (0 when none does; the largest rate when all do)."""
+# a rate is a steady state when its arrival window is at least this many mean end-to-end
+# latencies (design.md, section 15, "Steady state"): the engine fills up and drains within about
+# one end-to-end latency, so transients touch about 2 / k of the requests (10% at k = 20); an
+# overloaded rate, whose latencies grow with the window, fails the rule however long the window
+STEADY_WINDOW_E2E = 20.0
+
+
+def arrival_window_s(cfg, rate: float) -> float:
+    """Seconds over which a replication's requests arrive at `rate` (about requests / rate)."""
+    if cfg.duration_s is not None:
+        return float(cfg.duration_s)
+    if cfg.trace is not None:
+        return (len(cfg.trace.arrival_s) - 1) / rate
+    return cfg.requests_per_replication / rate
+
+
+def steady_flags(table: pd.DataFrame, window_s: dict, k: float = STEADY_WINDOW_E2E) -> pd.Series:
+    """Per row: True where the rate's arrival window is >= k x the row's mean E2E latency."""
+    window = table.rate_per_s.map(window_s).astype(float)
+    return window >= k * table.e2e_mean_s
+
+
+def slo_capacity(table: pd.DataFrame, policy: str, target: float,
+                 steady: pd.Series | None = None) -> tuple[str, float, float]:
+    """(kind, rate, first miss): the highest rate at which at least `target` of the requests
+    meet the SLO, interpolated in log rate between the last rate that meets it and the first
+    that misses.
+
+    With `steady` (a flag per table row), a rate that meets the SLO counts only where it is a
+    steady state (a burst or an overloaded run's meet says nothing about sustained load); a miss
+    counts wherever it is (transients only lower latencies, and an overload's grow with the
+    window). kind: "between" (rate interpolated), "above" (met at every counted rate below the
+    first miss up to `rate`, the highest counted rate), "below" (missed at the lowest rate,
+    `rate`), "none" (no rate counts: every rate meets the SLO without being steady); first miss:
+    the lowest rate that misses the SLO (nan where none does)."""
     t = table[table.policy == policy].sort_values("rate_per_s")
     rates, att = t.rate_per_s.to_numpy(), t.slo_attainment.to_numpy()
     ok = att >= target
-    if not ok.any():
-        return 0.0
-    if ok.all():
-        return float(rates[-1])
-    first_bad = int(np.argmax(~ok))
+    counted = np.ones(len(rates), bool) if steady is None else steady[t.index].to_numpy()
+    miss = np.nonzero(~ok)[0]
+    first_bad = int(miss[0]) if miss.size else len(rates)
+    first_miss = float(rates[first_bad]) if miss.size else float("nan")
+    met = np.nonzero(ok[:first_bad] & counted[:first_bad])[0]
     if first_bad == 0:
-        return 0.0
-    r0, r1, a0, a1 = rates[first_bad - 1], rates[first_bad], att[first_bad - 1], att[first_bad]
+        return "below", float(rates[0]), first_miss
+    if not met.size:
+        return "none", float("nan"), first_miss
+    last = int(met[-1])
+    if first_bad == len(rates) or last != first_bad - 1:
+        return "above", float(rates[last]), first_miss
+    r0, r1, a0, a1 = rates[last], rates[first_bad], att[last], att[first_bad]
     f = (a0 - target) / (a0 - a1)
-    return float(np.exp(np.log(r0) + f * (np.log(r1) - np.log(r0))))
+    return "between", float(np.exp(np.log(r0) + f * (np.log(r1) - np.log(r0)))), first_miss
+
+
+def capacity_text(kind: str, rate: float, first_miss: float, top_rate: float) -> str:
+    """S5's capacity cell."""
+    if kind == "below":
+        return f"< {rate:g}/s (missed at every rate)"
+    upper = "met at every rate" if np.isnan(first_miss) else f"first miss at {first_miss:g}/s"
+    if kind == "none":
+        return f"unknown (no steady rate meets it; {upper})"
+    if kind == "above":
+        return (f"> {rate:g}/s (met at every rate)" if rate >= top_rate
+                else f">= {rate:g}/s (the highest steady rate that meets it; {upper})")
+    return f"{rate:.2f}/s"
+
+
+def fixed_policies_label(policies) -> str:
+    """What the hindsight best fixed gamma is the best of: none and the fixed:G policies run."""
+    fixed = [p for p in policies if p == "none" or p.startswith("fixed:")]
+    return "best of the fixed policies run: " + ", ".join(fixed)
+
+
+def schedule_gammas_not_run(prep, policies) -> list[int]:
+    """The schedule's gammas with no fixed:G policy among those run (0 counts as none)."""
+    run = {0 if p == "none" else int(p.split(":")[1]) for p in policies
+           if p == "none" or p.startswith("fixed:")}
+    return sorted({int(g) for _, _, g in prep.schedule.ranges} - run)
 
 
 def _acceptance_label(cfg, prep) -> str:
@@ -78,14 +141,55 @@ def _acceptance_label(cfg, prep) -> str:
             "i.i.d. alpha per request)")
 
 
+def steady_line(t: pd.DataFrame, rates) -> str:
+    """The summary's line on each rate's arrival window and which (policy, rate) are steady."""
+    windows = ", ".join(
+        f"{x:g}/s: {t[t.rate_per_s == x].arrival_window_s.iloc[0]:.0f} s" for x in rates)
+    ratio = t.arrival_window_s / t.e2e_mean_s
+    bad = t[~t.steady_state]
+    if bad.empty:
+        verdict = "every (policy, rate) here is one"
+    else:
+        by_rate = {}
+        for _, row in bad.iterrows():
+            by_rate.setdefault(row.rate_per_s, []).append(row.policy)
+        verdict = "not steady (marked *): " + "; ".join(
+            f"{r:g}/s ({'every policy' if len(ps) == t.policy.nunique() else ', '.join(ps)})"
+            for r, ps in sorted(by_rate.items()))
+    return (
+        f"Steady state: a (policy, rate) is one when its arrival window is at least "
+        f"{STEADY_WINDOW_E2E:g}x its mean E2E latency (design.md section 15, 'Steady state'); "
+        f"arrival windows {windows}; window / mean E2E from {ratio.min():.1f} to "
+        f"{ratio.max():.0f}; {verdict}."
+    )
+
+
+def with_steadiness(table: pd.DataFrame, cfg) -> pd.DataFrame:
+    """The table with each row's arrival window and whether it is a steady state (columns
+    arrival_window_s, steady_state; see STEADY_WINDOW_E2E)."""
+    t = table.copy()
+    windows = {r: arrival_window_s(cfg, r) for r in t.rate_per_s.unique()}
+    t["arrival_window_s"] = t.rate_per_s.map(windows).astype(float)
+    t["steady_state"] = steady_flags(t, windows)
+    return t
+
+
 def summary_section(result: dict, cfg) -> str:
     """The serving section of summary.txt (between SECTION_BEGIN and SECTION_END)."""
     t = result["table"]
+    if "steady_state" not in t:
+        t = with_steadiness(t, cfg)
     prep = result["prepared"]
     policies = list(dict.fromkeys(t.policy))
     rates = sorted(t.rate_per_s.unique())
-    n = t.requests.iloc[0] / cfg.replications
     sc = cfg.scenario
+    per_rate = t[t.policy == "none"].sort_values("rate_per_s").requests / cfg.replications
+    if per_rate.nunique() == 1:
+        sent = f"{int(per_rate.iloc[0])} requests"
+    else:
+        sent = (f"the arrivals of {cfg.duration_s:g} s ({per_rate.iloc[0]:.0f} to "
+                f"{per_rate.iloc[-1]:.0f} requests on average)")
+
     lines = [
         SECTION_BEGIN,
         f"Deployment: {sc.name} ({sc.target_model_id} + draft {sc.draft} on {sc.gpu_id}, tp "
@@ -101,34 +205,34 @@ def summary_section(result: dict, cfg) -> str:
         f"{cfg.limits.max_num_batched_tokens}, KV cache "
             f"{prep.deployments[0].kv_capacity_blocks * 16} "
         f"tokens without the draft, {prep.deployments[1].kv_capacity_blocks * 16} with it.",
-        f"{cfg.replications} replications x {int(t.requests.iloc[0] / cfg.replications)} requests "
-        f"per (policy, rate); values are means over replications with {cfg.confidence:.0%} "
-        "intervals [low, high].",
+        f"{cfg.replications} replications x {sent} per (policy, rate); values are means over "
+        f"replications with {cfg.confidence:.0%} intervals [low, high].",
         f"SLO: TTFT <= {cfg.slo_ttft_s:g} s and TPOT <= {cfg.slo_tpot_s * 1e3:g} ms; a rate "
         f"meets it when {cfg.slo_attainment_target:.0%} of requests do.",
-        "Arrivals last about requests / rate per replication ("
-        + ", ".join(f"{x:g}/s: {n / x:.0f} s" for x in rates)
-        + "); where that is not much longer than a request's time in the system, a rate is a "
-        "burst the engine drains rather than a steady state, and throughputs (over the makespan, "
-        "drain included) fall short of the offered rate.",
+        steady_line(t, rates),
+        "Throughputs and goodput divide by the makespan, the drain after the last arrival "
+        "included, so they fall short of the offered rate even at a steady rate below capacity.",
         f"Default gamma: {prep.default_gamma}, the steady-state closed form's best at batch 1 "
-        "and this workload's mean context (H4 of the hardware study; H1's simulation, with "
-        "contexts that grow, can pick a neighbouring gamma within its CI); schedule: "
-        f"{prep.schedule.vllm_json()}",
+        "and this workload's mean context (design.md section 11, 'Steady-state closed form'; "
+        "the simulated fixed-batch study, with contexts that grow, can pick a neighbouring gamma "
+        f"within its CI); schedule: {prep.schedule.vllm_json()}",
         "",
     ]
-    lines.append("S1. TPOT p50 (ms) by policy and rate; speedup over none in parentheses")
+    lines.append("S1. TPOT p50 (ms) by policy and rate; speedup over none in parentheses; "
+                 "* = not a steady state")
     rows = []
     for p in policies:
         r = [p]
         for rate in rates:
             row = t[(t.policy == p) & (t.rate_per_s == rate)].iloc[0]
-            r.append(f"{row.tpot_p50_s * 1e3:.1f} ({row.tpot_p50_speedup:.2f}x)")
+            mark = "" if row.steady_state else " *"
+            r.append(f"{row.tpot_p50_s * 1e3:.1f} ({row.tpot_p50_speedup:.2f}x){mark}")
         rows.append(r)
     lines += [_table(["policy"] + [f"{x:g}/s" for x in rates], rows), ""]
     lines.append(
         "S2. Where speculation stops paying (TPOT p50 speedup below 1 with its whole "
-        "interval, from this rate on)"
+        "interval, from this rate on; * = a rate that is not a steady state for the policy or "
+        "none)"
     )
     rows = []
     for p in policies:
@@ -136,17 +240,20 @@ def summary_section(result: dict, cfg) -> str:
             continue
         s = stops_paying(t, p)
         s_e2e = stops_paying(t, p, "e2e_p50_speedup")
-        rows.append(
-            [
-                p,
-                "never in the grid" if s is None else f"{s:g}/s",
-                "never in the grid" if s_e2e is None else f"{s_e2e:g}/s",
-            ]
-        )
+
+        def cell(rate):
+            if rate is None:
+                return "never in the grid"
+            at = t.rate_per_s == rate
+            steady = t[at & t.policy.isin([p, "none"])].steady_state.all()
+            return f"{rate:g}/s" + ("" if steady else " *")
+
+        rows.append([p, cell(s), cell(s_e2e)])
     lines += [_table(["policy", "TPOT p50", "E2E p50"], rows), ""]
+    best_of = fixed_policies_label(policies)
     lines.append(
         "S3. Best policy per rate (lowest TPOT p50; highest goodput), and the hindsight "
-        "best fixed gamma"
+        f"best fixed gamma ({best_of})"
     )
     rows = []
     for rate in rates:
@@ -164,8 +271,15 @@ def summary_section(result: dict, cfg) -> str:
         )
     lines += [_table(["rate", "best TPOT p50", "best goodput", "best fixed (hindsight)"], rows), ""]
     lines.append(
-        "S4. Gain over the hindsight best fixed gamma (its TPOT p50 / the policy's; > 1 = better)"
+        "S4. Gain over the hindsight best fixed gamma (its TPOT p50 / the policy's; > 1 = better; "
+        f"{best_of})"
     )
+    missing = schedule_gammas_not_run(prep, policies)
+    if missing:
+        lines.append(
+            "    the schedule runs gamma " + ", ".join(map(str, missing)) + " with no fixed "
+            "policy at it: a gain above 1 may only be that gamma's (add fixed:G to --policies)"
+        )
     rows = []
     for p in policies:
         if p.startswith("fixed:"):
@@ -173,17 +287,20 @@ def summary_section(result: dict, cfg) -> str:
         g = t[t.policy == p].sort_values("rate_per_s")
         rows.append([p] + [_fmt(v) for v in g.gain_over_best_fixed])
     lines += [_table(["policy"] + [f"{x:g}/s" for x in rates], rows), ""]
-    lines.append("S5. SLO capacity: the highest rate that meets the SLO (interpolated in log rate)")
-    cap_none = slo_capacity(t, "none", cfg.slo_attainment_target)
+    lines.append("S5. SLO capacity: the highest rate that meets the SLO (interpolated in log rate; "
+                 "a rate that meets it counts only where it is a steady state, a miss counts "
+                 "anywhere)")
+    target = cfg.slo_attainment_target
+    steady = t.steady_state
+    kind_none, cap_none, _ = slo_capacity(t, "none", target, steady)
     top_rate = max(rates)
     rows = []
     for p in policies:
-        c = slo_capacity(t, p, cfg.slo_attainment_target)
-        # met at the grid's top rate: the capacity lies beyond the grid, its ratio is unknown
-        capped = c >= top_rate or cap_none >= top_rate
-        gain = "-" if p == "none" or cap_none == 0 or capped else f"{c / cap_none:.2f}x"
-        cap = f"> {top_rate:g}/s (met at every rate)" if c >= top_rate else f"{c:.2f}/s"
-        rows.append([p, cap, gain])
+        kind, c, miss = slo_capacity(t, p, target, steady)
+        # a bound rather than an interpolated value on either side: the ratio is unknown
+        known = kind == "between" and kind_none == "between"
+        gain = f"{c / cap_none:.2f}x" if p != "none" and known else "-"
+        rows.append([p, capacity_text(kind, c, miss, top_rate), gain])
     lines += [_table(["policy", "capacity", "vs none"], rows), ""]
     lines.append(
         "S6. Detail per (policy, rate): TTFT p50/p99 ms, TPOT p99 ms, E2E p50 s, output "
@@ -313,6 +430,16 @@ def _title(cfg) -> str:
     )
 
 
+def _unsteady_note(t: pd.DataFrame) -> str:
+    """A title line naming the rates that are not a steady state for some policy ('' if none)."""
+    if "steady_state" not in t or t.steady_state.all():
+        return ""
+    rates = sorted(t[~t.steady_state].rate_per_s.unique())
+    return ("\nnot a steady state (window < "
+            f"{STEADY_WINDOW_E2E:g}x mean E2E) for some policy at: "
+            + ", ".join(f"{r:g}/s" for r in rates))
+
+
 def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
     plt = pyplot()
     policies = list(dict.fromkeys(t.policy))
@@ -320,9 +447,9 @@ def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
     panels = [
         ("tpot_p50_s", "TPOT p50 (ms)"),
-        ("tpot_p99_s", "TPOT p99 (ms)"),
+        ("tpot_p90_s", "TPOT p90 (ms)"),
         ("ttft_p50_s", "TTFT p50 (ms)"),
-        ("ttft_p99_s", "TTFT p99 (ms)"),
+        ("ttft_p90_s", "TTFT p90 (ms)"),
     ]
     for ax, (key, label) in zip(axes.ravel(), panels):
         _policy_lines(ax, t, key, 1e3, colors)
@@ -336,12 +463,15 @@ def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
         ax.set_xticklabels([f"{r:g}" for r in rates])
     for ax in axes[1]:
         ax.set_xlabel("request rate (requests/s)")
-    axes[0, 1].axhline(cfg.slo_tpot_s * 1e3, color="grey", lw=1, ls=":")
-    axes[1, 1].axhline(cfg.slo_ttft_s * 1e3, color="grey", lw=1, ls=":")
+    axes[0, 1].axhline(cfg.slo_tpot_s * 1e3, color="grey", lw=1, ls=":", label="SLO")
+    axes[1, 1].axhline(cfg.slo_ttft_s * 1e3, color="grey", lw=1, ls=":", label="SLO")
+    for ax in axes[:, 1]:
+        ax.legend(fontsize=8, loc="upper left")
     axes[0, 0].legend(fontsize=9, title="policy", title_fontsize=9)
     fig.suptitle(
-        f"Latency against request rate (bands: 95% CI; dotted: SLO, on the p99 panels)"
-        f"\n{_title(cfg)}", fontsize=10
+        f"Latency against request rate (bands: {cfg.confidence:.0%} CI; dotted: SLO, on the p90 "
+        f"panels: a rate meets the SLO when {cfg.slo_attainment_target:.0%} of requests meet "
+        f"both){_unsteady_note(t)}\n{_title(cfg)}", fontsize=10
     )
     fig.tight_layout()
     return _png(fig)
@@ -372,7 +502,7 @@ def plot_throughput_latency(t: pd.DataFrame, cfg) -> bytes:
     _plain_log_axis(ax)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=9, title="policy (points: rates)", title_fontsize=9)
-    ax.set_title(f"Latency-throughput trade-off\n{_title(cfg)}", fontsize=10)
+    ax.set_title(f"Latency-throughput trade-off{_unsteady_note(t)}\n{_title(cfg)}", fontsize=10)
     return _png(fig)
 
 
@@ -395,7 +525,7 @@ def plot_goodput(t: pd.DataFrame, cfg) -> bytes:
     ax.legend(fontsize=9, title="policy", title_fontsize=9)
     ax.set_title(
         f"Goodput, SLO TTFT <= {cfg.slo_ttft_s:g} s and TPOT <= {cfg.slo_tpot_s * 1e3:g} ms"
-        f"\n{_title(cfg)}",
+        f" (over the makespan, drain included){_unsteady_note(t)}\n{_title(cfg)}",
         fontsize=10,
     )
     return _png(fig)
@@ -411,8 +541,8 @@ SWEEP_PLOTS = {
 def render(result: dict, cfg, existing_summary: str, plots: bool = True) -> dict[str, bytes]:
     """Every output file of the sweep: path relative to OUT -> bytes (the plots only if `plots`).
     summary.txt is the existing one (the study's) with its serving section replaced."""
-    t = result["table"]
-    section = summary_section(result, cfg)
+    t = with_steadiness(result["table"], cfg)
+    section = summary_section({**result, "table": t}, cfg)
     files = {
         "results/serving.csv": t.to_csv(index=False, float_format="%.6g",
                                         lineterminator="\n").encode(),
