@@ -192,3 +192,15 @@ def test_per_position_stretches_equal_single_steps_and_equal_steps_are_iid():
     for f in fields(iid):
         np.testing.assert_array_equal(getattr(steps, f.name), getattr(iid, f.name))
     assert not np.array_equal(fast.accepted_drafts, iid.accepted_drafts)
+
+
+def test_a_stretch_that_fills_the_kv_cache_stops_there_without_a_memory_error():
+    """Long contexts at the GPU's real cache size: a stretch's steps past the one where the cache
+    fills are cut (and preemption follows), not priced at contexts the GPU cannot hold."""
+    # 16 prompts of 19.5-20.5k tokens fill most of the 326k-token cache (8B + 1B on an H100);
+    # their outputs push it over while every slot is busy decoding: a stretch
+    args = _run([FixedGamma(3)], reps=1, n=16, rate=1000.0, prompt=(19_500, 20_500),
+                output=(800, 1200), limits=EngineLimits(16, 2048))
+    res = Engine(*args, max_gamma=4).run()
+    assert np.isfinite(res.finish_s).all()
+    assert res.preemptions.sum() > 0

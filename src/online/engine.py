@@ -676,14 +676,19 @@ class Engine:
         demand = (_ceil_div(ctx_before + gcol + 1, bs) * act[:, :, None]).sum(axis=1)  # [m, K]
         kv_bad = demand > self.cap[rows][:, None]
         kv_limit = np.where(kv_bad.any(axis=1), kv_bad.argmax(axis=1), K)
-        # step times of the stretch: [m * K] rows of [w] slots
+        # step times of the stretch: [m * K] rows of [w] slots; steps from a row's kv_limit on
+        # are cut below, and are priced at step 0's contexts: theirs need more KV cache than the
+        # GPU holds, which the cost model's memory check refuses
+        priced_ctx = np.where((j[None, :] < kv_limit[:, None])[:, None, :], ctx_before,
+                              ctx_before[:, :, :1])
+
         def masks():
             return (np.broadcast_to(act[:, None, :], (m, K, w)).reshape(m * K, w),
-                    ctx_before.transpose(0, 2, 1).reshape(m * K, w))
+                    priced_ctx.transpose(0, 2, 1).reshape(m * K, w))
 
         target_ms, draft_ms = self._step_ms(
             np.repeat(rows, K), np.repeat(n, K),
-            (ctx_before * act[:, :, None]).sum(axis=1).reshape(m * K), np.repeat(gamma, K), w,
+            (priced_ctx * act[:, :, None]).sum(axis=1).reshape(m * K), np.repeat(gamma, K), w,
             masks)
         times = (target_ms + draft_ms).reshape(m, K)
         ends = self.clock[rows][:, None] + np.cumsum(times, axis=1)
