@@ -148,4 +148,6 @@ def test_serve_refuses_a_per_position_mode_over_a_traces_iid_alphas(tmp_path, ca
                      "--trace", str(trace), "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: --quality-mode")
-    assert "is a per-position mode, but the trace gives" in err and not out.exists()
+    # an explicit mode is ignored under any trace alpha column (per-position or not)
+    assert "the trace's alpha column gives each request's acceptance" in err
+    assert not out.exists()

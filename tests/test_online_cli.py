@@ -120,6 +120,18 @@ def test_serve_writes_csv_summary_section_and_plots_reproducibly(tmp_path):
         (["--max-num-seqs", "64", "--max-num-batched-tokens", "32"], "--max-num-batched-tokens"),
         (["--schedule", "[[2, 8, 3]]"], "--schedule"),
         (["--alpha", "1.5"], "--alpha"),
+        # options the run would ignore
+        (["--schedule", "[[1,15,3],[16,1024,0]]", "--policies", "none,fixed"],
+         "--schedule: the schedule policy does not run (--policies none,fixed), so --schedule "
+         "would be ignored"),
+        (["--policies", "none", "--max-gamma", "4"],
+         "--max-gamma: only the none policy runs (no draft), so --max-gamma would be ignored"),
+        (["--policies", "none", "--alpha", "0.7"], "--alpha: only the none policy runs"),
+        (["--policies", "none", "--quality-mode", "bimodal"], "--quality-mode: only the none"),
+        (["--requests", "5", "--duration-s", "3"],
+         "--requests: give either --requests or --duration-s, not both"),
+        (["--alpha", "0.5", "--quality-mode", "bimodal"],
+         "--alpha: give either --alpha or --quality-mode, not both"),
         (["--engine", "nosuch"], "--engine"),
     ],
 )
@@ -130,6 +142,61 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, field):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}"), p.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--requests", "10"], "--requests: give either --requests or --trace, not both: the "
+         "trace's 3 requests are replayed"),
+        (["--duration-s", "5"], "--duration-s: give either --duration-s or --trace, not both"),
+        (["--arrival", "poisson"], "--arrival: give either --arrival or --trace, not both: the "
+         "trace's arrival times are replayed"),
+        (["--workload", "sharegpt"], "--workload: give either --workload or --trace, not both"),
+        (["--alpha", "0.7"], "--alpha: the trace's alpha column gives each request's "
+         "acceptance, so --alpha would be ignored"),
+        (["--quality-mode", "homogeneous_mid"], "--quality-mode: the trace's alpha column"),
+    ],
+)
+def test_options_a_trace_replay_would_ignore_are_refused(tmp_path, args, needle):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens,alpha\n0,100,20,0.6\n"
+                     "0.5,120,30,0.7\n1,90,25,0.8\n")
+    out = tmp_path / "o"
+    p = run("--trace", str(trace), *args, "--out", str(out))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {needle}"), p
+    assert not out.exists()
+
+
+def test_scenario_keys_an_option_overrides_are_dropped_and_contradictory_ones_refused(tmp_path):
+    """Options override the scenario's [serving] table: a key that an option makes moot is
+    dropped (not refused); two keys of the file that contradict each other are refused."""
+    from src.online.cli import config_from_args, make_parser
+
+    scenario = os.path.join(ROOT, "configs", "scenarios", "check-vllm-blog-70b-draft.toml")
+    trace = tmp_path / "t.csv"  # no alpha column: the quality mode is used
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,20\n0.5,120,30\n")
+
+    def cfg(*args, scenario=scenario):
+        return config_from_args(make_parser().parse_args(["--scenario", str(scenario), *args]))
+
+    c = cfg("--duration-s", "3")  # the file's requests = 300 gives way
+    assert c.duration_s == 3 and c.requests_per_replication is None
+    c = cfg("--trace", str(trace), "--quality-mode", "homogeneous_mid")  # file's requests, workload
+    assert c.workload == "trace" and c.alpha_label == "homogeneous_mid" == c.alpha_mode
+    assert c.arrival_label == "trace"
+    with open(scenario) as fh:
+        text = fh.read()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("[serving]", "[serving]\nschedule = [[1, 15, 3], [16, 1024, 0]]"))
+    p = run("--scenario", str(bad), "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and p.stderr.startswith(
+        "error: serving.schedule: the schedule policy does not run (serving.policies none,fixed:5)"
+    ), p.stderr
+    assert p.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
+    # an option that would ignore the file's schedule overrides it: the key is dropped
+    assert cfg("--policies", "none,fixed:3", scenario=bad).schedule_json is None
 
 
 def test_malformed_trace_and_oversized_requests_are_refused(tmp_path):

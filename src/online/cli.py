@@ -5,7 +5,8 @@
         [--slo ttft=2s,tpot=50ms] [--requests N | --duration-s S] [--out DIR]
 
 Options override the scenario file's [serving] table, which overrides the defaults. Bad input gets
-one line naming the option (or the [serving] key) and what is allowed, exit code 2, nothing written.
+one line naming the option (or the [serving] key) and what is allowed, exit code 2, nothing written;
+so does an option the run would ignore (drop_ignored), and a list with an empty item ('1,,2').
 """
 
 from __future__ import annotations
@@ -222,6 +223,77 @@ def load_serving_scenario(path: str | None):
     return scenario, dict(serving)
 
 
+def drop_ignored(args: argparse.Namespace, serving: Mapping, trace) -> dict:
+    """The [serving] table less the keys a command-line option overrides; ConfigError naming an
+    option (or [serving] key) that the run would ignore.
+
+    A value is ignored where another setting makes it moot: a trace replays its own requests and
+    arrivals (and, with an alpha column, its own acceptance); a schedule needs the schedule policy;
+    acceptance and max_gamma need a policy that drafts. Such a value is refused, except where it
+    comes from the scenario file and what makes it moot from the command line: options override
+    the file, so that key is dropped."""
+    serving = dict(serving)
+
+    def origin(option: str, key: str | None) -> str | None:
+        if getattr(args, option) is not None:
+            return "cli"
+        return "file" if key is not None and key in serving else None
+
+    def name(option: str, key: str | None) -> str:
+        if origin(option, key) == "file":
+            return f"serving.{key}"
+        return "--" + option.replace("_", "-")
+
+    def moot(option: str, key: str | None, by_option: str, by_key: str | None, why: str):
+        """`option` would be ignored because of `by_option`; `why` may use {name}, {by}."""
+        o, b = origin(option, key), origin(by_option, by_key)
+        if o is None or b is None:
+            return
+        if o == "file" and b == "cli":
+            serving.pop(key)
+            return
+        raise ConfigError(name(option, key),
+                          why.format(name=name(option, key), by=name(by_option, by_key)))
+
+    def exclusive(option: str, key: str, other: str, other_key: str):
+        """Two settings of which one is used: the command line's where one comes from it."""
+        if origin(option, key) == "cli" and origin(other, other_key) == "file":
+            option, key, other, other_key = other, other_key, option, key
+        moot(option, key, other, other_key, "give either {name} or {by}, not both")
+
+    exclusive("requests", "requests", "duration_s", "duration_s")
+    exclusive("alpha", "alpha", "quality_mode", "quality_mode")
+    if trace is not None:
+        n = len(trace.arrival_s)
+        moot("workload", "workload", "trace", None, "give either {name} or {by}, not both")
+        for option, key in (("requests", "requests"), ("duration_s", "duration_s")):
+            moot(option, key, "trace", None, "give either {name} or {by}, not both: the trace's "
+                 f"{n} requests are replayed")
+        moot("arrival", "arrival", "trace", None, "give either {name} or {by}, not both: the "
+             "trace's arrival times are replayed (rescaled to --rates where given)")
+        if trace.alpha is not None:
+            for option in ("alpha", "quality_mode"):
+                moot(option, option, "trace", None, "the trace's alpha column gives each "
+                     "request's acceptance, so {name} would be ignored; drop {name} or the "
+                     "column")
+    value = args.policies if args.policies is not None else serving.get("policies")
+    if value is not None:
+        listed = [str(p).strip() for p in (value if isinstance(value, list)
+                                           else str(value).split(","))]
+        parts = set(listed)
+        if "schedule" not in parts:
+            moot("schedule", "schedule", "policies", "policies", "the schedule policy does not "
+                 f"run ({{by}} {','.join(listed)}), so {{name}} would be ignored; add "
+                 "schedule to {by} or drop {name}")
+        if parts <= {"none"}:
+            for option in ("alpha", "quality_mode", "max_gamma"):
+                moot(option, option, "policies", "policies", "only the none policy runs (no "
+                     "draft), so {name} would be ignored; add a drafting policy to {by} or drop "
+                     "{name}")
+    return serving
+
+
+
 def config_from_args(args: argparse.Namespace):
     """ServeConfig from the command line over the scenario's [serving] table over defaults."""
     from src.config import PointAlpha, alpha_mode_label
@@ -233,6 +305,8 @@ def config_from_args(args: argparse.Namespace):
     from src.online.workloads import workload_preset
 
     scenario, serving = load_serving_scenario(args.scenario)
+    trace = read_trace(args.trace) if args.trace else None
+    serving = drop_ignored(args, serving, trace)
 
     def pick(option: str, key: str, default=None):
         """(value, field name for errors): the option, else [serving].key, else default."""
@@ -280,11 +354,8 @@ def config_from_args(args: argparse.Namespace):
     replications = _int(f, v, 2, 10_000)
     req_v, req_f = pick("requests", "requests", None)
     dur_v, dur_f = pick("duration_s", "duration_s", None)
-    if req_v is not None and dur_v is not None:
-        raise ConfigError("--requests", "give either --requests or --duration-s, not both")
     requests = _int(req_f, req_v, 1, 10**6) if req_v is not None else (None if dur_v else 500)
     duration = _positive_float(dur_f, dur_v) if dur_v is not None else None
-    trace = read_trace(args.trace) if args.trace else None
     rates_v, rates_f = pick("rates", "rates", None)
     if trace is not None:
         if len(trace.arrival_s) < 2 and rates_v is not None:
@@ -297,8 +368,6 @@ def config_from_args(args: argparse.Namespace):
     else:
         rates = parse_rates(rates_f, rates_v if rates_v is not None else list(DEFAULT_RATES))
     if trace is not None:
-        if args.workload is not None:
-            raise ConfigError("--workload", "give either --workload or --trace, not both")
         workload, prompt_len, output_len = "trace", None, None
         source = f"{os.path.basename(args.trace)}, {len(trace.arrival_s)} requests."
         from src.config import FixedLength
@@ -316,8 +385,6 @@ def config_from_args(args: argparse.Namespace):
             prompt_len, output_len, source = preset.prompt_len, preset.output_len, preset.source
     alpha_v, alpha_f = pick("alpha", "alpha", None)
     mode_v, mode_f = pick("quality_mode", "quality_mode", None)
-    if alpha_v is not None and mode_v is not None:
-        raise ConfigError("--alpha", "give either --alpha or --quality-mode, not both")
     if alpha_v is not None:
         a = check_alpha(alpha_f, alpha_v)
         alpha_mode, alpha = alpha_mode_label(a), PointAlpha(a)
