@@ -26,7 +26,8 @@ output_len = {{ kind = "fixed", tokens = {output} }}
 """
 
 
-def serve_config(tmp_path, *args, prompt=512, output=200):
+def serve_config(tmp_path, *args, prompt=512, output=200, alpha="0.7"):
+    """alpha=None where only the none policy runs (serve refuses an acceptance it would ignore)."""
     path = tmp_path / "scenario.toml"
     path.write_text(SCENARIO.format(prompt=prompt, output=output))
     argv = [
@@ -36,8 +37,7 @@ def serve_config(tmp_path, *args, prompt=512, output=200):
         "scenario",
         "--engine",
         "vllm-2024",
-        "--alpha",
-        "0.7",
+        *(["--alpha", alpha] if alpha else []),
         *args,
     ]
     return config_from_args(make_parser().parse_args(argv))
@@ -130,6 +130,7 @@ def test_queueing_delay_grows_without_bound_past_capacity(tmp_path, policy):
                 "4",
                 prompt=64,
                 output=100,
+                alpha=None if policy == "none" else "0.7",
             )
             t = run_serving(cfg, workers=1)["table"].set_index("policy").loc[policy]
             delays[rate, n] = t.queue_delay_mean_s
