@@ -196,7 +196,7 @@ class StudyConfig:
         Rule(lambda n, v, m: _int_list(n, v, 1, MAX_GAMMA), f"1..{MAX_GAMMA}"), option=True)
     quality_modes: tuple[str, ...] = setting(
         QUALITY_MODES, "draft-quality modes to run",
-        Rule(lambda n, v, m: _name_list(n, v, tuple(m)), "names of alpha_modes; more can be "
+        Rule(lambda n, v, m: _name_list(n, v, tuple(m)), "the default quality modes or ones "
              "defined in --config"), option=True)
     alpha_modes: Mapping[str, AlphaDistribution] = setting(
         None, "every known draft-quality mode, built-in and user: name -> acceptance distribution",

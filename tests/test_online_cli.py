@@ -299,3 +299,16 @@ def test_duration_sends_the_arrivals_of_that_window():
          "--arrival", "gamma:2"]))
     t = run_serving(cfg, workers=1)["table"]
     assert 60 <= t.requests.iloc[0] <= 200  # about 2 x 3/s x 20 s
+
+
+def test_help_states_the_enforced_alpha_range_and_the_bare_fixed_gamma():
+    from src.config import check_alpha
+    from src.online.cli import make_parser
+
+    text = " ".join(make_parser().format_help().split())
+    assert "0.001..0.999" in text and "0 < A < 1" not in text
+    with pytest.raises(ConfigError, match=r"0\.001\.\.0\.999"):  # what the help says is enforced
+        check_alpha("--alpha", 0.9995)
+    assert "A bare fixed (and off-above without G) uses the default gamma, the closed form's " \
+           "best at batch 1" in text
+    assert "none, fixed[:G], schedule, adaptive, off-above[:N[:G]]" in text

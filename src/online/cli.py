@@ -50,6 +50,8 @@ DEFAULT_POLICIES = "none,fixed,schedule,adaptive,off-above"
 
 
 def make_parser() -> argparse.ArgumentParser:
+    from src.online.policies import POLICY_FORMS
+
     p = OneLineArgumentParser(
         prog="python run.py serve",
         description="Simulate serving under load (open-loop arrivals, continuous batching, chunked "
@@ -77,7 +79,14 @@ def make_parser() -> argparse.ArgumentParser:
         help="request rates, requests/s, comma-separated (default "
         f"{','.join(f'{r:g}' for r in DEFAULT_RATES)})",
     )
-    p.add_argument("--policies", help=f"comma-separated (default {DEFAULT_POLICIES})")
+    p.add_argument(
+        "--policies",
+        help=f"comma-separated, each one of: {POLICY_FORMS}. A bare fixed (and off-above "
+        "without G) uses the default gamma, the closed form's best at batch 1 for this "
+        "deployment, workload and acceptance; off-above without N drafts up to the largest "
+        "batch at which that gamma still beats greedy; schedule without --schedule is the cost "
+        f"model's optimum per batch size (default {DEFAULT_POLICIES})",
+    )
     p.add_argument(
         "--workload",
         help="length preset of src/presets/workloads.toml (default "
@@ -93,7 +102,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", help="requests per replication (default 500)")
     p.add_argument("--duration-s", help="instead of --requests: arrivals over this many seconds")
     p.add_argument("--replications", help="independent replications per point (default 4)")
-    p.add_argument("--alpha", help="per-token acceptance probability of every request, 0 < A < 1")
+    p.add_argument(
+        "--alpha", help="per-token acceptance probability of every request, 0.001..0.999"
+    )
     p.add_argument(
         "--quality-mode",
         help="acceptance mode of the scenario's [study] alpha modes (default: its first)",
