@@ -11,7 +11,8 @@ in vLLM's `benchmark_serving` (which sends one, then sleeps an inter-arrival tim
   the same knob as `--burstiness` = k).
 * Trace: a CSV with a header `arrival_s,prompt_tokens,output_tokens` and optionally `alpha` (the
   request's per-token acceptance probability); rows sorted by arrival time is not required. Times
-  are seconds from the start; the trace is replayed as is (rates do not apply).
+  are seconds from the start; the trace is replayed as is, or its times are scaled so that its
+  mean rate is each --rates value.
 """
 
 from __future__ import annotations
