@@ -440,6 +440,21 @@ def _unsteady_note(t: pd.DataFrame) -> str:
             + ", ".join(f"{r:g}/s" for r in rates))
 
 
+def _shade_unsteady(ax, t: pd.DataFrame) -> list:
+    """Grey bands (log-2 rate axis) over the rates that are not a steady state for some policy;
+    returns the legend handle ([] if every rate is steady)."""
+    if "steady_state" not in t or t.steady_state.all():
+        return []
+    lim = ax.get_xlim()
+    band = None
+    for r in sorted(t[~t.steady_state].rate_per_s.unique()):
+        span = ax.axvspan(r * 2 ** -0.5, r * 2 ** 0.5, color="0.85", alpha=0.5, lw=0, zorder=0,
+                          label="not a steady state" if band is None else "_nolegend_")
+        band = band or span
+    ax.set_xlim(lim)
+    return [band]
+
+
 def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
     plt = pyplot()
     policies = list(dict.fromkeys(t.policy))
@@ -463,11 +478,13 @@ def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
         ax.set_xticklabels([f"{r:g}" for r in rates])
     for ax in axes[1]:
         ax.set_xlabel("request rate (requests/s)")
-    axes[0, 1].axhline(cfg.slo_tpot_s * 1e3, color="grey", lw=1, ls=":", label="SLO")
-    axes[1, 1].axhline(cfg.slo_ttft_s * 1e3, color="grey", lw=1, ls=":", label="SLO")
-    for ax in axes[:, 1]:
-        ax.legend(fontsize=8, loc="upper left")
+    for ax, slo_ms in ((axes[0, 1], cfg.slo_tpot_s * 1e3), (axes[1, 1], cfg.slo_ttft_s * 1e3)):
+        handles = [ax.axhline(slo_ms, color="grey", lw=1, ls=":", label="SLO")]
+        handles += _shade_unsteady(ax, t)
+        ax.legend(handles=handles, fontsize=8, loc="upper left")
     axes[0, 0].legend(fontsize=9, title="policy", title_fontsize=9)
+    for ax in axes[:, 0]:
+        _shade_unsteady(ax, t)  # after the policy legend, which would list every band
     fig.suptitle(
         f"Latency against request rate (bands: {cfg.confidence:.0%} CI; dotted: SLO, on the p90 "
         f"panels: a rate meets the SLO when {cfg.slo_attainment_target:.0%} of requests meet "
@@ -515,6 +532,7 @@ def plot_goodput(t: pd.DataFrame, cfg) -> bytes:
     rates = sorted(t.rate_per_s.unique())
     ax.plot(rates, rates, color="grey", lw=1, ls=":", label="offered rate")
     ax.set_xscale("log", base=2)
+    _shade_unsteady(ax, t)
     ax.set_yscale("log")
     _plain_log_axis(ax)
     ax.set_xticks(rates)
