@@ -88,3 +88,23 @@ def test_hindsight_label_lists_the_fixed_policies_run():
     prep = SimpleNamespace(schedule=BatchSchedule(((1, 3, 5), (4, 28, 4), (29, 1024, 2)), 5))
     assert schedule_gammas_not_run(prep, policies) == [4]
     assert schedule_gammas_not_run(prep, policies + ["fixed:4"]) == []
+
+
+def test_serve_marks_a_burst_and_names_what_the_hindsight_best_is_over(tmp_path):
+    """30 requests at 64/s arrive in half a second: a burst, marked in the CSV and in S1."""
+    import run as run_py
+
+    code = run_py.main(["serve", "--rates", "0.5,64", "--requests", "30", "--replications", "2",
+                        "--policies", "none,fixed:2,schedule", "--workers", "1", "--no-plots",
+                        "--quiet", "--out", str(tmp_path)])
+    assert code == 0
+    t = pd.read_csv(tmp_path / "results" / "serving.csv")
+    steady = t.groupby("rate_per_s").steady_state.all()
+    assert steady[0.5] and not steady[64]
+    assert (t.arrival_window_s == 30 / t.rate_per_s).all()
+    text = (tmp_path / "results" / "summary.txt").read_text()
+    s1 = text.split("S1.")[1].split("S2.")[0]
+    none_row = [line for line in s1.splitlines() if line.strip().startswith("none")][0]
+    assert none_row.rstrip().endswith("*") and none_row.count("*") == 1
+    assert "best of the fixed policies run: none, fixed:2" in text
+    assert "the schedule runs gamma" in text  # it uses gammas other than 2
