@@ -119,3 +119,133 @@ def test_unknown_gpu_and_eagle_without_a_path_are_refused():
     p = run("--gpu", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "eagle",
             "--acceptance", "0.7")
     assert p.returncode == 2 and p.stderr.startswith("error: --draft-model-path")
+
+
+def sglang_resolved(flags: str) -> dict:
+    """What SGLang makes of the printed flags, by the rules of its source (sgl-project/sglang,
+    python/sglang/srt/arg_groups/speculative_hook.py `_handle_ngram` / `_handle_eagle_family`;
+    cpp_ngram/param.h `get_draft_token_num`): NGRAM sets topk = --speculative-ngram-max-bfs-breadth
+    (default 10, min breadth default 1), num_draft_tokens defaults to 12 and the n-gram cache
+    drafts num_draft_tokens - 1 tokens after the last verified one; EAGLE/STANDALONE with topk 1
+    set num_draft_tokens = num_steps + 1. Returns the BFS breadth (1 = one continuation per level)
+    and the number of draft tokens a step verifies."""
+    tokens = flags.split()
+    args = dict(zip(tokens[::2], tokens[1::2]))
+    assert all(k.startswith("--") for k in args), flags  # flag/value pairs, nothing dangling
+    if args["--speculative-algorithm"] == "NGRAM":
+        assert "--speculative-eagle-topk" not in args  # overwritten by SGLang: misleading
+        assert "--speculative-num-steps" not in args  # not read by the n-gram drafter
+        breadth = int(args.get("--speculative-ngram-max-bfs-breadth", 10))
+        min_breadth = int(args.get("--speculative-ngram-min-bfs-breadth", 1))
+        assert 1 <= min_breadth <= breadth  # the n-gram cache's own check (ngram.cpp)
+        return {"breadth": breadth,
+                "drafts": int(args.get("--speculative-num-draft-tokens", 12)) - 1}
+    topk, steps = int(args["--speculative-eagle-topk"]), int(args["--speculative-num-steps"])
+    drafts = int(args["--speculative-num-draft-tokens"])
+    if topk == 1:
+        drafts = steps + 1
+    return {"breadth": topk, "drafts": drafts - 1}
+
+
+def sglang_flags_of(stdout: str) -> tuple[str, int]:
+    line = re.search(r"launch_server --model-path \S+ (.*)", stdout).group(1)
+    gamma = int(re.search(r"gamma (\d+), the best at batch 1", stdout).group(1))
+    return line, gamma
+
+
+@pytest.mark.parametrize("draft", ["ngram", "llama-3.2-1b"])
+def test_sglang_flags_give_a_chain_of_gamma_drafts(draft):
+    p = run("--gpu", "h100-sxm", "--target", "llama-3.1-8b", "--draft", draft,
+            "--acceptance", "0.7", "--batch", "1,4")
+    assert p.returncode == 0, p.stderr
+    flags, gamma = sglang_flags_of(p.stdout)
+    assert gamma == vllm_config(p.stdout)["num_speculative_tokens_per_batch_size"][0][2]
+    assert sglang_resolved(flags) == {"breadth": 1, "drafts": gamma}
+    if draft == "ngram":
+        assert "--speculative-ngram-max-bfs-breadth 1" in flags
+
+
+def test_the_resolver_sees_the_old_ngram_flags_as_a_tree():
+    """The flags printed before (topk 1, num-steps) leave SGLang's default BFS breadth of 10."""
+    old = ("--speculative-algorithm NGRAM --speculative-num-steps 8 --speculative-eagle-topk 1 "
+           "--speculative-num-draft-tokens 9")
+    with pytest.raises(AssertionError):
+        sglang_resolved(old)
+
+
+def one_line_error(p, flag: str) -> str:
+    assert p.returncode == 2, p.stdout
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {flag}: "), p.stderr
+    assert p.stdout == ""
+    return lines[0]
+
+
+@pytest.mark.parametrize("target, draft, sizes", [
+    ("llama-3.1-8b", "qwen2.5-0.5b", ("151936", "128256")),
+    ("llama-2-7b", "llama-3.2-1b", ("128256", "32000")),
+])
+def test_a_draft_with_another_vocabulary_is_refused(target, draft, sizes):
+    line = one_line_error(run("--gpu", "h100-sxm", "--target", target, "--draft", draft,
+                              "--acceptance", "0.7"), "--draft")
+    assert all(s in line for s in sizes) and "vocabulary" in line
+    assert draft not in line.split("allowed:")[1]
+    from src.costmodel import load_presets
+    models = load_presets().models
+    allowed = line.split("allowed: ")[1].split(", ")
+    assert all(models[m].vocab_size == models[target].vocab_size
+               for m in allowed if m not in ("eagle", "ngram"))
+
+
+def test_a_draft_with_the_same_vocabulary_runs():
+    p = run("--gpu", "h100-sxm", "--target", "llama-2-7b", "--draft", "llama-68m",
+            "--acceptance", "0.7", "--batch", "1")
+    assert p.returncode == 0, p.stderr
+
+
+def test_self_draft_is_not_offered():
+    line = one_line_error(run(*BASE[:4], "--draft", "self", "--acceptance", "0.7"), "--draft")
+    assert "self" not in line.split("allowed:")[1]
+
+
+def test_a_context_that_does_not_fit_names_the_option_and_the_deployment():
+    line = one_line_error(run(*BASE, "--acceptance", "0.7", "--batch", "1",
+                              "--context", "1000000"), "--context")
+    assert "llama-3.2-1b" in line and "llama-3.1-8b" in line
+    most = int(line.rsplit("up to ", 1)[1])
+    p = run(*BASE, "--acceptance", "0.7", "--batch", "1", "--context", str(most))
+    assert p.returncode == 0, p.stderr
+    one_line_error(run(*BASE, "--acceptance", "0.7", "--batch", "1", "--context",
+                       str(most + 1)), "--context")
+
+
+@pytest.mark.parametrize("batch", ["1,,8", "1,8,", ",1"])
+def test_batch_list_with_an_empty_item_is_refused_like_rate(batch):
+    line = one_line_error(run(*BASE, "--acceptance", "0.7", "--batch", batch), "--batch")
+    assert "empty item" in line
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--draft", "llama-3.2-1b", "--batch", "4", "--requests", "50"], "--requests"),
+    (["--draft", "ngram", "--draft-model-path", "x/y"], "--draft-model-path"),
+    (["--draft", "ngram", "--draft-tp", "2"], "--draft-tp"),
+])
+def test_options_the_run_would_ignore_are_refused(args, flag):
+    one_line_error(run(*BASE[:4], *args, "--acceptance", "0.7"), flag)
+
+
+def test_acceptance_help_says_what_is_enforced():
+    from src.config import ALPHA_CLIP
+    from src.online.recommend import make_parser
+    text = make_parser().format_help()
+    assert f"{ALPHA_CLIP[0]:g}..{ALPHA_CLIP[1]:g}" in " ".join(text.split())
+    one_line_error(run(*BASE, "--acceptance", str(ALPHA_CLIP[1] + 0.0005)), "--acceptance")
+    p = run(*BASE, "--acceptance", str(ALPHA_CLIP[1]), "--batch", "1")
+    assert p.returncode == 0, p.stderr
+
+
+def test_eagle_head_runs_at_the_target_tp_by_default():
+    p = run("--gpu", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "eagle", "--tp", "2",
+            "--draft-model-path", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "--acceptance", "0.7",
+            "--batch", "1")
+    assert p.returncode == 0, p.stderr

@@ -23,11 +23,19 @@ import sys
 
 import numpy as np
 
-from src.config import ConfigError, OneLineArgumentParser, PointAlpha, check_alpha
+from src.config import (
+    ALPHA_CLIP,
+    ConfigError,
+    OneLineArgumentParser,
+    PointAlpha,
+    check_alpha,
+    list_items,
+)
 
 FIELD_FLAGS = {"scenario.gpu": "--gpu", "scenario.target": "--target", "scenario.draft": "--draft",
                "scenario.tp": "--tp", "scenario.draft_tp": "--draft-tp"}
 SGLANG_ALGORITHM = {"model": "STANDALONE", "eagle": "EAGLE", "ngram": "NGRAM"}
+DEFAULT_REQUESTS = 300
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -38,13 +46,15 @@ def make_parser() -> argparse.ArgumentParser:
                     "throughput change (steady state by batch size, or simulated by request rate).")
     p.add_argument("--gpu", required=True, help="GPU preset id (python run.py step-time --list)")
     p.add_argument("--target", required=True, help="target model preset id, e.g. llama-3.1-8b")
-    p.add_argument("--draft", required=True, help="draft model preset id, 'eagle' or 'ngram'")
+    p.add_argument("--draft", required=True,
+                   help="draft model preset id with the target's vocabulary, 'eagle' or 'ngram'")
     p.add_argument("--acceptance", required=True,
-                   help="per-token acceptance probability of the draft, 0 < A < 1 (vLLM's "
-                        "accepted / draft tokens is a lower bound of it at gamma > 1)")
+                   help=f"per-token acceptance probability of the draft, {ALPHA_CLIP[0]:g}.."
+                        f"{ALPHA_CLIP[1]:g} (vLLM's accepted / draft tokens is a lower bound of it "
+                        "at gamma > 1)")
     p.add_argument("--engine", help="engine profile (default vllm-v1 where it exists)")
     p.add_argument("--tp", default="1", help="target tensor-parallel degree (default 1)")
-    p.add_argument("--draft-tp", default="1", help="draft model TP degree (default 1)")
+    p.add_argument("--draft-tp", help="draft model TP degree (default 1; only with a draft model)")
     p.add_argument("--rate", help="request rates (requests/s), comma-separated: simulate serving")
     p.add_argument("--batch", help="batch sizes, comma-separated: steady state (default 1, 2, 4, "
                                    "... up to what fits)")
@@ -56,16 +66,19 @@ def make_parser() -> argparse.ArgumentParser:
                                                           "(default 1024, vLLM V1's)")
     p.add_argument("--max-gamma", default="8", help="largest gamma considered (default 8)")
     p.add_argument("--draft-model-path", help="Hugging Face repository of the draft to print "
-                                              "(default: the preset's; required for --draft eagle)")
-    p.add_argument("--requests", default="300", help="requests per replication for --rate (300)")
+                                              "(default: the preset's; required for --draft eagle; "
+                                              "not with --draft ngram)")
+    p.add_argument("--requests", help=f"requests per replication, only with --rate "
+                                      f"(default {DEFAULT_REQUESTS})")
     return p
 
 
 def _ints(flag: str, text: str, low: int, high: int) -> list[int]:
+    """A comma-separated list of integers by config.list_items' rule: an empty item ('1,,8', a
+    trailing comma) is refused, not dropped, as --rate's is."""
     from src.online.cli import _int
-    values = [_int(flag, v, low, high) for v in str(text).split(",") if v.strip()]
-    if not values:
-        raise ConfigError(flag, f"no value given; allowed: integers {low}..{high}")
+    values = [_int(flag, v, low, high)
+              for v in list_items(flag, str(text), f"integers {low}..{high}")]
     if len(set(values)) != len(values):
         raise ConfigError(flag, "a value is listed twice")
     return sorted(values)
@@ -82,15 +95,45 @@ def _scenario(args):
     from src.online.cli import _int
     table = {"scenario": {"name": "recommend", "gpu": args.gpu, "target": args.target,
                           "draft": args.draft, "tp": _int("--tp", args.tp, 1, 64),
-                          "draft_tp": _int("--draft-tp", args.draft_tp, 1, 64),
                           "engine_profiles": [engine]},
              "study": {"batch_sizes": [1], "prompt_len": {"kind": "fixed", "tokens": 16},
                        "output_len": {"kind": "fixed", "tokens": 16}}}
+    if args.draft_tp is not None:  # else the scenario's default: 1, or tp for an eagle head
+        table["scenario"]["draft_tp"] = _int("--draft-tp", args.draft_tp, 1, 64)
     try:
         return scenario_from_dict(table), engine
     except ConfigError as e:
         raise ConfigError(FIELD_FLAGS.get(e.field_name, e.field_name),
                           str(e).split(": ", 1)[1]) from None
+
+
+def _check_draft(args) -> None:
+    """--draft is a model preset, eagle or ngram ('self' needs a draft KV budget, which recommend
+    has no option for); the draft-model options are refused where the run would ignore them."""
+    from src.costmodel import load_presets
+    models = load_presets().models
+    if args.draft == "self":
+        raise ConfigError("--draft", "'self' needs a draft KV budget, which recommend has no "
+                                     "option for (use serve with a scenario file); allowed: eagle, "
+                                     "ngram or a model preset id")
+    if args.draft not in models and args.draft not in ("eagle", "ngram"):
+        raise ConfigError("--draft", f"unknown '{args.draft}'; allowed: eagle, ngram or a model "
+                                     f"preset ({', '.join(sorted(models))})")
+    if args.draft in models and args.target in models:
+        target_vocab, draft_vocab = models[args.target].vocab_size, models[args.draft].vocab_size
+        if draft_vocab != target_vocab:
+            same = [m for m in sorted(models)
+                    if models[m].vocab_size == target_vocab and m != args.target]
+            raise ConfigError("--draft", f"{args.draft} has a {draft_vocab}-token vocabulary, "
+                                         f"{args.target} {target_vocab}: the draft must share the "
+                                         "target's vocabulary (vLLM refuses the pair); allowed: "
+                                         f"{', '.join(['eagle', 'ngram', *same])}")
+    if args.draft == "ngram":
+        for flag, value in (("--draft-model-path", args.draft_model_path),
+                            ("--draft-tp", args.draft_tp)):
+            if value is not None:
+                raise ConfigError(flag, "only used with a draft model or eagle head: --draft ngram "
+                                        "looks drafts up in the prompt")
 
 
 def build(args):
@@ -104,6 +147,9 @@ def build(args):
         raise ConfigError("--rate", "give either --rate or --batch, not both")
     if args.workload is not None and args.rate is None:
         raise ConfigError("--workload", "only used with --rate")
+    if args.requests is not None and args.rate is None:
+        raise ConfigError("--requests", "only used with --rate")
+    _check_draft(args)
     scenario, engine = _scenario(args)
     max_seqs = _int("--max-num-seqs", args.max_num_seqs, 1, 65536)
     max_gamma = _int("--max-gamma", args.max_gamma, 1, 32)
@@ -119,17 +165,27 @@ def build(args):
         policies="none,schedule,fixed", workload=preset.name, prompt_len=preset.prompt_len,
         output_len=preset.output_len, workload_source=preset.source,
         alpha_mode=f"alpha-{alpha:g}", alpha=PointAlpha(alpha),
-        requests_per_replication=_int("--requests", args.requests, 10, 100_000), replications=3,
+        requests_per_replication=_int("--requests", args.requests or DEFAULT_REQUESTS, 10, 100_000),
+        replications=3,
         limits=EngineLimits(max_seqs, max(8192, max_seqs)), max_gamma=max_gamma)
     return cfg, batches, rates, context, alpha
 
 
-def schedule_at(cfg, context: float):
-    """(schedule, gamma per batch, speedup per batch, KV tokens) at one context."""
+def schedule_at(cfg, context: int, context_flag: str = "--context"):
+    """(schedule, gamma per batch, speedup per batch, KV tokens) at one context. A context that
+    does not fit one sequence (plus max_gamma + 1 speculative slots) in the KV cache of the
+    speculative deployment is refused naming `context_flag`."""
     from src.online.policies import compress_schedule, steady_state_gammas
     from src.online.study import deployments
     deps = deployments(cfg)
     kv = min(d.kv_capacity_blocks for d in deps) * cfg.limits.block_size_tokens
+    if context + cfg.max_gamma + 1 > kv:
+        sc = cfg.scenario
+        raise ConfigError(context_flag, f"{context} tokens per sequence do not fit the KV cache of "
+                                        f"{sc.target_model_id} at tp={sc.tp} with draft {sc.draft} "
+                                        f"on {sc.gpu_id} ({kv} tokens, less {cfg.max_gamma + 1} "
+                                        f"speculative slots); allowed: up to "
+                                        f"{kv - cfg.max_gamma - 1}")
     gammas, speedups, _ = steady_state_gammas(deps[1].timer, deps[0].timer,
                                            np.array([cfg.alpha.value]), context,
                                            cfg.limits.max_num_seqs, cfg.max_gamma, kv_tokens=kv)
@@ -159,10 +215,19 @@ def sglang_flags(cfg, gamma: int, draft_path: str | None) -> str:
     sc = cfg.scenario
     kind = "ngram" if sc.draft == "ngram" else "eagle" if sc.draft == "eagle" else "model"
     flags = [f"--speculative-algorithm {SGLANG_ALGORITHM[kind]}"]
-    if kind != "ngram":
-        from src.costmodel import load_presets
-        path = draft_path or load_presets().models[sc.draft].hf_name
-        flags.append(f"--speculative-draft-model-path {path}")
+    if kind == "ngram":
+        # SGLang's NGRAM handler sets speculative_eagle_topk = speculative_ngram_max_bfs_breadth
+        # (default 10: a BFS tree) and never reads num-steps for drafting; the n-gram cache
+        # proposes num_draft_tokens - 1 tokens after the last verified one. Breadth 1 (= the
+        # default min breadth) expands one continuation per level: gamma drafts, gamma + 1
+        # verified positions (design.md, `recommend`).
+        flags += ["--speculative-ngram-max-bfs-breadth 1",
+                  f"--speculative-num-draft-tokens {gamma + 1}"]
+        return " ".join(flags)
+    from src.costmodel import load_presets
+    path = draft_path or load_presets().models[sc.draft].hf_name
+    flags.append(f"--speculative-draft-model-path {path}")
+    # EAGLE/STANDALONE with topk 1: server_args sets num_draft_tokens = num_steps + 1, a chain.
     flags += [f"--speculative-num-steps {gamma}", "--speculative-eagle-topk 1",
               f"--speculative-num-draft-tokens {gamma + 1}"]
     return " ".join(flags)
@@ -177,11 +242,13 @@ def report(args) -> str:
     cfg, batches, rates, context, alpha = build(args)
     sc = cfg.scenario
     presets = load_presets()
+    context_flag = "--context"
     if rates is not None and context is None:
         from src.online.workloads import mean_length
         context = int(round(mean_length(cfg.prompt_len) + mean_length(cfg.output_len) / 2))
+        context_flag = "--workload"  # the context is the workload's mean
     context = context or 2048
-    schedule, gammas, speedups, kv = schedule_at(cfg, context)
+    schedule, gammas, speedups, kv = schedule_at(cfg, context, context_flag)
     fits = max(1, min(cfg.limits.max_num_seqs, kv // (context + cfg.max_gamma + 1)))
     if batches is None and rates is None:
         batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if b <= fits]
