@@ -215,6 +215,24 @@ def test_malformed_trace_and_oversized_requests_are_refused(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize(
+    "rows, rates, needle",
+    [
+        # every arrival at one timestamp: no rate to replay, and rescaling keeps them at one
+        (["0,100,20", "0,120,30", "0,90,10"], [], "--trace: all 3 arrivals share one timestamp"),
+        (["5,100,20", "5,120,30"], ["--rates", "2,4"], "--trace: all 2 arrivals share one"),
+        (["0,100,20"], [], "--trace: a trace of one request has no arrival rate to replay"),
+        (["0,100,20"], ["--rates", "2"], "--trace: a trace of one request cannot be rescaled"),
+    ],
+)
+def test_a_trace_without_an_arrival_rate_is_refused_not_given_one(tmp_path, rows, rates, needle):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "\n".join(rows) + "\n")
+    p = run("--trace", str(trace), *rates, "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and p.stderr.startswith(f"error: {needle}"), p.stderr
+    assert p.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
 def test_trace_replay_runs(tmp_path):
     trace = tmp_path / "t.csv"
     rows = ["arrival_s,prompt_tokens,output_tokens,alpha"]
@@ -259,6 +277,10 @@ def test_value_parsers():
         parse_slo("--slo", "ttft=2s,tpot=50")
     with pytest.raises(ConfigError, match=r"ttft=2 has no unit; .* e\.g\. ttft=2s"):
         parse_slo("--slo", "ttft=2,tpot=50ms")
+    # a key given twice is named, not "does not parse"
+    with pytest.raises(ConfigError,
+                       match=r"^--slo: ttft given twice in 'ttft=2s,tpot=50ms,ttft=3s'"):
+        parse_slo("--slo", "ttft=2s,tpot=50ms,ttft=3s")
 
 
 def test_the_study_and_serve_keep_each_others_outputs(tmp_path):

@@ -176,7 +176,9 @@ def parse_slo(flag: str, value: Any) -> tuple[float, float]:
     for part in str(value).split(","):
         key, eq, amount = part.strip().partition("=")
         key = key.strip()
-        if not eq or key not in ("ttft", "tpot") or key in out:
+        if key in out:
+            raise ConfigError(flag, f"{key} given twice in '{value}'; expected ttft=2s,tpot=50ms")
+        if not eq or key not in ("ttft", "tpot"):
             raise ConfigError(flag, f"'{value}' does not parse; expected ttft=2s,tpot=50ms")
         amount = amount.strip()
         if amount and not amount.endswith("s"):  # a bare number: seconds or milliseconds?
@@ -371,9 +373,18 @@ def config_from_args(args: argparse.Namespace):
     if trace is not None:
         if len(trace.arrival_s) < 2 and rates_v is not None:
             raise ConfigError("--trace", "a trace of one request cannot be rescaled to --rates")
+        span = trace.arrival_s[-1] - trace.arrival_s[0]
+        if len(trace.arrival_s) < 2 and rates_v is None:
+            raise ConfigError("--trace", "a trace of one request has no arrival rate to replay; "
+                              "give a trace of two or more requests")
+        if len(trace.arrival_s) >= 2 and span <= 0:
+            # a rate is arrivals over the time they span; rescaling times that are all equal
+            # leaves them equal, so --rates could not give them one either
+            raise ConfigError("--trace", f"all {len(trace.arrival_s)} arrivals share one "
+                              "timestamp: a burst with no arrival rate, at any --rates; give "
+                              "arrival times that differ")
         if rates_v is None:
-            span = trace.arrival_s[-1] - trace.arrival_s[0]
-            rates = ((len(trace.arrival_s) - 1) / span,) if span > 0 else (1.0,)
+            rates = ((len(trace.arrival_s) - 1) / span,)
         else:
             rates = parse_rates(rates_f, rates_v)
     else:
