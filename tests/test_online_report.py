@@ -8,13 +8,17 @@ import pandas as pd
 
 from src.online.policies import BatchSchedule
 from src.online.report import (
+    MAX_INTERPOLATION_RATIO,
     STEADY_WINDOW_E2E,
     arrival_window_s,
     capacity_text,
+    duration_to_steady_s,
     fixed_policies_label,
+    rate_label,
     schedule_gammas_not_run,
     slo_capacity,
     steady_flags,
+    summary_section,
     with_steadiness,
 )
 
@@ -47,11 +51,82 @@ def test_a_rate_is_steady_when_its_window_holds_k_mean_e2e_latencies():
 
 
 def test_capacity_interpolates_between_the_last_meet_and_the_first_miss():
-    t = table([1.0, 0.95, 0.85, 0.5])
-    kind, rate, miss = slo_capacity(t, "none", 0.9)
+    t = table([1.0, 0.95, 0.85, 0.5])  # rates a factor 2 apart: allow that gap here
+    kind, rate, miss = slo_capacity(t, "none", 0.9, max_ratio=2.0)
     assert kind == "between" and miss == 4.0
     assert np.isclose(rate, 2 * 2 ** 0.5)  # halfway from 0.95 to 0.85 in log rate
-    assert capacity_text(kind, rate, miss, 8.0) == "2.83/s"
+    assert capacity_text(kind, rate, miss, 8.0) == "2.8/s"
+
+
+def test_capacity_is_a_bracket_across_a_wide_gap_or_a_non_steady_miss():
+    """32/s met, 64/s missed: an interpolated 35.14/s would only say how overloaded 64/s got."""
+    t = pd.DataFrame({"policy": "none", "rate_per_s": [16.0, 32.0, 64.0],
+                      "slo_attainment": [1.0, 0.99, 0.2], "e2e_mean_s": [1.0, 1.0, 1.0]})
+    steady = pd.Series([True, True, False], index=t.index)
+    kind, rate, miss = slo_capacity(t, "none", 0.9, steady)
+    assert (kind, rate, miss) == ("bracket", 32.0, 64.0)
+    assert capacity_text(kind, rate, miss, 64.0) == "32-64/s"
+    # every rate steady but the gap a factor 2 > MAX_INTERPOLATION_RATIO: still a bracket
+    assert 1 < MAX_INTERPOLATION_RATIO < 2
+    assert slo_capacity(t, "none", 0.9, pd.Series(True, index=t.index))[0] == "bracket"
+    # a steady miss close enough above a steady meet: interpolated
+    close = t.assign(rate_per_s=[16.0, 32.0, 32.0 * MAX_INTERPOLATION_RATIO])
+    assert slo_capacity(close, "none", 0.9, pd.Series(True, index=t.index))[0] == "between"
+
+
+def test_unknown_capacity_says_how_long_a_run_would_make_it_known():
+    # met everywhere, no rate steady (a 30 s run, mean E2E 2.4 s): --duration-s 48 -> 50
+    assert duration_to_steady_s([1.1, 2.4]) == 50.0
+    text = capacity_text("none", float("nan"), float("nan"), 16.0, 50.0)
+    assert text.startswith("unknown: the rates that meet it are not steady states")
+    assert "--duration-s 50 would make them steady" in text
+
+
+def test_rate_labels_are_integers_or_three_significant_figures():
+    assert [rate_label(r) for r in (4.0, 64.0, 0.5, 3.78848, 12.3456)] == [
+        "4", "64", "0.5", "3.79", "12.3"]
+
+
+def test_every_section_marks_a_non_steady_cell_and_says_the_realised_rate():
+    rates, policies = [2.0, 32.0], ["none", "fixed:2", "adaptive"]
+    rows = []
+    for p in policies:
+        for r in rates:
+            rows.append(dict(policy=p, rate_per_s=r, slo_attainment=1.0,
+                             e2e_mean_s=1.0 if r == 2 else 10.0, requests=2 * int(r * 60) + 4,
+                             tpot_p50_s=0.01, tpot_p50_speedup=1.0, tpot_p50_speedup_ci_high=1.1,
+                             e2e_p50_speedup_ci_high=1.1, goodput_req_s=r * (1.1 if p ==
+                             "adaptive" else 1.0), hindsight_best_fixed="fixed:2",
+                             gain_over_best_fixed=1.0, ttft_p50_s=0.1, ttft_p99_s=0.2,
+                             tpot_p99_s=0.02, e2e_p50_s=1.0, output_throughput_tok_s=100.0,
+                             output_throughput_tok_s_ci_low=np.nan,
+                             output_throughput_tok_s_ci_high=np.nan, mean_batch=1.0,
+                             kv_use=0.1, acceptance_rate=0.7, mean_gamma=2.0))
+    t = pd.DataFrame(rows)
+    t.loc[t.policy == "adaptive", "tpot_p50_s"] = 0.005
+    sc = SimpleNamespace(name="s", target_model_id="t", draft="d", gpu_id="g", tp=1)
+    cfg = SimpleNamespace(duration_s=60.0, trace=None, requests_per_replication=None,
+                          replications=2, scenario=sc, engine_profile="e", workload="w",
+                          workload_source="x.", arrival=SimpleNamespace(label=lambda: "poisson"),
+                          alpha_label="m", alpha_mode="m", confidence=0.95,
+                          slo_ttft_s=2.0, slo_tpot_s=0.05, slo_attainment_target=0.9,
+                          limits=SimpleNamespace(max_num_seqs=8, max_num_batched_tokens=64))
+    kv = SimpleNamespace(kv_capacity_blocks=10)
+    prep = SimpleNamespace(hazard_profile=None, default_gamma=2, deployments=[kv, kv],
+                           schedule=SimpleNamespace(ranges=((1, 8, 2),), vllm_json=lambda: "{}"))
+    text = summary_section({"table": t, "prepared": prep}, cfg)
+    sections = {k: text.split(f"{k}.")[1].split("\n\n")[0] for k in ("S3", "S4", "S6")}
+    # 32/s: a 60 s window holds 6 mean E2E latencies of 10 s, not 20: marked wherever it shows
+    assert "32/s  adaptive (5.0 ms) *" in sections["S3"]
+    assert "2/s   adaptive (5.0 ms) " in sections["S3"]
+    assert sections["S4"].splitlines()[-1].rstrip().endswith("1.00  1.00 *")
+    assert all(line.split()[1:3] == ["32", "*"] for line in sections["S6"].splitlines()
+               if " 32 " in line)
+    assert "* = arrival window < 20x mean E2E: a burst, not a steady state" in text
+    # 2 x (2 x 60) + 4 requests over 2 replications of 60 s: 2.03/s realised, not 2
+    assert "Realised arrival rate" in text and "2/s: 2.03/s, 32/s: 32.03/s" in text
+    assert "capacity" in text and "> 32/s" not in text
+
 
 
 def test_capacity_missed_at_every_rate_says_so_not_zero():
@@ -76,9 +151,12 @@ def test_a_meet_counts_only_where_steady_a_miss_counts_anywhere():
     kind, rate, miss = slo_capacity(t, "none", 0.9, steady)
     assert (kind, rate, miss) == ("above", 2.0, 8.0)
     assert "first miss at 8/s" in capacity_text(kind, rate, miss, 8.0)
-    # the rate before the first miss steady: interpolate as without the rule
+    # the rate before the first miss steady, the miss not: a bracket (its attainment depends on
+    # how long it was overloaded); both steady: interpolated as without the rule
     steady = pd.Series([True, True, True, False], index=t.index)
-    assert slo_capacity(t, "none", 0.9, steady)[0] == "between"
+    assert slo_capacity(t, "none", 0.9, steady, max_ratio=2.0)[:2] == ("bracket", 4.0)
+    all_steady = pd.Series(True, index=t.index)
+    assert slo_capacity(t, "none", 0.9, all_steady, max_ratio=2.0)[0] == "between"
 
 
 def test_hindsight_label_lists_the_fixed_policies_run():

@@ -72,19 +72,41 @@ def steady_flags(table: pd.DataFrame, window_s: dict, k: float = STEADY_WINDOW_E
     return window >= k * table.e2e_mean_s
 
 
+# S5 interpolates a capacity only between two steady rates at most this factor apart: attainment
+# falls from "met" to "missed" over a narrow band of rates (a queue's cliff), so across a wider
+# bracket the interpolated figure says where the two measured attainments happen to sit, not
+# where the cliff is, and a non-steady miss's attainment depends on how long it was overloaded
+# (design.md section 15, "SLO capacity"); 1.25 admits the committed run's 32/40/48/56/64 steps
+MAX_INTERPOLATION_RATIO = 1.25
+
+MARK = " *"
+MARK_LEGEND = (f"* = arrival window < {STEADY_WINDOW_E2E:g}x mean E2E: a burst, not a steady "
+               "state")
+
+
+def rate_label(rate: float) -> str:
+    """A rate as printed: an integer or 3 significant figures (a trace's 3.78848 -> 3.79)."""
+    if float(rate).is_integer():
+        return f"{int(rate)}"
+    return f"{rate:.3g}" if rate < 1000 else f"{rate:.0f}"
+
+
 def slo_capacity(table: pd.DataFrame, policy: str, target: float,
-                 steady: pd.Series | None = None) -> tuple[str, float, float]:
+                 steady: pd.Series | None = None,
+                 max_ratio: float = MAX_INTERPOLATION_RATIO) -> tuple[str, float, float]:
     """(kind, rate, first miss): the highest rate at which at least `target` of the requests
     meet the SLO, interpolated in log rate between the last rate that meets it and the first
-    that misses.
+    that misses where both are steady states and at most `max_ratio` apart.
 
     With `steady` (a flag per table row), a rate that meets the SLO counts only where it is a
     steady state (a burst or an overloaded run's meet says nothing about sustained load); a miss
     counts wherever it is (transients only lower latencies, and an overload's grow with the
-    window). kind: "between" (rate interpolated), "above" (met at every counted rate below the
-    first miss up to `rate`, the highest counted rate), "below" (missed at the lowest rate,
-    `rate`), "none" (no rate counts: every rate meets the SLO without being steady); first miss:
-    the lowest rate that misses the SLO (nan where none does)."""
+    window). kind: "between" (rate interpolated), "bracket" (the capacity lies between `rate`,
+    the last meet, and the first miss, which is not steady or more than `max_ratio` higher),
+    "above" (met at every counted rate below the first miss up to `rate`, the highest counted
+    rate), "below" (missed at the lowest rate, `rate`), "none" (no rate counts: every rate
+    before the first miss meets the SLO without being steady); first miss: the lowest rate that
+    misses the SLO (nan where none does)."""
     t = table[table.policy == policy].sort_values("rate_per_s")
     rates, att = t.rate_per_s.to_numpy(), t.slo_attainment.to_numpy()
     ok = att >= target
@@ -101,21 +123,36 @@ def slo_capacity(table: pd.DataFrame, policy: str, target: float,
     if first_bad == len(rates) or last != first_bad - 1:
         return "above", float(rates[last]), first_miss
     r0, r1, a0, a1 = rates[last], rates[first_bad], att[last], att[first_bad]
+    if not counted[first_bad] or r1 / r0 > max_ratio:
+        return "bracket", float(r0), first_miss
     f = (a0 - target) / (a0 - a1)
     return "between", float(np.exp(np.log(r0) + f * (np.log(r1) - np.log(r0)))), first_miss
 
 
-def capacity_text(kind: str, rate: float, first_miss: float, top_rate: float) -> str:
-    """S5's capacity cell."""
+def duration_to_steady_s(e2e_mean_s, k: float = STEADY_WINDOW_E2E) -> float:
+    """The arrival window (s, rounded up to 10 s) that holds k of the largest measured mean E2E
+    latencies: the --duration-s that would make those rates steady, if their latencies hold."""
+    return float(np.ceil(k * np.max(e2e_mean_s) / 10.0) * 10.0)
+
+
+def capacity_text(kind: str, rate: float, first_miss: float, top_rate: float,
+                  duration_hint_s: float | None = None) -> str:
+    """S5's capacity cell (`duration_hint_s`: the --duration-s that would make the rates that
+    meet the SLO steady, said where kind is "none")."""
     if kind == "below":
-        return f"< {rate:g}/s (missed at every rate)"
-    upper = "met at every rate" if np.isnan(first_miss) else f"first miss at {first_miss:g}/s"
+        return f"< {rate_label(rate)}/s (missed at every rate)"
+    upper = ("met at every rate" if np.isnan(first_miss)
+             else f"first miss at {rate_label(first_miss)}/s")
     if kind == "none":
-        return f"unknown (no steady rate meets it; {upper})"
+        hint = ("" if duration_hint_s is None
+                else f"; --duration-s {duration_hint_s:g} would make them steady")
+        return f"unknown: the rates that meet it are not steady states ({upper}{hint})"
     if kind == "above":
-        return (f"> {rate:g}/s (met at every rate)" if rate >= top_rate
-                else f">= {rate:g}/s (the highest steady rate that meets it; {upper})")
-    return f"{rate:.2f}/s"
+        return (f"> {rate_label(rate)}/s (met at every rate)" if rate >= top_rate
+                else f">= {rate_label(rate)}/s (the highest steady rate that meets it; {upper})")
+    if kind == "bracket":
+        return f"{rate_label(rate)}-{rate_label(first_miss)}/s"
+    return f"{rate:.1f}/s"
 
 
 def fixed_policies_label(policies) -> str:
@@ -144,7 +181,8 @@ def _acceptance_label(cfg, prep) -> str:
 def steady_line(t: pd.DataFrame, rates) -> str:
     """The summary's line on each rate's arrival window and which (policy, rate) are steady."""
     windows = ", ".join(
-        f"{x:g}/s: {t[t.rate_per_s == x].arrival_window_s.iloc[0]:.0f} s" for x in rates)
+        f"{rate_label(x)}/s: {t[t.rate_per_s == x].arrival_window_s.iloc[0]:.0f} s"
+        for x in rates)
     ratio = t.arrival_window_s / t.e2e_mean_s
     bad = t[~t.steady_state]
     if bad.empty:
@@ -154,7 +192,8 @@ def steady_line(t: pd.DataFrame, rates) -> str:
         for _, row in bad.iterrows():
             by_rate.setdefault(row.rate_per_s, []).append(row.policy)
         verdict = "not steady (marked *): " + "; ".join(
-            f"{r:g}/s ({'every policy' if len(ps) == t.policy.nunique() else ', '.join(ps)})"
+            f"{rate_label(r)}/s "
+            f"({'every policy' if len(ps) == t.policy.nunique() else ', '.join(ps)})"
             for r, ps in sorted(by_rate.items()))
     return (
         f"Steady state: a (policy, rate) is one when its arrival window is at least "
@@ -162,6 +201,21 @@ def steady_line(t: pd.DataFrame, rates) -> str:
         f"arrival windows {windows}; window / mean E2E from {ratio.min():.1f} to "
         f"{ratio.max():.0f}; {verdict}."
     )
+
+
+def _mark(row) -> str:
+    """MARK where the table row is not a steady state."""
+    return "" if row.steady_state else MARK
+
+
+def realised_line(t: pd.DataFrame, rates, replications: int) -> str:
+    """The summary's line on the arrival rate each offered rate realised: requests / arrival
+    window, mean over replications (random arrival counts can exceed the offered rate)."""
+    none = t[t.policy == t.policy.iloc[0]].set_index("rate_per_s")
+    cells = ", ".join(
+        f"{rate_label(r)}/s: {none.requests[r] / replications / none.arrival_window_s[r]:.2f}/s"
+        for r in rates)
+    return f"Realised arrival rate (requests / arrival window, mean over replications): {cells}."
 
 
 def with_steadiness(table: pd.DataFrame, cfg) -> pd.DataFrame:
@@ -210,8 +264,10 @@ def summary_section(result: dict, cfg) -> str:
         f"SLO: TTFT <= {cfg.slo_ttft_s:g} s and TPOT <= {cfg.slo_tpot_s * 1e3:g} ms; a rate "
         f"meets it when {cfg.slo_attainment_target:.0%} of requests do.",
         steady_line(t, rates),
+        realised_line(t, rates, cfg.replications),
         "Throughputs and goodput divide by the makespan, the drain after the last arrival "
-        "included, so they fall short of the offered rate even at a steady rate below capacity.",
+        "included, so below capacity they sit near the realised arrival rate, usually under it "
+        "(they can exceed the offered rate where the arrivals did).",
         f"Default gamma: {prep.default_gamma}, the steady-state closed form's best at batch 1 "
         "and this workload's mean context (design.md section 11, 'Steady-state closed form'; "
         "the simulated fixed-batch study, with contexts that grow, can pick a neighbouring gamma "
@@ -219,20 +275,19 @@ def summary_section(result: dict, cfg) -> str:
         "",
     ]
     lines.append("S1. TPOT p50 (ms) by policy and rate; speedup over none in parentheses; "
-                 "* = not a steady state")
+                 + MARK_LEGEND)
     rows = []
     for p in policies:
         r = [p]
         for rate in rates:
             row = t[(t.policy == p) & (t.rate_per_s == rate)].iloc[0]
-            mark = "" if row.steady_state else " *"
+            mark = "" if row.steady_state else MARK
             r.append(f"{row.tpot_p50_s * 1e3:.1f} ({row.tpot_p50_speedup:.2f}x){mark}")
         rows.append(r)
-    lines += [_table(["policy"] + [f"{x:g}/s" for x in rates], rows), ""]
+    lines += [_table(["policy"] + [f"{rate_label(x)}/s" for x in rates], rows), ""]
     lines.append(
         "S2. Where speculation stops paying (TPOT p50 speedup below 1 with its whole "
-        "interval, from this rate on; * = a rate that is not a steady state for the policy or "
-        "none)"
+        "interval, from this rate on; " + MARK_LEGEND + " for the policy or none)"
     )
     rows = []
     for p in policies:
@@ -246,14 +301,14 @@ def summary_section(result: dict, cfg) -> str:
                 return "never in the grid"
             at = t.rate_per_s == rate
             steady = t[at & t.policy.isin([p, "none"])].steady_state.all()
-            return f"{rate:g}/s" + ("" if steady else " *")
+            return f"{rate_label(rate)}/s" + ("" if steady else MARK)
 
         rows.append([p, cell(s), cell(s_e2e)])
     lines += [_table(["policy", "TPOT p50", "E2E p50"], rows), ""]
     best_of = fixed_policies_label(policies)
     lines.append(
         "S3. Best policy per rate (lowest TPOT p50; highest goodput), and the hindsight "
-        f"best fixed gamma ({best_of})"
+        f"best fixed gamma ({best_of}); " + MARK_LEGEND + " for the policy named"
     )
     rows = []
     for rate in rates:
@@ -261,18 +316,20 @@ def summary_section(result: dict, cfg) -> str:
         by_tpot = g.loc[g.tpot_p50_s.idxmin()]
         by_good = g.loc[g.goodput_req_s.idxmax()]
         best_fixed = g.hindsight_best_fixed.iloc[0] or "-"
+        fixed_row = g[g.policy == best_fixed]
+        fixed_steady = fixed_row.steady_state.all()
         rows.append(
             [
-                f"{rate:g}/s",
-                f"{by_tpot.policy} ({by_tpot.tpot_p50_s * 1e3:.1f} ms)",
-                f"{by_good.policy} ({by_good.goodput_req_s:.2f} req/s)",
-                best_fixed,
+                f"{rate_label(rate)}/s",
+                f"{by_tpot.policy} ({by_tpot.tpot_p50_s * 1e3:.1f} ms){_mark(by_tpot)}",
+                f"{by_good.policy} ({by_good.goodput_req_s:.2f} req/s){_mark(by_good)}",
+                best_fixed + ("" if fixed_steady else MARK),
             ]
         )
     lines += [_table(["rate", "best TPOT p50", "best goodput", "best fixed (hindsight)"], rows), ""]
     lines.append(
         "S4. Gain over the hindsight best fixed gamma (its TPOT p50 / the policy's; > 1 = better; "
-        f"{best_of})"
+        f"{best_of}); " + MARK_LEGEND + " for the policy or the best fixed"
     )
     missing = schedule_gammas_not_run(prep, policies)
     if missing:
@@ -285,11 +342,19 @@ def summary_section(result: dict, cfg) -> str:
         if p.startswith("fixed:"):
             continue
         g = t[t.policy == p].sort_values("rate_per_s")
-        rows.append([p] + [_fmt(v) for v in g.gain_over_best_fixed])
-    lines += [_table(["policy"] + [f"{x:g}/s" for x in rates], rows), ""]
-    lines.append("S5. SLO capacity: the highest rate that meets the SLO (interpolated in log rate; "
-                 "a rate that meets it counts only where it is a steady state, a miss counts "
-                 "anywhere)")
+        cells = []
+        for _, row in g.iterrows():
+            at = t[t.rate_per_s == row.rate_per_s]
+            best = at[at.policy == (row.hindsight_best_fixed or "-")]
+            steady = row.steady_state and best.steady_state.all()
+            cells.append(_fmt(row.gain_over_best_fixed) + ("" if steady else MARK))
+        rows.append([p] + cells)
+    lines += [_table(["policy"] + [f"{rate_label(x)}/s" for x in rates], rows), ""]
+    lines.append("S5. SLO capacity: the highest rate that meets the SLO, interpolated in log "
+                 "rate between the last steady rate that meets it and the first miss where that "
+                 f"miss is steady and at most {MAX_INTERPOLATION_RATIO:g}x higher, else the "
+                 "bracket 'last meet-first miss' (design.md section 15, 'SLO capacity'); a meet "
+                 "counts only where it is a steady state, a miss counts anywhere")
     target = cfg.slo_attainment_target
     steady = t.steady_state
     kind_none, cap_none, _ = slo_capacity(t, "none", target, steady)
@@ -297,14 +362,20 @@ def summary_section(result: dict, cfg) -> str:
     rows = []
     for p in policies:
         kind, c, miss = slo_capacity(t, p, target, steady)
-        # a bound rather than an interpolated value on either side: the ratio is unknown
+        # a bound or bracket rather than an interpolated value on either side: no ratio
         known = kind == "between" and kind_none == "between"
         gain = f"{c / cap_none:.2f}x" if p != "none" and known else "-"
-        rows.append([p, capacity_text(kind, c, miss, top_rate), gain])
+        hint = None
+        if kind == "none":  # the meets before the first miss are all bursts
+            tp = t[t.policy == p]
+            meets = tp[(tp.slo_attainment >= target) & ~tp.steady_state]
+            hint = duration_to_steady_s(meets.e2e_mean_s) if len(meets) else None
+        rows.append([p, capacity_text(kind, c, miss, top_rate, hint), gain])
     lines += [_table(["policy", "capacity", "vs none"], rows), ""]
     lines.append(
         "S6. Detail per (policy, rate): TTFT p50/p99 ms, TPOT p99 ms, E2E p50 s, output "
-        "tok/s, goodput req/s, mean batch, KV use, accepted/proposed, mean gamma"
+        "tok/s, goodput req/s, mean batch, KV use, accepted/proposed, mean gamma; "
+        + MARK_LEGEND
     )
     lines.append(
         "    accepted/proposed = draft tokens the target accepted / draft tokens proposed; "
@@ -315,7 +386,7 @@ def summary_section(result: dict, cfg) -> str:
         rows.append(
             [
                 row.policy,
-                f"{row.rate_per_s:g}",
+                rate_label(row.rate_per_s) + ("" if row.steady_state else MARK),
                 f"{row.ttft_p50_s * 1e3:.0f}",
                 f"{row.ttft_p99_s * 1e3:.0f}",
                 f"{row.tpot_p99_s * 1e3:.1f}",
@@ -426,7 +497,8 @@ def _title(cfg) -> str:
     sc = cfg.scenario
     return (
         f"{sc.target_model_id} + {sc.draft} on {sc.gpu_id} (tp {sc.tp}), "
-        f"{cfg.engine_profile}, {cfg.workload}, {cfg.arrival_label} arrivals"
+        f"{cfg.engine_profile}, {cfg.workload}, {cfg.arrival_label} arrivals, "
+        + ("trace alphas" if cfg.alpha_label == "trace" else f"acceptance {cfg.alpha_mode}")
     )
 
 
@@ -437,7 +509,7 @@ def _unsteady_note(t: pd.DataFrame) -> str:
     rates = sorted(t[~t.steady_state].rate_per_s.unique())
     return ("\nnot a steady state (window < "
             f"{STEADY_WINDOW_E2E:g}x mean E2E) for some policy at: "
-            + ", ".join(f"{r:g}/s" for r in rates))
+            + ", ".join(f"{rate_label(r)}/s" for r in rates))
 
 
 def _shade_unsteady(ax, t: pd.DataFrame) -> list:
@@ -475,7 +547,7 @@ def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
         ax.grid(True, which="both", alpha=0.3)
         rates = sorted(t.rate_per_s.unique())
         ax.set_xticks(rates)
-        ax.set_xticklabels([f"{r:g}" for r in rates])
+        ax.set_xticklabels([rate_label(r) for r in rates])
     for ax in axes[1]:
         ax.set_xlabel("request rate (requests/s)")
     for ax, slo_ms in ((axes[0, 1], cfg.slo_tpot_s * 1e3), (axes[1, 1], cfg.slo_ttft_s * 1e3)):
@@ -506,7 +578,7 @@ def plot_throughput_latency(t: pd.DataFrame, cfg) -> bytes:
     last = t[t.policy == "none"].sort_values("rate_per_s")
     for _, row in last.iterrows():
         ax.annotate(
-            f"{row.rate_per_s:g}/s",
+            f"{rate_label(row.rate_per_s)}/s",
             (row.output_throughput_tok_s, row.tpot_p50_s * 1e3),
             textcoords="offset points",
             xytext=(4, -10),
@@ -536,7 +608,7 @@ def plot_goodput(t: pd.DataFrame, cfg) -> bytes:
     ax.set_yscale("log")
     _plain_log_axis(ax)
     ax.set_xticks(rates)
-    ax.set_xticklabels([f"{r:g}" for r in rates])
+    ax.set_xticklabels([rate_label(r) for r in rates])
     ax.set_xlabel("request rate (requests/s)")
     ax.set_ylabel("goodput (requests/s meeting the SLO)")
     ax.grid(True, which="both", alpha=0.3)
