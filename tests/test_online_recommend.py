@@ -249,3 +249,18 @@ def test_eagle_head_runs_at_the_target_tp_by_default():
             "--draft-model-path", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "--acceptance", "0.7",
             "--batch", "1")
     assert p.returncode == 0, p.stderr
+
+
+def test_a_draft_model_runs_at_the_target_tp_as_vllm_requires():
+    """vLLM V1's DraftModelProposer refuses draft_tensor_parallel_size != tensor_parallel_size,
+    whose default it is (vllm/v1/spec_decode/draft_model.py)."""
+    p = run(*BASE, "--acceptance", "0.7", "--tp", "2", "--batch", "1")
+    assert p.returncode == 0, p.stderr
+    cfg = vllm_config(p.stdout)
+    assert cfg.get("draft_tensor_parallel_size", 2) == 2
+    assert "--tensor-parallel-size 2" in p.stdout
+    line = one_line_error(run(*BASE, "--acceptance", "0.7", "--draft-tp", "2"), "--draft-tp")
+    assert line.endswith("allowed: 1 (--tp)")
+    line = one_line_error(run("--gpu", "h100-sxm", "--target", "llama-2-70b", "--draft",
+                              "llama-68m", "--tp", "8", "--acceptance", "0.7"), "--tp")
+    assert "llama-68m" in line

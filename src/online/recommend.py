@@ -54,7 +54,8 @@ def make_parser() -> argparse.ArgumentParser:
                         "at gamma > 1)")
     p.add_argument("--engine", help="engine profile (default vllm-v1 where it exists)")
     p.add_argument("--tp", default="1", help="target tensor-parallel degree (default 1)")
-    p.add_argument("--draft-tp", help="draft model TP degree (default 1; only with a draft model)")
+    p.add_argument("--draft-tp", help="draft TP degree: vLLM allows only --tp's (the default); "
+                                      "not with --draft ngram")
     p.add_argument("--rate", help="request rates (requests/s), comma-separated: simulate serving")
     p.add_argument("--batch", help="batch sizes, comma-separated: steady state (default 1, 2, 4, "
                                    "... up to what fits)")
@@ -93,18 +94,28 @@ def _scenario(args):
         raise ConfigError("--engine", f"unknown engine profile '{engine}'; known: "
                                       f"{', '.join(sorted(profiles))}")
     from src.online.cli import _int
+    tp = _int("--tp", args.tp, 1, 64)
     table = {"scenario": {"name": "recommend", "gpu": args.gpu, "target": args.target,
-                          "draft": args.draft, "tp": _int("--tp", args.tp, 1, 64),
-                          "engine_profiles": [engine]},
+                          "draft": args.draft, "tp": tp, "engine_profiles": [engine]},
              "study": {"batch_sizes": [1], "prompt_len": {"kind": "fixed", "tokens": 16},
                        "output_len": {"kind": "fixed", "tokens": 16}}}
-    if args.draft_tp is not None:  # else the scenario's default: 1, or tp for an eagle head
-        table["scenario"]["draft_tp"] = _int("--draft-tp", args.draft_tp, 1, 64)
+    if args.draft != "ngram":
+        # vLLM V1 runs a draft model at the target's TP: draft_tensor_parallel_size defaults to
+        # tensor_parallel_size and DraftModelProposer refuses another value
+        # (vllm/v1/spec_decode/draft_model.py); an EAGLE head always runs at it.
+        draft_tp = _int("--draft-tp", args.draft_tp, 1, 64) if args.draft_tp is not None else tp
+        if draft_tp != tp:
+            raise ConfigError("--draft-tp", "vLLM runs the draft at the target's tensor-parallel "
+                                            f"size and refuses another; allowed: {tp} (--tp)")
+        table["scenario"]["draft_tp"] = draft_tp
     try:
         return scenario_from_dict(table), engine
     except ConfigError as e:
-        raise ConfigError(FIELD_FLAGS.get(e.field_name, e.field_name),
-                          str(e).split(": ", 1)[1]) from None
+        flag = FIELD_FLAGS.get(e.field_name, e.field_name)
+        if flag == "--draft-tp" and args.draft_tp is None:  # draft_tp follows --tp
+            raise ConfigError("--tp", f"the draft {args.draft} runs at the target's tp: "
+                                      f"{e.allowed}") from None
+        raise ConfigError(flag, str(e).split(": ", 1)[1]) from None
 
 
 def _check_draft(args) -> None:
