@@ -150,7 +150,7 @@ def test_a_meet_counts_only_where_steady_a_miss_counts_anywhere():
     t = table([1.0, 1.0, 1.0, 0.5])
     kind, rate, miss = slo_capacity(t, "none", 0.9, steady)
     assert (kind, rate, miss) == ("above", 2.0, 8.0)
-    assert "first miss at 8/s" in capacity_text(kind, rate, miss, 8.0)
+    assert capacity_text(kind, rate, miss, 8.0) == "2-8/s"  # the bracket, 4/s not steady
     # the rate before the first miss steady, the miss not: a bracket (its attainment depends on
     # how long it was overloaded); both steady: interpolated as without the rule
     steady = pd.Series([True, True, True, False], index=t.index)

@@ -147,10 +147,10 @@ def capacity_text(kind: str, rate: float, first_miss: float, top_rate: float,
         hint = ("" if duration_hint_s is None
                 else f"; --duration-s {duration_hint_s:g} would make them steady")
         return f"unknown: the rates that meet it are not steady states ({upper}{hint})"
-    if kind == "above":
+    if kind == "above" and np.isnan(first_miss):
         return (f"> {rate_label(rate)}/s (met at every rate)" if rate >= top_rate
                 else f">= {rate_label(rate)}/s (the highest steady rate that meets it; {upper})")
-    if kind == "bracket":
+    if kind in ("above", "bracket"):  # above: a rate between met the SLO, but not steadily
         return f"{rate_label(rate)}-{rate_label(first_miss)}/s"
     return f"{rate:.1f}/s"
 
