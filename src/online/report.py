@@ -519,12 +519,28 @@ def _shade_unsteady(ax, t: pd.DataFrame) -> list:
         return []
     lim = ax.get_xlim()
     band = None
-    for r in sorted(t[~t.steady_state].rate_per_s.unique()):
-        span = ax.axvspan(r * 2 ** -0.5, r * 2 ** 0.5, color="0.85", alpha=0.5, lw=0, zorder=0,
+    rates = sorted(t.rate_per_s.unique())
+    # each band reaches halfway (in log rate) to the neighbouring rates, so that it never covers
+    # a steady neighbour (half an octave beyond the ends)
+    edges = ([rates[0] * 2 ** -0.5] + [np.sqrt(a * b) for a, b in zip(rates, rates[1:])]
+             + [rates[-1] * 2 ** 0.5])
+    for i, r in enumerate(rates):
+        if t[t.rate_per_s == r].steady_state.all():
+            continue
+        span = ax.axvspan(edges[i], edges[i + 1], color="0.85", alpha=0.5, lw=0, zorder=0,
                           label="not a steady state" if band is None else "_nolegend_")
         band = band or span
     ax.set_xlim(lim)
     return [band]
+
+
+def _rate_ticks(ax, rates) -> None:
+    """One labelled tick per rate on a log-2 axis; rates closer than 1.5x apart (32, 40, 48)
+    would run into each other, so their labels are smaller and turned."""
+    ax.set_xticks(rates)
+    close = len(rates) > 1 and min(b / a for a, b in zip(rates, rates[1:])) < 1.5
+    ax.set_xticklabels([rate_label(r) for r in rates], fontsize=8 if close else None,
+                       rotation=45 if close else 0)
 
 
 def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
@@ -546,8 +562,7 @@ def plot_latency_vs_rate(t: pd.DataFrame, cfg) -> bytes:
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
         rates = sorted(t.rate_per_s.unique())
-        ax.set_xticks(rates)
-        ax.set_xticklabels([rate_label(r) for r in rates])
+        _rate_ticks(ax, rates)
     for ax in axes[1]:
         ax.set_xlabel("request rate (requests/s)")
     for ax, slo_ms in ((axes[0, 1], cfg.slo_tpot_s * 1e3), (axes[1, 1], cfg.slo_ttft_s * 1e3)):
@@ -607,8 +622,7 @@ def plot_goodput(t: pd.DataFrame, cfg) -> bytes:
     _shade_unsteady(ax, t)
     ax.set_yscale("log")
     _plain_log_axis(ax)
-    ax.set_xticks(rates)
-    ax.set_xticklabels([rate_label(r) for r in rates])
+    _rate_ticks(ax, rates)
     ax.set_xlabel("request rate (requests/s)")
     ax.set_ylabel("goodput (requests/s meeting the SLO)")
     ax.grid(True, which="both", alpha=0.3)
