@@ -80,6 +80,10 @@ def test_unknown_capacity_says_how_long_a_run_would_make_it_known():
     text = capacity_text("none", float("nan"), float("nan"), 16.0, 50.0)
     assert text.startswith("unknown: the rates that meet it are not steady states")
     assert "--duration-s 50 would make them steady" in text
+    # steady at 2/s, bursts above that meet it: the bound says how long a run would test them
+    text = capacity_text("above", 2.0, float("nan"), 8.0, 50.0)
+    assert text.startswith(">= 2/s (the highest steady rate that meets it; met at every rate")
+    assert text.endswith("; --duration-s 50 would make the rates above steady)")
 
 
 def test_rate_labels_are_integers_or_three_significant_figures():

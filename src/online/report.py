@@ -138,18 +138,19 @@ def duration_to_steady_s(e2e_mean_s, k: float = STEADY_WINDOW_E2E) -> float:
 def capacity_text(kind: str, rate: float, first_miss: float, top_rate: float,
                   duration_hint_s: float | None = None) -> str:
     """S5's capacity cell (`duration_hint_s`: the --duration-s that would make the rates that
-    meet the SLO steady, said where kind is "none")."""
+    meet the SLO without being steady one, said where they leave the capacity open)."""
     if kind == "below":
         return f"< {rate_label(rate)}/s (missed at every rate)"
     upper = ("met at every rate" if np.isnan(first_miss)
              else f"first miss at {rate_label(first_miss)}/s")
+    hint = ("" if duration_hint_s is None
+            else f"; --duration-s {duration_hint_s:g} would make them steady")
     if kind == "none":
-        hint = ("" if duration_hint_s is None
-                else f"; --duration-s {duration_hint_s:g} would make them steady")
         return f"unknown: the rates that meet it are not steady states ({upper}{hint})"
     if kind == "above" and np.isnan(first_miss):
         return (f"> {rate_label(rate)}/s (met at every rate)" if rate >= top_rate
-                else f">= {rate_label(rate)}/s (the highest steady rate that meets it; {upper})")
+                else f">= {rate_label(rate)}/s (the highest steady rate that meets it; {upper}"
+                f"{hint.replace('them', 'the rates above')})")
     if kind in ("above", "bracket"):  # above: a rate between met the SLO, but not steadily
         return f"{rate_label(rate)}-{rate_label(first_miss)}/s"
     return f"{rate:.1f}/s"
@@ -366,7 +367,8 @@ def summary_section(result: dict, cfg) -> str:
         known = kind == "between" and kind_none == "between"
         gain = f"{c / cap_none:.2f}x" if p != "none" and known else "-"
         hint = None
-        if kind == "none":  # the meets before the first miss are all bursts
+        open_ended = kind == "none" or (kind == "above" and np.isnan(miss))
+        if open_ended:  # meets that are not steady leave the capacity open: how long a run?
             tp = t[t.policy == p]
             meets = tp[(tp.slo_attainment >= target) & ~tp.steady_state]
             hint = duration_to_steady_s(meets.e2e_mean_s) if len(meets) else None
