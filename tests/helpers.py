@@ -48,16 +48,24 @@ class Done(NamedTuple):
     stderr: str
 
 
-def run_main(capsys, argv: list[str]) -> Done:
+def run_captured(argv: list[str]) -> Done:
     """`python run.py ARGV` in this process: run.main's exit status (argparse's SystemExit
     included) and what it printed. Cheaper than a subprocess (no interpreter start, imports or
     compiled-loop loading per call); tests/test_failures.py runs the real process where the process
     itself is what is tested (signals, exit status, what gets imported)."""
+    import contextlib
+
     import run
-    capsys.readouterr()  # drop what came before
-    try:
-        code = run.main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out = capsys.readouterr()
-    return Done(code, out.out, out.err)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = run.main(list(argv))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return Done(code, out.getvalue(), err.getvalue())
+
+
+def run_main(capsys, argv: list[str]) -> Done:
+    """run_captured, for tests that hold pytest's capsys (what they printed before is dropped)."""
+    capsys.readouterr()
+    return run_captured(argv)

@@ -9,6 +9,7 @@ import pytest
 
 from src.config import ConfigError
 from src.online.cli import parse_rates, parse_slo
+from tests.helpers import run_captured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = [
@@ -26,25 +27,9 @@ QUICK = [
 ]
 
 
-class Result:
-    def __init__(self, returncode, stdout, stderr):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-def run(*args, capture=None):
+def run(*args):
     """`python run.py serve ARGS` in this process (the subprocess path is tested once, below)."""
-    import contextlib
-    import io
-
-    import run as run_py
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = run_py.main(["serve", *args])
-        except SystemExit as e:  # argparse's own errors
-            code = e.code
-    return Result(code, out.getvalue(), err.getvalue())
+    return run_captured(["serve", *args])
 
 
 def test_serve_runs_as_a_command(tmp_path):

@@ -6,29 +6,14 @@ import re
 import pytest
 
 from src.online.policies import parse_schedule_json
+from tests.helpers import run_captured
 
 BASE = ["--gpu", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b"]
 
 
-class Result:
-    def __init__(self, returncode, stdout, stderr):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
 def run(*args):
     """`python run.py recommend ARGS`, in this process."""
-    import contextlib
-    import io
-
-    import run as run_py
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = run_py.main(["recommend", *args])
-        except SystemExit as e:  # argparse's own errors
-            code = e.code
-    return Result(code, out.getvalue(), err.getvalue())
+    return run_captured(["recommend", *args])
 
 
 def vllm_config(stdout: str) -> dict:
