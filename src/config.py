@@ -498,6 +498,22 @@ def _parse_toml(data: bytes) -> dict:
     return tomllib.loads(data.decode("utf-8"))
 
 
+def read_text_file(path, field_name: str, expected: str) -> str:
+    """A UTF-8 text file's contents; ConfigError(field_name, ...) saying why it cannot be read and
+    what was expected ("a CSV file") when it is missing, a folder, not text or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise ConfigError(field_name, f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(field_name, f"{path} is a folder; expected {expected}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(field_name, f"{path} is not UTF-8 text; expected {expected}") from None
+    except OSError as e:
+        raise ConfigError(field_name, f"cannot read {path} ({e.strerror})") from None
+
+
 def read_toml(path, field_name: str, error: type[ConfigError] = ConfigError) -> dict:
     """A TOML file as a dict; error(field_name, ...) when it cannot be read or parsed. The one
     TOML reader of the project: configs, scenarios, presets and engine profiles all come here."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from src.config import ALPHA_CLIP, ConfigError, PerPositionAlpha
+from src.config import ALPHA_CLIP, ConfigError, PerPositionAlpha, read_text_file
 
 OPTION = "--acceptance-trace"
 COLUMNS = ("request_id", "step", "proposed", "accepted")
@@ -50,17 +50,7 @@ class TraceFit:
 
 def read_trace(path: str, option: str = OPTION) -> pd.DataFrame:
     """The trace as integer columns; ConfigError naming the first problem."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise ConfigError(option, f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError(option, f"{path} is a folder; expected a CSV file") from None
-    except UnicodeDecodeError:
-        raise ConfigError(option, f"{path} is not UTF-8 text; expected a CSV file") from None
-    except OSError as e:
-        raise ConfigError(option, f"cannot read {path} ({e.strerror})") from None
+    text = read_text_file(path, option, "a CSV file")
     expected = f"a CSV with header {','.join(COLUMNS)} and one row per request and step"
     if not text.strip():
         raise ConfigError(option, f"{path} is empty; expected {expected}")

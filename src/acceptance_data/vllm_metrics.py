@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from src.acceptance import iid_alpha_from_tokens_per_step
-from src.config import ConfigError, PerPositionAlpha
+from src.config import ConfigError, PerPositionAlpha, read_text_file
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -48,23 +48,6 @@ class SpecDecodeCounters:
     model_names: tuple[str, ...]  # model_name label values summed over
     engines: int  # distinct label sets (engines x models) summed over
     source: str  # file name(s), for messages
-
-
-def read_text(path: str, option: str = OPTION) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise ConfigError(option, f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError(option,
-                          f"{path} is a folder; expected a saved /metrics text file") from None
-    except UnicodeDecodeError:
-        raise ConfigError(option,
-                          f"{path} is not UTF-8 text; expected a saved /metrics text "
-                          "file") from None
-    except OSError as e:
-        raise ConfigError(option, f"cannot read {path} ({e.strerror})") from None
 
 
 def _counter_name(sample_name: str) -> str | None:
@@ -246,7 +229,8 @@ def load_vllm_acceptance(files: str, model_name: str | None = None,
     paths = [p.strip() for p in files.split(",")]
     if not 1 <= len(paths) <= 2 or any(not p for p in paths):
         raise ConfigError(option, f"expected FILE or BEFORE,AFTER (two snapshots), got {files!r}")
-    snapshots = [parse_counters(read_text(p, option), p, model_name, option) for p in paths]
+    snapshots = [parse_counters(read_text_file(p, option, "a saved /metrics text file"), p,
+                                model_name, option) for p in paths]
     counters = snapshots[0] if len(snapshots) == 1 else difference(*snapshots, option=option)
     return derive_acceptance(counters, option)
 
