@@ -11,6 +11,7 @@ a replication's numbers do not depend on which other rows are simulated beside i
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -53,3 +54,32 @@ def accepted_drafts(key: np.ndarray, counter: np.ndarray, alpha: np.ndarray, gam
     else:
         k = np.searchsorted(hazard_profile, np.log(u) / np.log(alpha), side="right")
     return np.minimum(k, gamma)
+
+
+_G, _A, _B = (np.uint64(x) for x in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+@njit(cache=True)
+def uniform_one(key, counter):
+    """uniform_open_closed of one (uint64 key, int counter): the same integer operations (uint64
+    arithmetic wraps as numpy's does), the same float, for the compiled engine."""
+    z = key + (np.uint64(counter) + np.uint64(1)) * _G
+    z = (z ^ (z >> np.uint64(30))) * _A
+    z = (z ^ (z >> np.uint64(27))) * _B
+    z = z ^ (z >> np.uint64(31))
+    return (np.float64(z >> np.uint64(11)) + 1.0) * 2.0**-53
+
+
+@njit(cache=True)
+def accepted_one(key, counter, alpha, gamma, hazard_profile, per_position):
+    """accepted_drafts of one draw (hazard_profile used where per_position): min(K, gamma)."""
+    if gamma <= 0:
+        return 0
+    x = np.log(uniform_one(key, counter)) / np.log(alpha)
+    if not per_position:
+        k = int(x)
+        return k if k < gamma else gamma
+    k = 0
+    while k < gamma and k < hazard_profile.size and hazard_profile[k] <= x:
+        k += 1
+    return k

@@ -1,0 +1,345 @@
+"""The serving engine's step loop, compiled with numba: one row (replication) at a time, one
+engine step after another, each step as src/online/engine.py's module docstring describes it.
+
+Rows are independent (each has its own clock, requests and counter-based draws), so the loop
+simulates row after row; within a row the slots are arrays of max_num_seqs entries of which the
+first `hi` are scanned (a slot is taken lowest-index first, as the numpy engine's argmax does).
+Every step is priced by src/online/step_prices.py; the policies run here are the batch-size
+tables (none, fixed, schedule, off-above: gamma = table[running sequences]) and the goodput
+maximiser `adaptive` (src/online/policies.py), re-decided every step.
+
+A step the cost model's memory check would refuse (it cannot happen while the scheduler keeps
+the KV blocks within the deployment's capacity) stops the row with an error code; the caller
+raises the cost model's own error for it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from src.online.counter_rng import accepted_one
+from src.online.step_prices import E_BUDGET, E_WITH_DRAFT, decode_ms, prefill_extra_ms, step_fits
+
+POLICY_TABLE, POLICY_ADAPTIVE = 0, 1
+# per-row statistics (columns of `stats`)
+S_STEPS, S_BUSY, S_RUN, S_KV, S_ACC, S_PROP = range(6)
+
+
+@njit(cache=True)
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+@njit(cache=True)
+def _itl_bin(edges, gap):
+    """np.searchsorted(edges, max(gap, edges[0]), "right") - 1, at most the last bin."""
+    x = max(gap, edges[0])
+    lo, hi = 0, edges.size  # first index with edges[i] > x
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if edges[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return min(lo - 1, edges.size - 2)
+
+
+@njit(cache=True)
+def _capped(ctx, dec, hi, shift, budget):
+    """sum over decoding slots of min(ctx + shift, budget) (a capped draft KV cache)."""
+    s = 0.0
+    for c in range(hi):
+        if dec[c]:
+            s += min(ctx[c] + shift, budget)
+    return s
+
+
+@njit(cache=True)
+def _price(pt, d, n, C, g, ctx, dec, hi):
+    budget = pt.eng[d, E_BUDGET]
+    mid = start = 0.0
+    if budget >= 0:
+        mid = _capped(ctx, dec, hi, (g - 1) * 0.5, budget)
+        start = _capped(ctx, dec, hi, 0.0, budget)
+    return decode_ms(pt, d, n, C, g, mid, start)
+
+
+@njit(cache=True)
+def _adaptive_gamma(pt, d, params, G, n, C, ctx, dec, hi, acc, tested, pool_acc, pool_tested):
+    """policies.Adaptive.gammas for one row: argmax over g <= G of the expected committed tokens
+    per ms, each request's acceptance shrunk towards the row's pooled estimate (a^(g + 1) by
+    repeated products: the same numbers as the policy's powers to rounding)."""
+    if n == 0:
+        return 0
+    prior_alpha, prior_tokens = params[0], params[1]
+    pooled = (pool_acc + prior_alpha * prior_tokens) / (pool_tested + prior_tokens)
+    tokens = np.zeros(G + 1)  # sum over decoding slots of E[K + 1] at each g
+    for c in range(hi):
+        if dec[c]:
+            a = (acc[c] + prior_tokens * pooled) / (tested[c] + prior_tokens)
+            a = min(max(a, 1e-3), 0.999)
+            power = a  # a^(g + 1)
+            for g in range(G + 1):
+                tokens[g] += (1.0 - power) / (1.0 - a)
+                power *= a
+    best_g, best = 0, -1.0
+    for g in range(G + 1):
+        target, draft = _price(pt, d, n, C, g, ctx, dec, hi)
+        goodput = tokens[g] / max(target + draft, 1e-12)
+        if goodput > best:
+            best_g, best = g, goodput
+    return best_g
+
+
+@njit(cache=True)
+def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, row_group,
+             group_kind, group_table, group_params, max_gamma, max_num_seqs, budget_tokens,
+             block_size, hazard_profile, per_position, edges,
+             first_sched, first_token, finish, preemptions, stats, gamma_steps, itl, error):
+    """Simulate every row to completion; outputs (NaN-filled times in s, zeroed counts) are
+    written in place. error[r] = 1: a step of row r failed the memory check (error[r, 1:] =
+    n, C, gamma of it)."""
+    R, N = arrival_ms.shape
+    M = max_num_seqs
+    bs = block_size
+    req = np.empty(M, np.int64)
+    ctx = np.zeros(M, np.int64)
+    pf = np.zeros(M, np.int64)
+    rem = np.zeros(M, np.int64)
+    s_alpha = np.zeros(M)
+    s_key = np.zeros(M, np.uint64)
+    s_steps = np.zeros(M, np.int64)
+    s_acc = np.zeros(M, np.int64)
+    s_tested = np.zeros(M, np.int64)
+    last_emit = np.zeros(M)
+    admit_seq = np.zeros(M, np.int64)
+    chunk = np.zeros(M, np.int64)
+    dec = np.zeros(M, np.bool_)
+    generated = np.zeros(N, np.int64)
+    q_steps = np.zeros(N, np.int64)
+    q_acc = np.zeros(N, np.int64)
+    q_tested = np.zeros(N, np.int64)
+    q_last_emit = np.zeros(N)
+    waiting_pre = np.zeros(N, np.bool_)
+    for r in range(R):
+        d = row_dep[r]
+        grp = row_group[r]
+        speculative = pt.eng[d, E_WITH_DRAFT] != 0.0
+        kind = group_kind[grp]
+        G_adapt = min(int(group_params[grp, 2]), max_gamma)
+        capr = cap[r]
+        req[:] = -1
+        ctx[:] = 0
+        pf[:] = 0
+        rem[:] = 0
+        generated[:] = 0
+        q_steps[:] = 0
+        q_acc[:] = 0
+        q_tested[:] = 0
+        q_last_emit[:] = 0.0
+        waiting_pre[:] = False
+        hi = 0  # slots 0..hi-1 may be occupied
+        n_run = 0
+        clock = 0.0
+        next_new = 0
+        n_pre_wait = 0
+        admit_counter = 0
+        pool_acc = 0.0
+        pool_tested = 0.0
+        while True:
+            if n_run == 0 and n_pre_wait == 0:
+                if next_new >= n_req[r]:
+                    break
+                clock = max(clock, arrival_ms[r, next_new])  # idle: jump to the next arrival
+            # 1. the policy's gamma from the state at the step's start
+            gamma = 0
+            if speculative:
+                if kind == POLICY_TABLE:
+                    gamma = group_table[grp, n_run]
+                else:
+                    n0 = 0
+                    C0 = 0
+                    for c in range(hi):
+                        dec[c] = req[c] >= 0 and pf[c] == 0
+                        if dec[c]:
+                            n0 += 1
+                            C0 += ctx[c]
+                    gamma = _adaptive_gamma(pt, d, group_params[grp], G_adapt, n0, C0, ctx, dec,
+                                            hi, s_acc, s_tested, pool_acc, pool_tested)
+                gamma = min(max(gamma, 0), max_gamma)
+            start = clock
+            preempted_any = False
+            # 2. schedule the running sequences; preempt the latest admitted until KV fits
+            while True:
+                n_dec = 0
+                for c in range(hi):
+                    dec[c] = req[c] >= 0 and pf[c] == 0
+                    n_dec += dec[c]
+                g = min(gamma, max(budget_tokens // max(n_dec, 1) - 1, 0))
+                left = budget_tokens - n_dec * (g + 1)
+                before = 0
+                demand = 0
+                for c in range(hi):
+                    chunk[c] = 0
+                    if req[c] < 0:
+                        continue
+                    if dec[c]:
+                        demand += _ceil_div(ctx[c] + g + 1, bs)
+                    else:
+                        chunk[c] = max(min(pf[c], left - before), 0)
+                        before += pf[c]
+                        demand += _ceil_div(ctx[c] + chunk[c], bs)
+                if demand <= capr:
+                    break
+                victim, latest = -1, -1
+                for c in range(hi):
+                    if req[c] >= 0 and admit_seq[c] > latest:
+                        victim, latest = c, admit_seq[c]
+                q = req[victim]
+                waiting_pre[q] = True
+                n_pre_wait += 1
+                preemptions[r, q] += 1
+                generated[q] = output[r, q] - rem[victim]
+                q_steps[q] = s_steps[victim]
+                q_acc[q] = s_acc[victim]
+                q_tested[q] = s_tested[victim]
+                q_last_emit[q] = last_emit[victim]
+                req[victim] = -1
+                rem[victim] = 0
+                pf[victim] = 0
+                ctx[victim] = 0
+                n_run -= 1
+                preempted_any = True
+            for c in range(hi):
+                left -= chunk[c]
+            # 3. admit waiting requests first come, first served (preempted ones first)
+            if not preempted_any:
+                while left > 0 and n_run < M:
+                    pre = n_pre_wait > 0
+                    if pre:
+                        h = 0
+                        while not waiting_pre[h]:
+                            h += 1
+                    else:
+                        h = next_new
+                        if h >= n_req[r] or arrival_ms[r, h] > start:
+                            break
+                    need = prompt[r, h] + generated[h]
+                    take = min(need, left)
+                    blocks = _ceil_div(take, bs)
+                    if demand + blocks > capr:
+                        break
+                    c = 0
+                    while c < hi and req[c] >= 0:
+                        c += 1
+                    if c == hi:
+                        hi += 1
+                    req[c] = h
+                    ctx[c] = 0
+                    pf[c] = need
+                    rem[c] = output[r, h] - generated[h]
+                    s_alpha[c] = alpha[r, h]
+                    s_key[c] = key[r, h]
+                    s_steps[c] = q_steps[h]
+                    s_acc[c] = q_acc[h]
+                    s_tested[c] = q_tested[h]
+                    last_emit[c] = q_last_emit[h]
+                    admit_seq[c] = admit_counter
+                    admit_counter += 1
+                    dec[c] = False
+                    chunk[c] = take
+                    n_run += 1
+                    if np.isnan(first_sched[r, h]):
+                        first_sched[r, h] = start * 1e-3
+                    if pre:
+                        waiting_pre[h] = False
+                        n_pre_wait -= 1
+                    else:
+                        next_new += 1
+                    left -= take
+                    demand += blocks
+            # 4. the step's time
+            n_dec = 0
+            C_dec = 0
+            P = 0
+            Ntok = 0
+            Cp = 0
+            Lp = 0
+            for c in range(hi):
+                if dec[c]:
+                    n_dec += 1
+                    C_dec += ctx[c]
+                elif chunk[c] > 0:
+                    P += 1
+                    Ntok += chunk[c]
+                    Cp += ctx[c]
+                    Lp += pf[c] == chunk[c]
+            if not step_fits(pt, d, n_dec, C_dec, g):
+                error[r, 0] = 1
+                error[r, 1] = n_dec
+                error[r, 2] = C_dec
+                error[r, 3] = g
+                break
+            target, draft = _price(pt, d, n_dec, C_dec, g, ctx, dec, hi)
+            step_ms = target + draft + prefill_extra_ms(pt, d, n_dec, g, C_dec, P, Ntok, Cp, Lp)
+            end = start + step_ms
+            # 5. outcomes: decoding sequences commit K + 1 tokens, completed prompts one
+            for c in range(hi):
+                if dec[c]:
+                    k = accepted_one(s_key[c], s_steps[c], s_alpha[c], g, hazard_profile,
+                                     per_position)
+                    commit = min(k + 1, rem[c])
+                    if g > 0:
+                        s_steps[c] += 1
+                        s_acc[c] += k
+                        t = k + (1 if k < g else 0)
+                        s_tested[c] += t
+                        pool_acc += k
+                        pool_tested += t
+                        stats[r, S_ACC] += k
+                    stats[r, S_PROP] += g
+                    ctx[c] += commit
+                    rem[c] -= commit
+                    itl[r, _itl_bin(edges, end - last_emit[c])] += 1.0
+                    last_emit[c] = end
+                elif chunk[c] > 0:
+                    ctx[c] += chunk[c]
+                    pf[c] -= chunk[c]
+                    if pf[c] == 0:
+                        q = req[c]
+                        if generated[q] == 0:  # its first token (else a recompute's next one)
+                            first_token[r, q] = end * 1e-3
+                        else:
+                            itl[r, _itl_bin(edges, end - last_emit[c])] += 1.0
+                        last_emit[c] = end
+                        rem[c] -= 1
+                        ctx[c] += 1
+            blocks_used = 0
+            for c in range(hi):
+                if req[c] >= 0:
+                    blocks_used += _ceil_div(ctx[c], bs)
+            stats[r, S_STEPS] += 1
+            stats[r, S_BUSY] += step_ms
+            stats[r, S_RUN] += step_ms * n_run
+            stats[r, S_KV] += step_ms * min(blocks_used, capr) / capr
+            if n_dec > 0:
+                gamma_steps[r, g] += 1
+            clock = end
+            # finished requests leave
+            for c in range(hi):
+                if req[c] >= 0 and rem[c] <= 0:
+                    q = req[c]
+                    finish[r, q] = end * 1e-3
+                    generated[q] = output[r, q]
+                    q_steps[q] = s_steps[c]
+                    q_acc[q] = s_acc[c]
+                    q_tested[q] = s_tested[c]
+                    q_last_emit[q] = last_emit[c]
+                    req[c] = -1
+                    rem[c] = 0
+                    pf[c] = 0
+                    ctx[c] = 0
+                    n_run -= 1
+            while hi > 0 and req[hi - 1] < 0:
+                hi -= 1
