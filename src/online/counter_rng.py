@@ -71,11 +71,12 @@ def uniform_one(key, counter):
 
 
 @njit(cache=True)
-def accepted_one(key, counter, alpha, gamma, hazard_profile, per_position):
-    """accepted_drafts of one draw (hazard_profile used where per_position): min(K, gamma)."""
+def accepted_one(key, counter, log_alpha, gamma, hazard_profile, per_position):
+    """accepted_drafts of one draw (hazard_profile used where per_position): min(K, gamma);
+    log_alpha = np.log(alpha), taken once per request by the caller."""
     if gamma <= 0:
         return 0
-    x = np.log(uniform_one(key, counter)) / np.log(alpha)
+    x = np.log(uniform_one(key, counter)) / log_alpha
     if not per_position:
         k = int(x)
         return k if k < gamma else gamma

@@ -27,22 +27,29 @@ S_STEPS, S_BUSY, S_RUN, S_KV, S_ACC, S_PROP = range(6)
 
 
 @njit(cache=True)
-def _ceil_div(a, b):
-    return -(-a // b)
+def _blocks(tokens, bs, shift):
+    """ceil(tokens / bs) KV blocks; shift = log2(bs) where bs is a power of two (a shift instead
+    of an integer division), else -1."""
+    if shift >= 0:
+        return (tokens + bs - 1) >> shift
+    return -(-tokens // bs)
 
 
 @njit(cache=True)
-def _itl_bin(edges, gap):
-    """np.searchsorted(edges, max(gap, edges[0]), "right") - 1, at most the last bin."""
+def _itl_bin(edges, gap, lo, scale):
+    """np.searchsorted(edges, max(gap, edges[0]), "right") - 1, at most the last bin: a guess
+    from the edges' log spacing, corrected against the edges themselves (exact for any sorted
+    edges; one or two comparisons for ITL_BIN_EDGES_MS). lo = log10(edges[0]), scale = bins per
+    decade."""
     x = max(gap, edges[0])
-    lo, hi = 0, edges.size  # first index with edges[i] > x
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if edges[mid] <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return min(lo - 1, edges.size - 2)
+    n = edges.size
+    i = int((np.log10(x) - lo) * scale)
+    i = min(max(i, 0), n - 1)
+    while i + 1 < n and edges[i + 1] <= x:
+        i += 1
+    while i > 0 and edges[i] > x:
+        i -= 1
+    return min(i, n - 2)
 
 
 @njit(cache=True)
@@ -68,8 +75,8 @@ def _price(pt, d, n, C, g, ctx, dec, hi):
 @njit(cache=True)
 def _adaptive_gamma(pt, d, params, G, n, C, ctx, dec, hi, acc, tested, pool_acc, pool_tested):
     """policies.Adaptive.gammas for one row: argmax over g <= G of the expected committed tokens
-    per ms, each request's acceptance shrunk towards the row's pooled estimate (a^(g + 1) by
-    repeated products: the same numbers as the policy's powers to rounding)."""
+    per ms, each request's acceptance shrunk towards the row's pooled estimate. E[K + 1] =
+    (1 - a^(g + 1)) / (1 - a) is summed as 1 + a + ... + a^g: the policy's numbers to rounding."""
     if n == 0:
         return 0
     prior_alpha, prior_tokens = params[0], params[1]
@@ -79,10 +86,11 @@ def _adaptive_gamma(pt, d, params, G, n, C, ctx, dec, hi, acc, tested, pool_acc,
         if dec[c]:
             a = (acc[c] + prior_tokens * pooled) / (tested[c] + prior_tokens)
             a = min(max(a, 1e-3), 0.999)
-            power = a  # a^(g + 1)
+            term, power = 1.0, 1.0  # E[K + 1] at g = 1 + a + ... + a^g
             for g in range(G + 1):
-                tokens[g] += (1.0 - power) / (1.0 - a)
+                tokens[g] += term
                 power *= a
+                term += power
     best_g, best = 0, -1.0
     for g in range(G + 1):
         target, draft = _price(pt, d, n, C, g, ctx, dec, hi)
@@ -103,11 +111,14 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
     R, N = arrival_ms.shape
     M = max_num_seqs
     bs = block_size
+    itl_lo = np.log10(edges[0])
+    itl_scale = (edges.size - 1) / (np.log10(edges[edges.size - 1]) - itl_lo)
+    shift = int(np.log2(bs)) if bs & (bs - 1) == 0 else -1
     req = np.empty(M, np.int64)
     ctx = np.zeros(M, np.int64)
     pf = np.zeros(M, np.int64)
     rem = np.zeros(M, np.int64)
-    s_alpha = np.zeros(M)
+    s_lalpha = np.zeros(M)  # log(alpha) of the slot's request
     s_key = np.zeros(M, np.uint64)
     s_steps = np.zeros(M, np.int64)
     s_acc = np.zeros(M, np.int64)
@@ -161,7 +172,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                     n0 = 0
                     C0 = 0
                     for c in range(hi):
-                        dec[c] = req[c] >= 0 and pf[c] == 0
+                        dec[c] = (req[c] >= 0) & (pf[c] == 0)
                         if dec[c]:
                             n0 += 1
                             C0 += ctx[c]
@@ -174,22 +185,34 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
             while True:
                 n_dec = 0
                 for c in range(hi):
-                    dec[c] = req[c] >= 0 and pf[c] == 0
+                    dec[c] = (req[c] >= 0) & (pf[c] == 0)
                     n_dec += dec[c]
                 g = min(gamma, max(budget_tokens // max(n_dec, 1) - 1, 0))
                 left = budget_tokens - n_dec * (g + 1)
                 before = 0
                 demand = 0
+                C_dec = 0
+                P = 0
+                Ntok = 0
+                Cp = 0
+                Lp = 0
                 for c in range(hi):
                     chunk[c] = 0
                     if req[c] < 0:
                         continue
                     if dec[c]:
-                        demand += _ceil_div(ctx[c] + g + 1, bs)
+                        demand += _blocks(ctx[c] + g + 1, bs, shift)
+                        C_dec += ctx[c]
                     else:
-                        chunk[c] = max(min(pf[c], left - before), 0)
+                        x = max(min(pf[c], left - before), 0)
+                        chunk[c] = x
                         before += pf[c]
-                        demand += _ceil_div(ctx[c] + chunk[c], bs)
+                        demand += _blocks(ctx[c] + x, bs, shift)
+                        if x > 0:
+                            P += 1
+                            Ntok += x
+                            Cp += ctx[c]
+                            Lp += pf[c] == x
                 if demand <= capr:
                     break
                 victim, latest = -1, -1
@@ -211,8 +234,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                 ctx[victim] = 0
                 n_run -= 1
                 preempted_any = True
-            for c in range(hi):
-                left -= chunk[c]
+            left -= Ntok
             # 3. admit waiting requests first come, first served (preempted ones first)
             if not preempted_any:
                 while left > 0 and n_run < M:
@@ -227,7 +249,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                             break
                     need = prompt[r, h] + generated[h]
                     take = min(need, left)
-                    blocks = _ceil_div(take, bs)
+                    blocks = _blocks(take, bs, shift)
                     if demand + blocks > capr:
                         break
                     c = 0
@@ -239,7 +261,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                     ctx[c] = 0
                     pf[c] = need
                     rem[c] = output[r, h] - generated[h]
-                    s_alpha[c] = alpha[r, h]
+                    s_lalpha[c] = np.log(alpha[r, h])
                     s_key[c] = key[r, h]
                     s_steps[c] = q_steps[h]
                     s_acc[c] = q_acc[h]
@@ -259,22 +281,10 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                         next_new += 1
                     left -= take
                     demand += blocks
-            # 4. the step's time
-            n_dec = 0
-            C_dec = 0
-            P = 0
-            Ntok = 0
-            Cp = 0
-            Lp = 0
-            for c in range(hi):
-                if dec[c]:
-                    n_dec += 1
-                    C_dec += ctx[c]
-                elif chunk[c] > 0:
                     P += 1
-                    Ntok += chunk[c]
-                    Cp += ctx[c]
-                    Lp += pf[c] == chunk[c]
+                    Ntok += take
+                    Lp += need == take  # its ctx is 0
+            # 4. the step's time
             if not step_fits(pt, d, n_dec, C_dec, g):
                 error[r, 0] = 1
                 error[r, 1] = n_dec
@@ -284,10 +294,18 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
             target, draft = _price(pt, d, n_dec, C_dec, g, ctx, dec, hi)
             step_ms = target + draft + prefill_extra_ms(pt, d, n_dec, g, C_dec, P, Ntok, Cp, Lp)
             end = start + step_ms
-            # 5. outcomes: decoding sequences commit K + 1 tokens, completed prompts one
+            # 5. outcomes: decoding sequences commit K + 1 tokens, completed prompts one;
+            # then the statistics and finished requests leave (one scan)
+            blocks_used = 0
+            n_sched = n_run
+            gap_seen, bin_seen = -1.0, 0  # most slots emitted at the same time: one bin lookup
+            bin_count = 0.0  # gaps in bin_seen not yet added to the histogram
+            acc_step = 0
             for c in range(hi):
+                if req[c] < 0:
+                    continue
                 if dec[c]:
-                    k = accepted_one(s_key[c], s_steps[c], s_alpha[c], g, hazard_profile,
+                    k = accepted_one(s_key[c], s_steps[c], s_lalpha[c], g, hazard_profile,
                                      per_position)
                     commit = min(k + 1, rem[c])
                     if g > 0:
@@ -295,13 +313,16 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                         s_acc[c] += k
                         t = k + (1 if k < g else 0)
                         s_tested[c] += t
-                        pool_acc += k
+                        acc_step += k
                         pool_tested += t
-                        stats[r, S_ACC] += k
-                    stats[r, S_PROP] += g
                     ctx[c] += commit
                     rem[c] -= commit
-                    itl[r, _itl_bin(edges, end - last_emit[c])] += 1.0
+                    gap = end - last_emit[c]
+                    if gap != gap_seen:
+                        itl[r, bin_seen] += bin_count
+                        gap_seen, bin_seen = gap, _itl_bin(edges, gap, itl_lo, itl_scale)
+                        bin_count = 0.0
+                    bin_count += 1.0
                     last_emit[c] = end
                 elif chunk[c] > 0:
                     ctx[c] += chunk[c]
@@ -311,24 +332,12 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                         if generated[q] == 0:  # its first token (else a recompute's next one)
                             first_token[r, q] = end * 1e-3
                         else:
-                            itl[r, _itl_bin(edges, end - last_emit[c])] += 1.0
+                            itl[r, _itl_bin(edges, end - last_emit[c], itl_lo, itl_scale)] += 1.0
                         last_emit[c] = end
                         rem[c] -= 1
                         ctx[c] += 1
-            blocks_used = 0
-            for c in range(hi):
-                if req[c] >= 0:
-                    blocks_used += _ceil_div(ctx[c], bs)
-            stats[r, S_STEPS] += 1
-            stats[r, S_BUSY] += step_ms
-            stats[r, S_RUN] += step_ms * n_run
-            stats[r, S_KV] += step_ms * min(blocks_used, capr) / capr
-            if n_dec > 0:
-                gamma_steps[r, g] += 1
-            clock = end
-            # finished requests leave
-            for c in range(hi):
-                if req[c] >= 0 and rem[c] <= 0:
+                blocks_used += _blocks(ctx[c], bs, shift)
+                if rem[c] <= 0:
                     q = req[c]
                     finish[r, q] = end * 1e-3
                     generated[q] = output[r, q]
@@ -341,5 +350,16 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                     pf[c] = 0
                     ctx[c] = 0
                     n_run -= 1
+            itl[r, bin_seen] += bin_count
+            pool_acc += acc_step
+            stats[r, S_ACC] += acc_step
+            stats[r, S_PROP] += g * n_dec
+            stats[r, S_STEPS] += 1
+            stats[r, S_BUSY] += step_ms
+            stats[r, S_RUN] += step_ms * n_sched
+            stats[r, S_KV] += step_ms * min(blocks_used, capr) / capr
+            if n_dec > 0:
+                gamma_steps[r, g] += 1
+            clock = end
             while hi > 0 and req[hi - 1] < 0:
                 hi -= 1
