@@ -47,7 +47,12 @@ def accepted_drafts(key: np.ndarray, counter: np.ndarray, alpha: np.ndarray, gam
     being the request's representative rate exp(-s Cbar), src.acceptance),
     K = min(#{i : D_i <= E / -ln alpha}, gamma), so P(K >= i) = alpha^(D_i) = prod_{j <= i} a_j.
     E / -ln alpha is computed as ln U / ln alpha, the same float as the i.i.d. path, so the profile
-    D_i = i gives the i.i.d. K bit for bit. The profile needs at least max(gamma) positions."""
+    D_i = i gives the i.i.d. K bit for bit. The profile needs at least max(gamma) positions.
+
+    The compiled engine (src/online/engine_loop.py) takes the same K from the same U by
+    comparisons, K = #{i <= gamma : U <= alpha^(D_i)} (thresholds exp(D_i ln alpha) computed once
+    per request): the same law, and the same K as here except where U falls within rounding of a
+    threshold (about 1e-16 of the draws)."""
     u = uniform_open_closed(key, counter)
     if hazard_profile is None:
         k = (np.log(u) / np.log(alpha)).astype(np.int64)
@@ -68,19 +73,3 @@ def uniform_one(key, counter):
     z = (z ^ (z >> np.uint64(27))) * _B
     z = z ^ (z >> np.uint64(31))
     return (np.float64(z >> np.uint64(11)) + 1.0) * 2.0**-53
-
-
-@njit(cache=True)
-def accepted_one(key, counter, log_alpha, gamma, hazard_profile, per_position):
-    """accepted_drafts of one draw (hazard_profile used where per_position): min(K, gamma);
-    log_alpha = np.log(alpha), taken once per request by the caller."""
-    if gamma <= 0:
-        return 0
-    x = np.log(uniform_one(key, counter)) / log_alpha
-    if not per_position:
-        k = int(x)
-        return k if k < gamma else gamma
-    k = 0
-    while k < gamma and k < hazard_profile.size and hazard_profile[k] <= x:
-        k += 1
-    return k

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from src.online.counter_rng import accepted_one
+from src.online.counter_rng import uniform_one
 from src.online.step_prices import E_BUDGET, E_WITH_DRAFT, decode_ms, prefill_extra_ms, step_fits
 
 POLICY_TABLE, POLICY_ADAPTIVE = 0, 1
@@ -118,7 +118,15 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
     ctx = np.zeros(M, np.int64)
     pf = np.zeros(M, np.int64)
     rem = np.zeros(M, np.int64)
-    s_lalpha = np.zeros(M)  # log(alpha) of the slot's request
+    # acceptance thresholds alpha^(D_i) of the slot's request: K = #{i <= gamma: U <= thr_i}
+    G1 = max(max_gamma, 1)
+    s_thr = np.zeros((M, G1))
+    positions = np.empty(G1)  # D_i: the hazard profile (inf past its end), or i (i.i.d.)
+    for i in range(G1):
+        if per_position:
+            positions[i] = hazard_profile[i] if i < hazard_profile.size else np.inf
+        else:
+            positions[i] = i + 1.0
     s_key = np.zeros(M, np.uint64)
     s_steps = np.zeros(M, np.int64)
     s_acc = np.zeros(M, np.int64)
@@ -158,6 +166,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
         admit_counter = 0
         pool_acc = 0.0
         pool_tested = 0.0
+        n_dec_start = 0  # running slots decoding at the next step's start
         while True:
             if n_run == 0 and n_pre_wait == 0:
                 if next_new >= n_req[r]:
@@ -183,10 +192,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
             preempted_any = False
             # 2. schedule the running sequences; preempt the latest admitted until KV fits
             while True:
-                n_dec = 0
-                for c in range(hi):
-                    dec[c] = (req[c] >= 0) & (pf[c] == 0)
-                    n_dec += dec[c]
+                n_dec = n_dec_start  # running slots with their prompt done (counted last step)
                 g = min(gamma, max(budget_tokens // max(n_dec, 1) - 1, 0))
                 left = budget_tokens - n_dec * (g + 1)
                 before = 0
@@ -198,6 +204,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                 Lp = 0
                 for c in range(hi):
                     chunk[c] = 0
+                    dec[c] = (req[c] >= 0) & (pf[c] == 0)
                     if req[c] < 0:
                         continue
                     if dec[c]:
@@ -233,6 +240,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                 pf[victim] = 0
                 ctx[victim] = 0
                 n_run -= 1
+                n_dec_start -= dec[victim]
                 preempted_any = True
             left -= Ntok
             # 3. admit waiting requests first come, first served (preempted ones first)
@@ -261,7 +269,9 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                     ctx[c] = 0
                     pf[c] = need
                     rem[c] = output[r, h] - generated[h]
-                    s_lalpha[c] = np.log(alpha[r, h])
+                    log_alpha = np.log(alpha[r, h])
+                    for i in range(G1):
+                        s_thr[c, i] = np.exp(positions[i] * log_alpha)
                     s_key[c] = key[r, h]
                     s_steps[c] = q_steps[h]
                     s_acc[c] = q_acc[h]
@@ -298,6 +308,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
             # then the statistics and finished requests leave (one scan)
             blocks_used = 0
             n_sched = n_run
+            n_dec_start = 0
             gap_seen, bin_seen = -1.0, 0  # most slots emitted at the same time: one bin lookup
             bin_count = 0.0  # gaps in bin_seen not yet added to the histogram
             acc_step = 0
@@ -305,8 +316,11 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                 if req[c] < 0:
                     continue
                 if dec[c]:
-                    k = accepted_one(s_key[c], s_steps[c], s_lalpha[c], g, hazard_profile,
-                                     per_position)
+                    k = 0
+                    if g > 0:
+                        u = uniform_one(s_key[c], s_steps[c])
+                        while k < g and u <= s_thr[c, k]:
+                            k += 1
                     commit = min(k + 1, rem[c])
                     if g > 0:
                         s_steps[c] += 1
@@ -337,7 +351,9 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                         rem[c] -= 1
                         ctx[c] += 1
                 blocks_used += _blocks(ctx[c], bs, shift)
-                if rem[c] <= 0:
+                if rem[c] > 0:
+                    n_dec_start += pf[c] == 0
+                else:
                     q = req[c]
                     finish[r, q] = end * 1e-3
                     generated[q] = output[r, q]
