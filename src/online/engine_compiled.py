@@ -91,7 +91,7 @@ class CompiledEngine:
         out = {
             "first_sched": np.full((R, N), np.nan), "first_token": np.full((R, N), np.nan),
             "finish": np.full((R, N), np.nan), "preemptions": np.zeros((R, N), np.int64),
-            "stats": np.zeros((R, 6)), "gamma_steps": np.zeros((R, self.max_gamma + 1)),
+            "stats": np.zeros((R, 7)), "gamma_steps": np.zeros((R, self.max_gamma + 1)),
             "itl": np.zeros((R, ITL_BIN_EDGES_MS.size - 1)), "error": np.zeros((R, 4), np.int64),
         }
         run_rows(prices, rq.arrival_s * 1e3, np.asarray(rq.prompt_tokens, np.int64),
@@ -127,6 +127,7 @@ class CompiledEngine:
             steps=stats[:, 0].copy(),
             busy_s=stats[:, 1] * 1e-3,
             running_integral_s=stats[:, 2] * 1e-3,
+            slot_steps=stats[:, 6].copy(),
             kv_integral_s=stats[:, 3] * 1e-3,
             accepted_drafts=stats[:, 4].copy(),
             proposed_drafts=stats[:, 5].copy(),

@@ -23,7 +23,7 @@ from src.online.step_prices import E_BUDGET, E_WITH_DRAFT, decode_ms, prefill_ex
 
 POLICY_TABLE, POLICY_ADAPTIVE = 0, 1
 # per-row statistics (columns of `stats`)
-S_STEPS, S_BUSY, S_RUN, S_KV, S_ACC, S_PROP = range(6)
+S_STEPS, S_BUSY, S_RUN, S_KV, S_ACC, S_PROP, S_SLOTS = range(7)
 
 
 @njit(cache=True)
@@ -373,6 +373,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
             stats[r, S_STEPS] += 1
             stats[r, S_BUSY] += step_ms
             stats[r, S_RUN] += step_ms * n_sched
+            stats[r, S_SLOTS] += n_sched
             stats[r, S_KV] += step_ms * min(blocks_used, capr) / capr
             if n_dec > 0:
                 gamma_steps[r, g] += 1

@@ -233,6 +233,7 @@ def _rate_rows(cfg: ServeConfig, prepared: Prepared, rate: float) -> tuple[list[
         "wall_s": wall,
         "requests": int(np.isfinite(result.arrival_s).sum()),
         "steps": float(result.steps.sum()),
+        "slot_steps": float(result.slot_steps.sum()),  # running sequences x steps
     }
     return rows, {"per_rep": per_rep, "speed": speed}
 
