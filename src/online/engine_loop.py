@@ -302,9 +302,9 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                 error[r, 3] = g
                 break
             target, draft = _price(pt, d, n_dec, C_dec, g, ctx, dec, hi)
-            step_ms = target + draft
             if P > 0:  # (without chunks the extra is exactly 0: the same pass twice)
-                step_ms += prefill_extra_ms(pt, d, n_dec, g, C_dec, P, Ntok, Cp, Lp)
+                target += prefill_extra_ms(pt, d, n_dec, g, C_dec, P, Ntok, Cp, Lp)
+            step_ms = target + draft  # (the numpy engine's order of the sums)
             end = start + step_ms
             # 5. outcomes: decoding sequences commit K + 1 tokens, completed prompts one;
             # then the statistics and finished requests leave (one scan)
