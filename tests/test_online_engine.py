@@ -28,11 +28,9 @@ from src.online.steptime import StepTimer, kv_capacity_tokens
 from src.workload import stream
 
 
-def _deployments(engine="vllm-2024", kv_blocks=None):
-    spec = HardwareCostModel.from_presets(
-        "h100-sxm", "llama-3.1-8b", draft="llama-3.2-1b", engine=engine
-    )
-    plain = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="ngram", engine=engine)
+def _deployments(engine="vllm-2024", kv_blocks=None, gpu="h100-sxm"):
+    spec = HardwareCostModel.from_presets(gpu, "llama-3.1-8b", draft="llama-3.2-1b", engine=engine)
+    plain = HardwareCostModel.from_presets(gpu, "llama-3.1-8b", draft="ngram", engine=engine)
     out = []
     for cost, s in ((plain, False), (spec, True)):
         blocks = kv_blocks or kv_capacity_tokens(cost, 64) // 16
@@ -226,6 +224,9 @@ COMPILED_CASES = {
     # a KV cache that forces preemption and recomputation, on an engine that overlaps CPU/GPU
     "preemption": dict(policies=[NoSpeculation(), FixedGamma(3), Adaptive(4)], n=40, rate=40.0,
                        deps=("vllm-v1", 150)),
+    # attention kernels fitted on the H200 (the vllm-v1 profile's `best` kernel)
+    "fitted-kernels": dict(policies=[NoSpeculation(), FixedGamma(3), Adaptive(4)], n=40,
+                           rate=10.0, deps=("vllm-v1", None, "h200")),
     # the per-position acceptance law (EAGLE's falling rates)
     "per-position": dict(policies=[FixedGamma(4), Adaptive(4)], n=30, rate=3.0,
                          profile=(0.79, 0.74, 0.72, 0.73, 0.67)),
@@ -240,8 +241,7 @@ def test_compiled_engine_equals_the_numpy_engine_step_by_step(case):
     kw = dict(COMPILED_CASES[case])
     profile = kw.pop("profile", None)
     dep = kw.pop("deps", None)
-    args = _run(kw.pop("policies"), reps=2, deps=dep and _deployments(dep[0], kv_blocks=dep[1]),
-                **kw)
+    args = _run(kw.pop("policies"), reps=2, deps=dep and _deployments(*dep), **kw)
     if profile is not None:
         args = _with_profile(args, hazard_profile(profile, 4))
     compiled = Engine(*args, max_gamma=4)

@@ -1,6 +1,7 @@
 """The compiled step prices (src/online/step_prices.py) against the cost model they compile:
 StepTimer.decode_ms_totals / decode_ms (HardwareCostModel.step_ms) and prefill_extra_ms, on the
-engines, drafts and draft KV budgets of tests/test_online_steptime.py, to 1e-9 relative."""
+engines, drafts and draft KV budgets of tests/test_online_steptime.py, with roofline and fitted
+attention kernels, to 1e-9 relative."""
 import numpy as np
 import pytest
 
@@ -23,6 +24,10 @@ CASES = [
     ("h100-sxm", "llama-3.2-1b", "llama-3.2-1b", "ideal", 256),
     ("h100-sxm", "llama-3.1-8b", "llama-3.2-1b", "pytorch-eager", None),
     ("h100-sxm", "llama-3.1-70b", "llama-3.2-1b", "vllm-v1", None, 4),  # TP 4: all-reduces
+    # attention kernels fitted on the H200 (src/online/kernel_attention.py)
+    ("h200", "llama-3.2-1b", "eagle", "sglang-spec-v2", None),
+    ("h200", "llama-3.1-8b", "llama-3.2-1b", "pytorch-eager", None),
+    ("h200", "llama-3.1-8b", "llama-3.2-1b", "vllm-v1", None),
 ]
 
 
@@ -80,6 +85,7 @@ def test_the_memory_check_is_the_cost_models():
     assert not step_fits(pt, 0, 1, (fits + 1) * 100_000, 0)
 
 
-def test_fitted_attention_kernels_are_left_to_the_numpy_engine():
-    assert not compiled_pricing_supported(_timer("h200", "llama-3.2-1b", "eagle",
-                                                 "sglang-spec-v2", None))
+def test_the_h200_cases_price_fitted_attention_kernels():
+    """(else the cases above would test the roofline path only)"""
+    for case in CASES[-3:]:
+        assert _timer(*case).cost._target_c.attn_kernels

@@ -4,8 +4,7 @@ numba loop (src/online/engine_loop.py) and returns the same EngineResult as the 
 `compiled_supported` says whether the loop can run a set of row groups and deployments: every
 policy is either a batch-size policy (`reads_slot_state = False`: its gamma is a function of the
 running sequences only, tabled here by calling its own `gammas` once for batch sizes 0..
-max_num_seqs) or `Adaptive`, and every deployment's cost model is one src/online/step_prices.py
-prices (roofline attention).
+max_num_seqs) or `Adaptive` (src/online/step_prices.py prices every deployment).
 """
 
 from __future__ import annotations

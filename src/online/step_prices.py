@@ -13,8 +13,8 @@ src/costmodel/prefill.py (`_mixed_ms`) written for one row. They agree with the 
 rounding (tests/test_online_step_prices.py: 1e-9 relative); numba's exp, log and pow may round in
 the last bit differently from numpy's vector loops.
 
-Not compiled (`compiled_pricing_supported` is False; the engine runs in numpy,
-src/online/engine_numpy.py): attention kernels fitted on a GPU (`PassCoefficients.attn_kernels`).
+Attention kernels fitted on a GPU (`PassCoefficients.attn_kernels`) are priced by
+src/online/kernel_attention.py.
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ from numba import njit
 
 from src.costmodel.memory import memory_usable_bytes
 from src.costmodel.roofline import _pnorm, gemm_terms_s
+from src.online.kernel_attention import N_KERNEL, fastest_pass_s, pack_kernels
 
 # per-network scalars (row of PriceTables.net)
 (N_READ, N_NEW, N_PAIR, N_P, N_GRAPHS, N_KERNELS, N_KERNELS_VERIFY, N_CPU_LAUNCH, N_GAP,
  N_LAUNCH_P, N_LAYER_ELEM, N_LAYER_FIXED, N_VERIFY_FIXED, N_HEAD_ELEM, N_HEAD_FIXED, N_ATTN_FIXED,
- N_PRESENT, N_HEAD_INDEX) = range(18)
-N_NET = 18
+ N_PRESENT, N_HEAD_INDEX, N_KERNELS_FITTED) = range(19)
+N_NET = 19
 # per-deployment scalars (row of PriceTables.eng)
 (E_CPU_FIXED, E_CPU_PER_SEQ, E_REJECTION, E_KV_BOOK, E_EXPANSION, E_SLOWDOWN, E_OVERLAP_DECODE,
  E_OVERLAP_SPEC, E_NGRAM_ONE_CALL, E_NGRAM_CPU, E_DRAFT_CPU_FIXED, E_DRAFT_CPU_PER_SEQ, E_COVERS,
@@ -50,12 +51,12 @@ class PriceTables(NamedTuple):
     gemm: np.ndarray  # [D, 2, G, T + 1] each GEMM's pnorm(memory, compute) s at a row count
     select: np.ndarray  # [D, 2, 2, G] GEMM g in the layers (0) / the LM head (1)
     comm: np.ndarray  # [D, 2, T + 1] all-reduce s of a pass of that many tokens
+    kernels: np.ndarray  # [D, 2, K, N_KERNEL] fitted attention kernels (N_KERNELS_FITTED each)
 
 
 def compiled_pricing_supported(timer) -> bool:
-    """Whether step_prices prices this StepTimer's steps (not: a fitted attention kernel)."""
-    nets = (timer.cost._target_c, timer.cost._draft_c)
-    return not any(c.attn_kernels for c in nets if c is not None)
+    """Whether step_prices prices this StepTimer's steps (every cost model it builds)."""
+    return timer.cost is not None
 
 
 def _net_row(c) -> np.ndarray:
@@ -72,6 +73,7 @@ def _net_row(c) -> np.ndarray:
         c.head_elementwise_per_token_s, c.head_fixed_s, c.attn_fixed_s)
     v[N_PRESENT] = 1.0
     v[N_HEAD_INDEX] = c.head_gemm_index
+    v[N_KERNELS_FITTED] = len(c.attn_kernels)
     return v
 
 
@@ -94,7 +96,7 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
     """PriceTables of every StepTimer in `timers`, for steps of at most max_seqs decoding
     sequences, gamma <= max_gamma and max_tokens positions (decode + prefill)."""
     D = len(timers)
-    nets, engs, tabs, gemms, sels, comms = [], [], [], [], [], []
+    nets, engs, tabs, gemms, sels, comms, kerns = [], [], [], [], [], [], []
     for timer in timers:
         cost, e = timer.cost, timer.engine
         draft_c = cost._draft_c  # the cost model's (step_ms uses it for the overlap rule too)
@@ -108,6 +110,8 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
             table = cost._table_ms(which, max_seqs, width - 1)[: max_seqs + 1, :width]
             per_net.append((np.array(table), _token_tables(c, max_tokens)))
         nets.append([_net_row(timer.target_c), _net_row(draft_c)])
+        kerns.append([pack_kernels(c.attn_kernels if c is not None else ())
+                      for c in (timer.target_c, draft_c)])
         tabs.append([t for t, _ in per_net])
         gemms.append([x[0] if x else None for _, x in per_net])
         sels.append([x[1] if x else None for _, x in per_net])
@@ -145,7 +149,13 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
             if gemms[d][n] is not None:
                 gemm[d, n, : gemms[d][n].shape[0]] = gemms[d][n]
                 select[d, n, :, : sels[d][n].shape[1]] = sels[d][n]
-    return PriceTables(np.array(nets), np.array(engs), table, gemm, select, np.array(comms))
+    K = max([k.shape[0] for pair in kerns for k in pair] + [1])
+    kernels = np.zeros((D, 2, K, N_KERNEL))
+    for d in range(D):
+        for n in range(2):
+            kernels[d, n, : kerns[d][n].shape[0]] = kerns[d][n]
+    return PriceTables(np.array(nets), np.array(engs), table, gemm, select, np.array(comms),
+                       kernels)
 
 
 @njit(cache=True)
@@ -154,8 +164,15 @@ def _pnorm2(a, b, p):
 
 
 @njit(cache=True)
-def attention_exp_ms(c, n, tokens, t, sum_ctx):
-    """HardwareCostModel._attention_pnorm_ms (roofline) of one pass, ms."""
+def attention_exp_ms(pt, d, net, n, tokens, t, sum_ctx):
+    """HardwareCostModel._attention_pnorm_ms of one pass, ms: the fastest fitted kernel, else
+    the roofline."""
+    c = pt.net[d, net]
+    if c[N_KERNELS_FITTED] > 0:
+        if n <= 0:
+            return 0.0
+        return fastest_pass_s(pt.kernels[d, net], int(c[N_KERNELS_FITTED]), float(n), float(t),
+                              float(sum_ctx), False) * 1e3
     p = c[N_P]
     memory = (c[N_READ] * 1e3) * sum_ctx + ((c[N_READ] + c[N_NEW]) * 1e3) * tokens
     compute = (c[N_PAIR] * 1e3) * (t * sum_ctx + tokens * ((t + 1) * 0.5))
@@ -164,8 +181,12 @@ def attention_exp_ms(c, n, tokens, t, sum_ctx):
 
 
 @njit(cache=True)
-def attention_pow_s(c, S, t, C):
-    """roofline.attention_s (pnorm of attention_terms_s) of one pass, s."""
+def attention_pow_s(pt, d, net, S, t, C, prefill):
+    """roofline.attention_s of one pass, s: the fastest fitted kernel, else the roofline pnorm
+    of attention_terms_s."""
+    c = pt.net[d, net]
+    if c[N_KERNELS_FITTED] > 0:
+        return fastest_pass_s(pt.kernels[d, net], int(c[N_KERNELS_FITTED]), S, t, C, prefill)
     T = S * t
     memory = c[N_READ] * (C + T) + c[N_NEW] * T
     compute = c[N_PAIR] * (t * C + S * (t * (t + 1) / 2))
@@ -208,14 +229,14 @@ def draft_parts(pt, d, n, C, g, capped_mid, capped_start):
     catchup = g if e[E_COVERS] != 0.0 else int(e[E_CATCHUP])
     budget = e[E_BUDGET]
     mid_ctx = C + n * ((g - 1) * 0.5) if budget < 0 else capped_mid
-    per_pass = tab[n, 1] + attention_exp_ms(c, n, n, 1, mid_ctx)
+    per_pass = tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n, 1, mid_ctx)
     physics = g * per_pass
     gpu = g * launch_ms(c, per_pass, 1)
     if catchup > 0 and g > 0:
         ctx0 = C if budget < 0 else capped_start
         wide = 1 + catchup
-        gpu += (tab[n, wide] - tab[n, 1] + attention_exp_ms(c, n, n * wide, wide, ctx0)
-                - attention_exp_ms(c, n, n, 1, ctx0))
+        gpu += (tab[n, wide] - tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n * wide, wide, ctx0)
+                - attention_exp_ms(pt, d, DRAFT, n, n, 1, ctx0))
     return physics, cpu, gpu
 
 
@@ -235,7 +256,7 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     c = pt.net[d, TARGET]
     t = g + 1
     tokens = n * t
-    attention = attention_exp_ms(c, n, tokens, t, C)
+    attention = attention_exp_ms(pt, d, TARGET, n, tokens, t, C)
     physics = pt.table[d, TARGET, n, t] + attention
     verify = t > 1
     per_seq = e[E_CPU_PER_SEQ]
@@ -248,7 +269,7 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     if verify and (e[E_EXPANSION] != 0.0 or e[E_SLOWDOWN] != 1.0):
         engine_attention = attention
         if e[E_EXPANSION] != 0.0:
-            engine_attention = attention_exp_ms(c, tokens, tokens, 1,
+            engine_attention = attention_exp_ms(pt, d, TARGET, tokens, tokens, 1,
                                                 t * C + n * (t * (t - 1) * 0.5))
         gpu += e[E_SLOWDOWN] * engine_attention - attention
     overlap_spec = e[E_OVERLAP_SPEC] != 0.0
@@ -302,7 +323,8 @@ def mixed_ms(pt, d, net, S, t, C, P, N, Cp, Lp, dec_attention_s):
     total += c[N_HEAD_ELEM] * L + c[N_HEAD_FIXED]
     total += dec_attention_s
     if P > 0:
-        total += attention_pow_s(c, float(max(P, 1)), max(chunk_len, 1.0), float(Cp))
+        total += attention_pow_s(pt, d, net, float(max(P, 1)), max(chunk_len, 1.0), float(Cp),
+                                 True)
     total += c[N_ATTN_FIXED]
     total += pt.comm[d, net, T]
     return total * 1e3
@@ -316,7 +338,7 @@ def prefill_extra_ms(pt, d, n, g, C, P, N, Cp, Lp):
     with its draft: StepTimer.draft_c)."""
     e = pt.eng[d]
     t = g + 1
-    att = attention_pow_s(pt.net[d, TARGET], float(n), float(max(t, 1)), float(C)) if n > 0 \
+    att = attention_pow_s(pt, d, TARGET, float(n), float(max(t, 1)), float(C), False) if n > 0 \
         else 0.0
     extra = (mixed_ms(pt, d, TARGET, n, t, C, P, N, Cp, Lp, att)
              - mixed_ms(pt, d, TARGET, n, t, C, 0, 0, 0, 0, att))
