@@ -40,6 +40,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("src.calibration.command", "fit the cost model to measured step times of a GPU"),
     "measure-moe": ("src.measure.moe_cli", "time MoE layers with set routing skew (needs PyTorch)"),
     "calibrate-moe": ("src.calibration.moe_command", "fit per-expert GEMM terms to MoE rows"),
+    "moe-study": ("src.hardware.moe_cli", "MoE targets against dense twins; MoE validation"),
 }
 
 # StudyConfig field -> its command-line option

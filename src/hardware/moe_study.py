@@ -1,0 +1,118 @@
+"""The MoE study: each MoE scenario's steady state by batch size, against a dense twin.
+
+For every committed MoE scenario (configs/scenarios/moe-*.toml) and its first engine profile, at
+the scenario's mean context (prompt + half the output), for every batch size B and gamma g of its
+grid (steady state: src/hardware/steady_state.py, MagicDec eq. 2):
+
+    speedup(B, g)      = Omega_eff(g) T_AR(B) / (g T_D(B) + T_V(B, g))
+    premium(B, g)      = T_V(B, g) / T_AR(B)      the verification premium: a pass of B (g + 1)
+                                                  tokens against a decode pass of B tokens
+    experts touched    = D(B, t) / E per MoE layer, t = 1 (decode) or g + 1 (verification),
+                         D from the preset's routing model (src/costmodel/moe.py)
+
+and the same for the scenario's dense twin: the target with its MoE layers replaced by one dense
+FFN of the same active width ((k + shared experts) x expert FFN; the leading dense layers' width
+is averaged in), so it has the same active parameters, attention, formats and draft. Its premium
+is the dense model's ~1 at small batch; the MoE's is larger by the expert bytes the extra tokens
+read. A scenario file is an ordinary scenario (`python run.py --scenario FILE` simulates it); this
+module adds the closed-form comparison the MoE questions need.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from src.hardware import steady_state
+from src.hardware.scenario import SCENARIOS_DIR, Scenario, load_scenario
+from src.hardware.study import mean_tokens
+from src.metrics import best_gamma
+from src.workload import acceptance_profile, sample_alpha, stream
+
+MOE_SCENARIO_GLOB = "moe-*.toml"
+OMEGA_DRAWS = 20_000  # alphas drawn per quality mode for Omega_eff (as the hardware study)
+
+
+def moe_scenario_paths(folder: Path = SCENARIOS_DIR) -> list[Path]:
+    """The committed MoE scenario files, in name order."""
+    return sorted(folder.glob(MOE_SCENARIO_GLOB))
+
+
+def dense_twin(spec):
+    """The target with every MoE layer's routed and shared experts replaced by one dense SwiGLU of
+    width (k + shared) x moe_intermediate_size, leading dense layers averaged in: the same active
+    parameters per token, attention, formats and vocabulary; no routing."""
+    moe_layers = spec.n_layers - spec.first_k_dense_replace
+    active_ffn = (spec.experts_per_token + spec.n_shared_experts) * spec.moe_intermediate_size
+    width = round((spec.first_k_dense_replace * spec.intermediate_size + moe_layers * active_ffn)
+                  / spec.n_layers)
+    return replace(spec, model_id=f"{spec.model_id}-dense-twin", intermediate_size=width,
+                   n_routed_experts=0, experts_per_token=0, moe_intermediate_size=0,
+                   n_shared_experts=0, first_k_dense_replace=0, expert_weight_format="")
+
+
+def experts_touched_fraction(spec, batch, tokens_per_seq):
+    """D / E: expected fraction of the routed experts one MoE layer reads in a pass of `batch`
+    sequences x `tokens_per_seq` tokens (0 for a dense model)."""
+    if not spec.n_routed_experts:
+        return np.zeros(np.shape(batch))
+    from src.costmodel.moe import expected_distinct_experts, routing_locality
+    rho = routing_locality(spec.routing, spec.routing_locality_fraction)
+    return expected_distinct_experts(spec.n_routed_experts, spec.experts_per_token, batch,
+                                     tokens_per_seq, rho) / spec.n_routed_experts
+
+
+@dataclass(frozen=True)
+class MoeStudy:
+    scenario: Scenario
+    engine: str
+    context_tokens: int
+    rows: pd.DataFrame  # one row per (target, quality mode, batch, gamma)
+    best: pd.DataFrame  # the best gamma per (target, quality mode, batch)
+
+
+def omega_by_gamma(scenario: Scenario) -> dict[str, dict[int, float]]:
+    """Omega_eff per quality mode and gamma, from the scenario's own seeded streams."""
+    cfg = scenario.study
+    out = {}
+    for m in cfg.quality_modes:
+        alphas = sample_alpha(stream(cfg.seed, "omega", m), cfg.alpha_modes[m], (OMEGA_DRAWS,))
+        profile = acceptance_profile(cfg.alpha_modes[m])
+        out[m] = {g: steady_state.effective_tokens_per_step(alphas, g, profile)
+                  for g in cfg.gammas}
+    return out
+
+
+def run_moe_scenario(scenario: Scenario) -> MoeStudy:
+    """The closed-form comparison of the module docstring for one scenario."""
+    cfg = scenario.study
+    engine = scenario.engine_profiles[0]
+    cost = scenario.cost_model(engine)
+    twin = replace(cost, target=dense_twin(cost.target))
+    ctx = int(round(mean_tokens(cfg.seed, cfg.prompt_len) + mean_tokens(cfg.seed, cfg.output_len)
+                    / 2))
+    omega = omega_by_gamma(scenario)
+    parts = []
+    for label, model in (("moe", cost), ("dense twin", twin)):
+        times = steady_state.step_times_ms(model, cfg.batch_sizes, cfg.gammas, ctx)
+        spec = model.target
+        times["experts_decode_fraction"] = experts_touched_fraction(spec, times.batch_size, 1)
+        times["experts_verify_fraction"] = experts_touched_fraction(spec, times.batch_size,
+                                                                    times.gamma + 1)
+        times["premium"] = times.t_verify_ms / times.t_ar_ms
+        for m in cfg.quality_modes:
+            t = times.assign(target=label, quality_mode=m)
+            t["speedup"] = steady_state.steady_state_speedups(t, omega[m])
+            parts.append(t)
+    rows = pd.concat(parts, ignore_index=True)
+    rows.insert(0, "scenario", scenario.name)
+    rows.insert(1, "engine_profile", engine)
+    best = best_gamma(rows, ["scenario", "target", "quality_mode", "batch_size"])
+    return MoeStudy(scenario, engine, ctx, rows, best.reset_index(drop=True))
+
+
+def run_moe_study(paths=None) -> list[MoeStudy]:
+    """Every MoE scenario (default: the committed ones)."""
+    return [run_moe_scenario(load_scenario(str(p))) for p in (paths or moe_scenario_paths())]
