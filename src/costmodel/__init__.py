@@ -31,6 +31,7 @@ from src.costmodel.allreduce import (
     custom_allreduce_supported,
     load_custom_allreduce,
 )
+from src.costmodel.drafts import DRAFT_KIND_FAMILY, DraftSpec
 from src.costmodel.engines import (
     DRAFT_KINDS,
     ENGINE_PROFILES_FILE,
@@ -40,9 +41,9 @@ from src.costmodel.engines import (
     load_engine_profiles,
 )
 from src.costmodel.flat import CostModel, FlatCostModel
-from src.costmodel.drafts import DRAFT_KIND_FAMILY, DraftSpec
 from src.costmodel.formats import FORMATS, KV_CACHE_FORMATS, WEIGHT_FORMATS, NumberFormat
 from src.costmodel.hardware import HardwareCostModel
+from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
 from src.costmodel.moe import (
     DEFAULT_ROUTING_LOCALITY,
     ROUTING_MODELS,
@@ -50,7 +51,6 @@ from src.costmodel.moe import (
     simulate_distinct_experts,
 )
 from src.costmodel.passload import PassLoad, StepBreakdown
-from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
 from src.costmodel.presets import (
     BUILTIN_PRESET_FILES,
     BYTES_PER_VALUE,
