@@ -53,6 +53,7 @@ from src.costmodel.presets import (
     check_int,
     check_tp,
 )
+from src.costmodel.variants import MoeRouting, expert_rows_and_multiplicity, pass_shape
 
 # Kernels in one decoder layer outside attention, as vidur profiles them: input RMSNorm, QKV
 # projection, rotary embedding, output projection, post-attention RMSNorm, gate/up projection,
@@ -111,6 +112,12 @@ class PassCoefficients:
     comm_custom: AllReduceCost | None = None
     comm_n_allreduce: int = 0  # all-reduces per pass
     comm_bytes_per_token: float = 0.0  # all-reduce message bytes per token (hidden x 2)
+    # --- model variants (variants.py; defaults: a dense model)
+    moe: MoeRouting | None = None  # routing of the MoE layers' routed experts
+    gemm_expert_mask: np.ndarray | None = None  # [G] routed-expert GEMMs (priced per expert)
+    attn_window_tokens: int = 0  # sliding window of the window layers (0 = none)
+    attn_window_read_per_ctx_token_s: float = 0.0  # the window layers' KV read per cached token
+    attn_window_compute_per_pair_s: float = 0.0  # the window layers' compute per pair
 
 
 def kernel_fixed_s(gpu: GpuSpec, params: CostModelParams) -> float:
@@ -167,6 +174,7 @@ def pass_coefficients(
     attention_fits: Sequence[AttentionKernelFit] = (),
     allreduce_implementation: str | None = None,
     custom_allreduce: CustomAllReduceParams | None = None,
+    ep: int = 1,
 ) -> PassCoefficients:
     """Precompute the batch-independent coefficients of one pass (see the module docstring).
 
@@ -198,18 +206,40 @@ def pass_coefficients(
         allreduce_implementation = e.allreduce
     h, q, kv, inter = model.hidden_size, model.q_width, model.kv_width, model.intermediate_size
     B = BYTES_PER_VALUE
-    layer_gemms = [(h, (q + 2 * kv) / tp), (q / tp, h), (h, 2 * inter / tp), (inter / tp, h)]
-    head_gemms = [(h, model.vocab_size / tp)] + [(k, n) for k, n in extra_gemms]
-    K = np.array([k for k, _ in layer_gemms + head_gemms], dtype=float)
-    N = np.array([n for _, n in layer_gemms + head_gemms], dtype=float)
-    count = np.array([L] * len(layer_gemms) + [1] * len(head_gemms), dtype=float)
-    selector = np.zeros((2, len(K)))
-    selector[0, : len(layer_gemms)] = 1.0
-    selector[1, len(layer_gemms):] = 1.0
-    # Elementwise bytes per token per layer: 2 RMSNorms (read + write h), 2 residual adds
-    # (2 reads + 1 write of h) - replicated on every TP rank -, rotary on q and k (read + write),
-    # SiLU-and-multiply (read gate and up, write one) - split by TP.
-    elementwise_values = 4 * h + 6 * h + 2 * (q + kv) / tp + 3 * inter / tp
+    variant = {}
+    if model.is_plain:
+        layer_gemms = [(h, (q + 2 * kv) / tp), (q / tp, h), (h, 2 * inter / tp), (inter / tp, h)]
+        head_gemms = [(h, model.vocab_size / tp)] + [(k, n) for k, n in extra_gemms]
+        K = np.array([k for k, _ in layer_gemms + head_gemms], dtype=float)
+        N = np.array([n for _, n in layer_gemms + head_gemms], dtype=float)
+        count = np.array([L] * len(layer_gemms) + [1] * len(head_gemms), dtype=float)
+        selector = np.zeros((2, len(K)))
+        selector[0, : len(layer_gemms)] = 1.0
+        selector[1, len(layer_gemms):] = 1.0
+        # Elementwise bytes per token per layer: 2 RMSNorms (read + write h), 2 residual adds
+        # (2 reads + 1 write of h) - replicated on every TP rank -, rotary on q and k (read +
+        # write), SiLU-and-multiply (read gate and up, write one) - split by TP.
+        elementwise_values = 4 * h + 6 * h + 2 * (q + kv) / tp + 3 * inter / tp
+        layer_elementwise = L * elementwise_values * B / bw
+        Bw, fl_g, head_index, extra_kernels = B, fl, len(layer_gemms), 0.0
+        attn_read = L * 2 * kv / tp * B / bw
+        attn_new = L * (2 * kv / tp + 2 * q / tp) * B / bw
+        attn_pair = L * 4 * q / tp / fl
+    else:  # MoE, MLA, sliding windows, other formats, EAGLE-3 heads (variants.py)
+        sh = pass_shape(gpu, model, tp, n_layers, extra_gemms, ep)
+        K, N, count, selector = sh.K, sh.N, sh.count, sh.selector
+        Bw, head_index, extra_kernels = sh.weight_bytes_per_value, sh.head_index, sh.extra_kernels
+        fl_g = sh.peak_flops_per_s * _gpu_value(gpu, params, "compute_efficiency_fraction")
+        layer_elementwise = sh.elementwise_values * B / bw
+        kv_read = sh.kv_values_per_token_layer * sh.kv_bytes_per_value / bw
+        attn_read = sh.full_layers * kv_read
+        attn_new = (sh.full_layers + sh.window_layers) * sh.new_token_values_per_layer * B / bw
+        attn_pair = sh.full_layers * sh.pair_flops_per_layer / fl
+        variant = dict(moe=sh.routing, gemm_expert_mask=sh.expert_mask,
+                       attn_window_tokens=sh.window_tokens if sh.window_layers else 0,
+                       attn_window_read_per_ctx_token_s=sh.window_layers * kv_read,
+                       attn_window_compute_per_pair_s=sh.window_layers * sh.pair_flops_per_layer
+                       / fl)
     n_allreduce = 2 * L if tp > 1 else 0
     ar_latency_s, ar_bus_bytes_per_s = allreduce_coefficients(gpu, tp, params, allreduce)
     comm_custom = None
@@ -218,18 +248,24 @@ def pass_coefficients(
         comm_custom = ar if ar.custom else None
     head_kernels = e.kernels_per_pass + len(extra_gemms)
     n_kernels = L * (e.kernels_per_layer + e.attention_kernels_per_layer) + head_kernels
+    n_kernels += extra_kernels
     if tp > 1:
         n_kernels += n_allreduce
+    # fitted attention kernels model BF16 GQA caches read in full; other caches: the roofline
+    attn_kernels = attention_kernel_models(gpu, model, tp, params, e.attention_kernel,
+                                           attention_fits, n_layers=L) if (
+        model.attention == "gqa" and not variant.get("attn_window_tokens")
+        and model.kv_cache_format == "bf16") else ()
     return PassCoefficients(
-        gemm_weight_s=count * K * N * B / bw,
+        gemm_weight_s=count * K * N * Bw / bw,
         gemm_mem_per_token_s=count * (K + N) * B / bw,
-        gemm_compute_per_token_s=count * 2 * K * N / fl,
+        gemm_compute_per_token_s=count * 2 * K * N / fl_g,
         gemm_selector=selector,
-        layer_elementwise_per_token_s=L * elementwise_values * B / bw,
-        layer_fixed_s=L * e.kernels_per_layer * kfix,
-        attn_read_per_ctx_token_s=L * 2 * kv / tp * B / bw,
-        attn_per_new_token_s=L * (2 * kv / tp + 2 * q / tp) * B / bw,
-        attn_compute_per_pair_s=L * 4 * q / tp / fl,
+        layer_elementwise_per_token_s=layer_elementwise,
+        layer_fixed_s=(L * e.kernels_per_layer + extra_kernels) * kfix,
+        attn_read_per_ctx_token_s=attn_read,
+        attn_per_new_token_s=attn_new,
+        attn_compute_per_pair_s=attn_pair,
         attn_fixed_s=L * e.attention_kernels_per_layer * kfix,
         head_elementwise_per_token_s=2 * h * B / bw,
         head_fixed_s=head_kernels * kfix,
@@ -239,15 +275,14 @@ def pass_coefficients(
         overhead_fixed_s=overhead_fixed_ms * 1e-3,
         overhead_per_seq_s=overhead_per_seq_ms * 1e-3,
         sharpness_p=_gpu_value(gpu, params, "roofline_sharpness_p"),
-        gemm_weight_small_s=count * K * N * B / bw_small,
-        gemm_weight_gemv_s=count * K * N * B / bw_gemv,
+        gemm_weight_small_s=count * K * N * Bw / bw_small,
+        gemm_weight_gemv_s=count * K * N * Bw / bw_gemv,
         gemm_n=N,
         gemm_wave_tile=(gpu.gemm_wave_tile or 0) if gpu.sm_count else 0,
         sm_count=gpu.sm_count or 0,
-        head_gemm_index=len(layer_gemms),
+        head_gemm_index=head_index,
         verify_fixed_s=L * e.verification_extra_kernels_per_layer * kfix,
-        attn_kernels=attention_kernel_models(gpu, model, tp, params, e.attention_kernel,
-                                             attention_fits, n_layers=L),
+        attn_kernels=attn_kernels,
         n_kernels=float(n_kernels),
         n_kernels_verify_extra=L * e.verification_extra_kernels_per_layer,
         cuda_graphs=e.cuda_graphs,
@@ -257,6 +292,7 @@ def pass_coefficients(
         comm_custom=comm_custom,
         comm_n_allreduce=n_allreduce,
         comm_bytes_per_token=h * B,
+        **variant,
     )
 
 
@@ -277,7 +313,21 @@ def attention_terms_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
     compute_s = c.attn_compute_per_pair_s * (
         positions_per_seq * sum_context_tokens + n_seqs
         * (positions_per_seq * (positions_per_seq + 1) / 2))
+    if c.attn_window_tokens:  # window layers read at most W cached tokens per sequence
+        window_ctx = window_context_tokens(c, n_seqs, sum_context_tokens)
+        memory_s = memory_s + c.attn_window_read_per_ctx_token_s * (window_ctx + T)
+        compute_s = compute_s + c.attn_window_compute_per_pair_s * (
+            positions_per_seq * window_ctx + n_seqs
+            * (positions_per_seq * (positions_per_seq + 1) / 2))
     return memory_s, compute_s
+
+
+def window_context_tokens(c: PassCoefficients, n_seqs, sum_context_tokens):
+    """Cached tokens the sliding-window layers read, summed over the sequences: sum_i min(ctx_i,
+    W), taken as min(C, S W) from the sums (exact where every context is >= W or every one is
+    <= W; design.md, "Attention variants")."""
+    return np.minimum(np.asarray(sum_context_tokens, dtype=float),
+                      np.asarray(n_seqs, dtype=float) * c.attn_window_tokens)
 
 
 def gemm_terms_s(c: PassCoefficients, rows):
@@ -346,7 +396,16 @@ def pass_components_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
     rows = np.broadcast_to(T, (G,) + T.shape).copy()
     if prefill:
         rows[c.head_gemm_index] = S
-    mem_g, comp_g = gemm_terms_s(c, rows)
+    distinct = None
+    if c.moe is not None:  # routed experts: D touched experts per layer, T k / D rows each
+        expert_rows, distinct = expert_rows_and_multiplicity(c.moe, S, t)
+        mask = c.gemm_expert_mask.reshape((-1,) + (1,) * T.ndim)
+        rows = np.where(mask, expert_rows, rows)
+        mem_g, comp_g = gemm_terms_s(c, rows)
+        per_pass = np.where(mask, distinct, 1.0)
+        mem_g, comp_g = mem_g * per_pass, comp_g * per_pass
+    else:
+        mem_g, comp_g = gemm_terms_s(c, rows)
     gemm = np.tensordot(c.gemm_selector, _pnorm(mem_g, comp_g, p), axes=1)  # [2, ...]
     attn_mem, attn_comp = attention_terms_s(c, S, t, C)
     head_tokens = S if prefill else T
@@ -366,6 +425,8 @@ def pass_components_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
     }
     gpu = out["layers_non_attention"] + out["attention"] + out["lm_head"] + out["communication"]
     out["launch"] = launch_overhead_s(c, gpu, t)
+    if distinct is not None:  # per GPU and MoE layer (x ep: of the whole layer)
+        out["distinct_experts"] = distinct * c.moe.ep
     return out
 
 
