@@ -15,7 +15,7 @@ sys.path.insert(0, ROOT)
 
 from src.calibration import validation  # noqa: E402
 from src.doc_blocks import readme_hardware_headline, readme_headline, replace_block, seed_comparison  # noqa: E402
-from src.hardware import published_checks  # noqa: E402
+from src.hardware import moe_validation, published_checks  # noqa: E402
 from src.online import blog_check  # noqa: E402
 from src.reporting import write_atomic  # noqa: E402
 
@@ -35,7 +35,9 @@ def blocks(root: str = ROOT, sets: list | None = None, blog: dict | None = None)
            ("design.md", "published-checks"): published_checks.markdown(
                published_checks.magicdec(), blog, published_checks.vllm_v1_eagle3()),
            ("design.md", "blog-check"): blog_check.markdown(
-               pd.read_csv(os.path.join(root, "results", "serving_vllm_blog_check.csv")))}
+               pd.read_csv(os.path.join(root, "results", "serving_vllm_blog_check.csv"))),
+           ("design.md", "moe-validation"): moe_validation.markdown(
+               pd.read_csv(os.path.join(root, "results", "moe_validation.csv")))}
     if validation.available():
         sets = validation.data_sets(vllm_result=blog) if sets is None else sets
         out[("design.md", "validation")] = validation.block(sets=sets)

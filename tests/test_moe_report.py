@@ -77,3 +77,25 @@ def test_section_is_replaced_in_place_and_kept(tmp_path):
     (tmp_path / "results" / "summary.txt").write_text(again)
     assert moe_report.kept_section(str(tmp_path)) == section.replace("one", "two")
     assert moe_report.kept_section(str(tmp_path / "nothing")) is None
+
+
+def test_recommend_prints_eagle3_and_mtp_settings_the_engines_accept():
+    from tests.helpers import run_captured
+    base = ["recommend", "--gpu", "h100-sxm", "--target", "qwen3-30b-a3b-fp8", "--draft",
+            "qwen3-30b-a3b-eagle3", "--acceptance", "0.5", "--batch", "1,8"]
+    rc, out, err = run_captured(base)
+    assert rc == 2 and err.startswith("error: --draft-model-path: --draft qwen3-30b-a3b-eagle3 "
+                                      "needs the EAGLE head's repository")
+    rc, out, err = run_captured(base + ["--draft-model-path", "org/head"])
+    assert rc == 0, err
+    vllm = json.loads(out.split("--speculative-config '", 1)[1].split("'", 1)[0])
+    assert vllm["method"] == "eagle3" and vllm["model"] == "org/head"
+    assert "--speculative-algorithm EAGLE3 --speculative-draft-model-path org/head" in out
+    rc, out, err = run_captured(["recommend", "--gpu", "h200", "--target", "deepseek-v3",
+                                 "--draft", "mtp", "--tp", "8", "--acceptance", "0.875",
+                                 "--batch", "1,8"])
+    assert rc == 0, err
+    vllm = json.loads(out.split("--speculative-config '", 1)[1].split("'", 1)[0])
+    assert vllm["method"] == "mtp" and "model" not in vllm
+    assert "--speculative-algorithm EAGLE --speculative-num-steps" in out
+    assert "--speculative-draft-model-path" not in out

@@ -18,8 +18,8 @@ RESULTS = ("results/moe_study.csv", "results/moe_validation.csv")
 # Hugging Face repositories of the draft heads the printed engine settings name (MTP needs none:
 # its layers ship in the target's checkpoint). The head each scenario's acceptance came from.
 HEAD_REPOSITORIES = {
-    "moe-qwen3-30b-a3b-eagle3-h100": "AngelSlim/Qwen3-a3B_eagle3",
-    "moe-qwen3-235b-a22b-eagle3-8xh100": "lmsys/Qwen3-235B-A22B-EAGLE3",
+    "moe-qwen3-30b-a3b-eagle3-h100": "zhuyksir/EAGLE3-Qwen3-30B-A3B-DenseHead",
+    "moe-qwen3-235b-a22b-eagle3-8xh100": "nebius/EAGLE3-Qwen3-235B-A22B-Instruct-2507",
     "moe-gpt-oss-120b-eagle3-h200": "Dogacel/specdrift-gpt-oss-120b-eagle3",
     "moe-gpt-oss-120b-eagle3-b200": "Dogacel/specdrift-gpt-oss-120b-eagle3",
     "moe-mixtral-8x7b-eagle-2xh100": "yuhuili/EAGLE-mixtral-instruct-8x7B",
@@ -59,9 +59,7 @@ def main(argv: list[str]) -> int:
         print(f"moe-study: {sc.name}", file=sys.stderr)
         studies.append(run_moe_scenario(sc))
     validation = moe_validation.validation_table()
-    models = load_presets().models
-    hf = {m: spec.hf_name for m, spec in models.items() if getattr(spec, "hf_name", None)}
-    section = moe_report.summary_section(studies, hf, HEAD_REPOSITORIES,
+    section = moe_report.summary_section(studies, load_presets().models, HEAD_REPOSITORIES,
                                          moe_validation.summary_lines(validation))
     files = existing_outputs(args.out)
     summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")

@@ -27,6 +27,9 @@ def plot_moe_speedup(studies) -> bytes:
                     label=f"{'MoE target' if target == 'moe' else 'dense twin'} (best gamma)")
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_xscale("log", base=2)
+        ticks = sorted(best.batch_size.unique())
+        ax.set_xticks(ticks, [str(int(t)) for t in ticks])
+        ax.set_ylim(bottom=min(0.9, float(best.speedup.min()) - 0.1))
         ax.set_xlabel("batch size (sequences)")
         ax.set_ylabel("speedup over greedy (x)")
         ax.set_title(f"{sc.name}\n{mode}", fontsize=FONT_PT)
@@ -40,12 +43,13 @@ def plot_moe_speedup(studies) -> bytes:
                  label=f"experts read: verify {g + 1} tokens")
         ax2.set_ylim(0, 105)
         ax2.set_ylabel("routed experts read per layer (%)", color="grey")
-        handles = ax.get_legend_handles_labels()
-        handles2 = ax2.get_legend_handles_labels()
-        ax.legend(handles[0] + handles2[0], handles[1] + handles2[1], fontsize=FONT_PT, loc="best")
+        handles = [a + b for a, b in zip(ax.get_legend_handles_labels(),
+                                           ax2.get_legend_handles_labels())]
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
-    fig.suptitle("MoE targets vs a dense twin of the same active size: steady-state speedup of the "
-                 "best gamma", fontsize=10)
-    fig.tight_layout()
+    fig.suptitle("MoE targets against a dense twin of the same active size: steady-state speedup "
+                 "of the best gamma\n(grey, right axis: routed experts one MoE layer reads)",
+                 fontsize=10)
+    fig.legend(*handles, loc="lower center", ncol=4, fontsize=FONT_PT, frameon=False)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     return png_bytes(fig)

@@ -21,18 +21,20 @@ import json
 
 import pandas as pd
 
-from src.hardware.schedules import crossover_batch, schedule_ranges
+from src.hardware.schedules import schedule_ranges
 
 SECTION_BEGIN = "=== MIXTURE-OF-EXPERTS TARGETS (python run.py moe-study) ==="
 SECTION_END = "=== END MIXTURE-OF-EXPERTS TARGETS ==="
 PREMIUM_GAMMA = 3  # the premium is reported for a 4-token verification (the issue's example)
-VLLM_METHOD = {"eagle3": "eagle3", "eagle": "eagle", "mtp": "mtp"}
-SGLANG_ALGORITHM = {"eagle3": "EAGLE3", "eagle": "EAGLE", "mtp": "EAGLE"}
+VLLM_METHOD = {"eagle3": "eagle3", "eagle": "eagle", "mtp": "mtp", "model": "draft_model"}
+SGLANG_ALGORITHM = {"eagle3": "EAGLE3", "eagle": "EAGLE", "mtp": "EAGLE", "model": "STANDALONE"}
 
 
-def draft_kind(draft: str) -> str:
-    """The scenario's draft as the engines name it: eagle3, eagle, mtp (else the value itself)."""
-    return draft
+def draft_kind(draft: str, models) -> str:
+    """The scenario's draft as a kind: eagle3 (also an EAGLE-3 head preset), eagle, mtp, model."""
+    if draft not in models:  # eagle, eagle3, mtp, ngram, self
+        return draft
+    return "eagle3" if models[draft].architecture == "eagle3" else "model"
 
 
 def vllm_config(kind: str, head_path: str | None, best: pd.DataFrame) -> dict | None:
@@ -58,11 +60,18 @@ def sglang_flags(kind: str, head_path: str | None, gamma: int) -> str:
     return " ".join(flags)
 
 
+def _slower(best: pd.DataFrame) -> str:
+    """'never slower than greedy', or the batch sizes where even the best gamma is."""
+    slow = best[best.speedup < 1.0].batch_size.astype(int).tolist()
+    return (f"slower than greedy at B={', '.join(map(str, slow))}" if slow
+            else "never slower than greedy")
+
+
 def _fmt_pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def scenario_block(study, hf_names: dict[str, str], head_path: str | None) -> list[str]:
+def scenario_block(study, models, head_path: str | None) -> list[str]:
     sc = study.scenario
     mode = sc.study.quality_modes[0]
     rows = study.rows[study.rows.quality_mode == mode]
@@ -96,18 +105,24 @@ def scenario_block(study, hf_names: dict[str, str], head_path: str | None) -> li
                  f"{int(moe_b.gamma[top])} (batch {moe_b.index[0]}: "
                  f"{moe_b.speedup.iloc[0]:.2f}x); the dense twin peaks at batch "
                  f"{twin_b.speedup.idxmax()} ({twin_b.speedup.max():.2f}x).")
-    cross = crossover_batch(moe_b.index.to_numpy(), moe_b.speedup.to_numpy())
-    cross_twin = crossover_batch(twin_b.index.to_numpy(), twin_b.speedup.to_numpy())
-    twin_text = (f"the dense twin from batch {cross_twin}" if cross_twin is not None
-                 else "the dense twin at none of them")
-    if cross is None:
-        lines.append(f"Never slower than greedy at the best gamma up to batch {moe_b.index[-1]} "
-                     f"({twin_text}).")
-    else:
-        lines.append(f"Slower than greedy at every gamma from batch {cross} on "
-                     f"({moe_b.speedup[cross]:.2f}x at the best); {twin_text}.")
-    kind = draft_kind(sc.draft)
-    model = hf_names.get(sc.target_model_id, sc.target_model_id)
+    lines.append(f"Where it is slower than greedy (best gamma < 1x), batches 1-{moe_b.index[-1]}: "
+                 f"MoE target {_slower(moe_b.reset_index())}; dense twin "
+                 f"{_slower(twin_b.reset_index())}.")
+    for engine, sub in study.other_engines[study.other_engines.quality_mode == mode].groupby(
+            "engine_profile", sort=False):
+        sub = sub.sort_values("batch_size")
+        at = ", ".join(f"B={b} {x:.2f} (g{g})" for b, x, g in zip(sub.batch_size, sub.speedup,
+                                                                  sub.gamma))
+        lines.append(f"Engine profile {engine}, best gamma: {at}; {_slower(sub)}.")
+    others = [m for m in sc.study.quality_modes if m != mode]
+    for m in others:
+        sub = study.best[(study.best.quality_mode == m) & (study.best.target == "moe")]
+        top = sub.loc[sub.speedup.idxmax()]
+        lines.append(f"Quality mode {m} ({study.engine}): {sub.speedup.iloc[0]:.2f}x at batch "
+                     f"{int(sub.batch_size.iloc[0])}, most {top.speedup:.2f}x at batch "
+                     f"{int(top.batch_size)} (gamma {int(top.gamma)}).")
+    kind = draft_kind(sc.draft, models)
+    model = models[sc.target_model_id].hf_name
     cfg = vllm_config(kind, head_path, moe_b.reset_index())
     tp_vllm = f" --tensor-parallel-size {sc.tp}" if sc.tp > 1 else ""
     if cfg is None:
@@ -127,7 +142,7 @@ def scenario_block(study, hf_names: dict[str, str], head_path: str | None) -> li
     return lines
 
 
-def summary_section(studies, hf_names: dict[str, str], head_paths: dict[str, str | None],
+def summary_section(studies, models, head_paths: dict[str, str | None],
                     validation_lines: list[str]) -> str:
     """The whole section, between SECTION_BEGIN and SECTION_END."""
     lines = [SECTION_BEGIN,
@@ -137,7 +152,7 @@ def summary_section(studies, hf_names: dict[str, str], head_paths: dict[str, str
              "draft). MoE layers are priced per touched expert with the dense GPU efficiencies: "
              "no MoE layer of these shapes has been measured (design.md section 16).", ""]
     for study in studies:
-        lines += scenario_block(study, hf_names, head_paths.get(study.scenario.name))
+        lines += scenario_block(study, models, head_paths.get(study.scenario.name))
         lines.append("")
     lines += validation_lines
     lines.append(SECTION_END)

@@ -43,7 +43,9 @@ def moe_scenario_paths(folder: Path = SCENARIOS_DIR) -> list[Path]:
 def dense_twin(spec):
     """The target with every MoE layer's routed and shared experts replaced by one dense SwiGLU of
     width (k + shared) x moe_intermediate_size, leading dense layers averaged in: the same active
-    parameters per token, attention, formats and vocabulary; no routing."""
+    parameters per token but the routers (E x h per MoE layer, < 0.5%), the same attention and
+    vocabulary; its FFN in the target's weight_format (gpt-oss: BF16 where the experts are MXFP4,
+    so the twin reads more FFN bytes per active parameter than the MoE)."""
     moe_layers = spec.n_layers - spec.first_k_dense_replace
     active_ffn = (spec.experts_per_token + spec.n_shared_experts) * spec.moe_intermediate_size
     width = round((spec.first_k_dense_replace * spec.intermediate_size + moe_layers * active_ffn)
@@ -71,6 +73,7 @@ class MoeStudy:
     context_tokens: int
     rows: pd.DataFrame  # one row per (target, quality mode, batch, gamma)
     best: pd.DataFrame  # the best gamma per (target, quality mode, batch)
+    other_engines: pd.DataFrame  # best gamma per (engine, quality mode, batch), MoE target only
 
 
 def omega_by_gamma(scenario: Scenario) -> dict[str, dict[int, float]]:
@@ -110,7 +113,17 @@ def run_moe_scenario(scenario: Scenario) -> MoeStudy:
     rows.insert(0, "scenario", scenario.name)
     rows.insert(1, "engine_profile", engine)
     best = best_gamma(rows, ["scenario", "target", "quality_mode", "batch_size"])
-    return MoeStudy(scenario, engine, ctx, rows, best.reset_index(drop=True))
+    others = []
+    for other in scenario.engine_profiles[1:]:
+        times = steady_state.step_times_ms(scenario.cost_model(other), cfg.batch_sizes,
+                                           cfg.gammas, ctx)
+        for m in cfg.quality_modes:
+            t = times.assign(engine_profile=other, quality_mode=m)
+            t["speedup"] = steady_state.steady_state_speedups(t, omega[m])
+            others.append(best_gamma(t, ["engine_profile", "quality_mode", "batch_size"]))
+    other_best = (pd.concat(others, ignore_index=True) if others
+                  else pd.DataFrame(columns=["engine_profile", "quality_mode", "batch_size"]))
+    return MoeStudy(scenario, engine, ctx, rows, best.reset_index(drop=True), other_best)
 
 
 def run_moe_study(paths=None) -> list[MoeStudy]:

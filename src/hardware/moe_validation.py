@@ -114,3 +114,22 @@ def summary_lines(t: pd.DataFrame) -> list[str]:
                  f"{int((t.measured_speedup < 1).sum())} rows, predicted in "
                  f"{int((t.predicted_speedup < 1).sum())}.")
     return lines
+
+
+def markdown(t: pd.DataFrame) -> str:
+    """design.md's validation table (block moe-validation), from results/moe_validation.csv."""
+    lines = ["| source | target, GPUs, engine profile | draft shape | batch | accept length "
+             "(input) | measured speedup | predicted | error | greedy tok/s measured | predicted |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in t.itertuples():
+        lines.append(f"| {r.source} | {r.target}, {r.tp}x {r.gpu}, {r.engine_profile} | "
+                     f"{r.draft}: {r.shape} | {r.batch_size} | {r.accept_length:g} | "
+                     f"{r.measured_speedup:.2f} | {r.predicted_speedup:.2f} | "
+                     f"{100 * r.speedup_error:+.0f}% | {r.measured_greedy_tokens_per_s:.0f} | "
+                     f"{r.predicted_greedy_tokens_per_s:.0f} |")
+    med = float(np.median(np.abs(t.speedup_error)))
+    lines += ["", f"Median |error| of the speedup over the {len(t)} rows: {100 * med:.0f}%; "
+                  f"speculation slower than greedy in {int((t.measured_speedup < 1).sum())} "
+                  f"measured rows and {int((t.predicted_speedup < 1).sum())} predicted ones "
+                  f"(both in {int(((t.measured_speedup < 1) & (t.predicted_speedup < 1)).sum())})."]
+    return "\n".join(lines)

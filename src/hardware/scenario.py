@@ -35,7 +35,7 @@ from src.costmodel import (
 )
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
-SPECIAL_DRAFTS = ("eagle", "ngram", "self")  # draft values that are not model presets
+SPECIAL_DRAFTS = ("eagle", "eagle3", "mtp", "ngram", "self")  # draft values that are not presets
 SCENARIO_KEYS = ("name", "description", "gpu", "target", "draft", "tp", "draft_tp",
                  "engine_profiles", "draft_kv_budget_tokens", "memory_reserve_fraction",
                  "acceptance_source", "presets")
@@ -149,7 +149,8 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
         check_tp(presets.model(target), tp)
     except CostModelInputError as e:
         raise ConfigError("scenario.tp", e.allowed) from None
-    if draft in ("eagle", "self"):
+    if draft in ("eagle", "eagle3", "mtp", "self") or (
+            draft in presets.models and presets.model(draft).architecture == "eagle3"):
         draft_tp = _positive_int("draft_tp", table.get("draft_tp", tp))
         if draft_tp != tp:
             raise ConfigError("scenario.draft_tp",
