@@ -99,3 +99,22 @@ def test_recommend_prints_eagle3_and_mtp_settings_the_engines_accept():
     assert vllm["method"] == "mtp" and "model" not in vllm
     assert "--speculative-algorithm EAGLE --speculative-num-steps" in out
     assert "--speculative-draft-model-path" not in out
+
+
+def test_a_study_run_keeps_the_moe_section_and_files(tmp_path):
+    """The default run rewrites summary.txt: the moe-study section and outputs stay."""
+    import os
+
+    import run
+    section = f"{moe_report.SECTION_BEGIN}\nthe MoE answers\n{moe_report.SECTION_END}"
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "summary.txt").write_text(f"old study\n\n{section}\n")
+    (tmp_path / "results" / "moe_study.csv").write_text("a\n1\n")
+    fast = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_study.toml")
+    code = run.main(["--batch-sizes", "1,8", "--gammas", "1,2", "--serving-modes",
+                     "continuous_refill", "--quiet", "--no-plots", "--scenario", "reference",
+                     "--config", fast, "--out", str(tmp_path)])
+    assert code == 0
+    summary = (tmp_path / "results" / "summary.txt").read_text()
+    assert "old study" not in summary and summary.rstrip().endswith(section)
+    assert (tmp_path / "results" / "moe_study.csv").read_text() == "a\n1\n"
