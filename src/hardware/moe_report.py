@@ -60,6 +60,11 @@ def sglang_flags(kind: str, head_path: str | None, gamma: int) -> str:
     return " ".join(flags)
 
 
+def _x(speedup: float) -> str:
+    """A speedup to 2 decimals, 4 where 2 would round it onto 1.00 (the side of 1 matters)."""
+    return f"{speedup:.4f}" if abs(speedup - 1.0) < 0.005 else f"{speedup:.2f}"
+
+
 def _slower(best: pd.DataFrame) -> str:
     """'never slower than greedy', or the batch sizes where even the best gamma is."""
     slow = best[best.speedup < 1.0].batch_size.astype(int).tolist()
@@ -95,8 +100,8 @@ def scenario_block(study, models, head_path: str | None) -> list[str]:
                       _fmt_pct(ref.loc[("moe", b), "experts_verify_fraction"]),
                       f"{ref.loc[('moe', b), 'premium']:.2f}",
                       f"{ref.loc[('dense twin', b), 'premium']:.2f}",
-                      str(int(m.gamma)), f"{m.speedup:.2f}",
-                      f"{int(t.gamma)}, {t.speedup:.2f}"])
+                      str(int(m.gamma)), _x(m.speedup),
+                      f"{int(t.gamma)}, {_x(t.speedup)}"])
     widths = [max(len(str(x)) for x in col) for col in zip(header, *table)]
     lines += ["   " + "  ".join(str(x).rjust(w) for x, w in zip(r, widths))
               for r in [header] + table]
@@ -111,7 +116,7 @@ def scenario_block(study, models, head_path: str | None) -> list[str]:
     for engine, sub in study.other_engines[study.other_engines.quality_mode == mode].groupby(
             "engine_profile", sort=False):
         sub = sub.sort_values("batch_size")
-        at = ", ".join(f"B={b} {x:.2f} (g{g})" for b, x, g in zip(sub.batch_size, sub.speedup,
+        at = ", ".join(f"B={b} {_x(x)} (g{g})" for b, x, g in zip(sub.batch_size, sub.speedup,
                                                                   sub.gamma))
         lines.append(f"Engine profile {engine}, best gamma: {at}; {_slower(sub)}.")
     others = [m for m in sc.study.quality_modes if m != mode]
@@ -148,9 +153,11 @@ def summary_section(studies, models, head_paths: dict[str, str | None],
     lines = [SECTION_BEGIN,
              "Mixture-of-Experts targets, closed-form steady state (src/hardware/moe_study.py), "
              "each against its dense twin: the same model with every MoE layer replaced by a "
-             "dense FFN of the same active width (same active parameters, attention, formats, "
-             "draft). MoE layers are priced per touched expert with the dense GPU efficiencies: "
-             "no MoE layer of these shapes has been measured (design.md section 16).", ""]
+             "dense FFN of the same active width (the same active parameters but the routers, "
+             "the same attention and draft; its FFN in the target's weight format). MoE layers "
+             "are priced per touched expert with the dense GPU efficiencies: no MoE layer of "
+             "these shapes has been measured (design.md section 16). Acceptance is an i.i.d. "
+             "rate inverted from one published accept length: deep gammas are extrapolated.", ""]
     for study in studies:
         lines += scenario_block(study, models, head_paths.get(study.scenario.name))
         lines.append("")
