@@ -89,7 +89,7 @@ def target_footprint(model: ModelSpec, tp: int) -> tuple[float, float, float]:
     """(weight bytes, KV bytes per cached token, KV bytes per sequence) on one GPU of a model at
     TP tp: weights / tp; the full-attention layers' cache / tp (MLA: replicated); the
     sliding-window layers' cache, at most W tokens per sequence."""
-    if model.is_plain:
+    if model.is_plain and tp <= model.n_kv_heads:
         return model.weight_bytes / tp, model.kv_bytes_per_token / tp, 0.0
     div = shapes.kv_tp_divisor(model, tp)
     return (model.weight_bytes / tp, model.kv_bytes_per_token / div,
@@ -110,7 +110,7 @@ def draft_network(gpu, target: ModelSpec, tp: int, d: DraftSpec, params, allredu
     if d.kind == "eagle":
         c = pass_coefficients(gpu, target, tp, params, allreduce, n_layers=1,
                               extra_gemms=[(2 * h, h)], **ar)
-        if target.is_plain:
+        if target.is_plain and tp <= target.n_kv_heads:
             weight = (target.layer_params / tp + 2 * h * h) * BYTES_PER_VALUE
             return c, weight, target.kv_bytes_per_token / target.n_layers / tp, 0.0
         layer = shapes.component_params(target, n_layers=1)
