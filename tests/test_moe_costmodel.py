@@ -261,3 +261,23 @@ def test_eagle3_head_preset_and_derived_head(presets):
     with pytest.raises(CostModelInputError, match="cannot be derived"):
         HardwareCostModel.from_presets("h200", "deepseek-v3", tp=8, draft="eagle3",
                                        engine="ideal")
+
+
+def test_fp8_kv_cache_halves_the_cache(presets):
+    m = presets.model("qwen3-30b-a3b-fp8")
+    assert replace(m, kv_cache_format="fp8").kv_bytes_per_token * 2 == m.kv_bytes_per_token
+    mla = presets.model("deepseek-v3")
+    assert replace(mla, kv_cache_format="fp8").kv_bytes_per_token == 61 * 576
+
+
+def test_engine_per_step_call_agrees_with_the_pass_calls_for_moe(presets):
+    # the serving engine's step_ms (lookup tables over (S, t)) = target_pass_time + drafts
+    from src.costmodel import PassLoad
+
+    cost = HardwareCostModel.from_presets("h200", "deepseek-v3", tp=8, draft="mtp",
+                                          engine="vllm-v1")
+    active = np.ones((1, 8), bool)
+    ctx = np.full((1, 8), 2048)
+    target, draft = cost.step_ms(PassLoad.from_masks(active, ctx), 3)
+    assert target[0] == pytest.approx(cost.target_pass_time(active, 4, ctx)[0], rel=1e-9)
+    assert draft[0] == pytest.approx(cost.draft_passes_time(active, 3, ctx)[0], rel=1e-9)
