@@ -281,3 +281,12 @@ def test_engine_per_step_call_agrees_with_the_pass_calls_for_moe(presets):
     target, draft = cost.step_ms(PassLoad.from_masks(active, ctx), 3)
     assert target[0] == pytest.approx(cost.target_pass_time(active, 4, ctx)[0], rel=1e-9)
     assert draft[0] == pytest.approx(cost.draft_passes_time(active, 3, ctx)[0], rel=1e-9)
+
+
+def test_eagle_head_of_a_moe_target_is_one_dense_layer(presets):
+    cost = HardwareCostModel.from_presets("h100-sxm", "mixtral-8x7b", tp=2, draft="eagle",
+                                          engine="ideal")
+    plain = HardwareCostModel.from_presets("h100-sxm", "mixtral-8x7b", tp=2, engine="ideal")
+    h, inter = 4096, 14336  # attention + a dense SwiGLU of intermediate_size + the 2h -> h fc
+    expected = (h * (4096 + 2 * 1024) + 4096 * h + 2 * h + 3 * h * inter + 2 * h * h) * 2 / 2
+    assert (cost.kv_fits(1, 0)[1] - plain.kv_fits(1, 0)[1]) * 1e9 == pytest.approx(expected)
