@@ -3,7 +3,8 @@
 Kinds (DraftSpec.kind):
     model   a stand-alone draft model on its own TP degree (its weights and KV cache)
     eagle   an EAGLE(-1/2) head: one decoder layer of the target's shape + a 2h -> h fc, sharing
-            the target's embedding and LM head (Li et al. 2024, arXiv 2401.15077)
+            the target's embedding and LM head (Li et al. 2024, arXiv 2401.15077); for a MoE
+            target a dense layer of its intermediate_size (eagle_head_from_target)
     eagle3  an EAGLE-3 head (Li et al. 2025, arXiv 2503.01840): one dense decoder layer of the
             target's hidden size whose QKV reads [token embedding; fused feature] (2h), an fc
             fusing the hidden states of three target layers (3h -> h), and its own LM head over
@@ -85,11 +86,23 @@ def eagle3_head_from_target(target: ModelSpec) -> ModelSpec:
         draft_vocab_size=0, tied_embeddings=False)
 
 
+def eagle_head_from_target(target: ModelSpec) -> ModelSpec:
+    """The one decoder layer of an EAGLE(-1/2) head for a non-plain target: the target's
+    attention with a dense SwiGLU of the target's intermediate_size, full attention, BF16 (EAGLE's
+    cnets.py builds a LlamaDecoderLayer from the head's config; its Mixtral head has the dense
+    intermediate_size 14336)."""
+    return replace(
+        target, n_routed_experts=0, experts_per_token=0, moe_intermediate_size=0,
+        n_shared_experts=0, first_k_dense_replace=0, sliding_window_tokens=0,
+        sliding_window_layers=0, weight_format="bf16", expert_weight_format="",
+        kv_cache_format="bf16", mtp_layers=0)
+
+
 def target_footprint(model: ModelSpec, tp: int) -> tuple[float, float, float]:
     """(weight bytes, KV bytes per cached token, KV bytes per sequence) on one GPU of a model at
     TP tp: weights / tp; the full-attention layers' cache / tp (MLA: replicated); the
     sliding-window layers' cache, at most W tokens per sequence."""
-    if model.is_plain:
+    if model.is_plain and tp <= model.n_kv_heads:
         return model.weight_bytes / tp, model.kv_bytes_per_token / tp, 0.0
     div = shapes.kv_tp_divisor(model, tp)
     return (model.weight_bytes / tp, model.kv_bytes_per_token / div,
@@ -108,16 +121,18 @@ def draft_network(gpu, target: ModelSpec, tp: int, d: DraftSpec, params, allredu
         c = pass_coefficients(gpu, d.model, d.tp, params, allreduce, **ar)
         return (c, *target_footprint(d.model, d.tp))
     if d.kind == "eagle":
-        c = pass_coefficients(gpu, target, tp, params, allreduce, n_layers=1,
-                              extra_gemms=[(2 * h, h)], **ar)
-        if target.is_plain:
+        if target.is_plain and tp <= target.n_kv_heads:
+            c = pass_coefficients(gpu, target, tp, params, allreduce, n_layers=1,
+                                  extra_gemms=[(2 * h, h)], **ar)
             weight = (target.layer_params / tp + 2 * h * h) * BYTES_PER_VALUE
             return c, weight, target.kv_bytes_per_token / target.n_layers / tp, 0.0
-        layer = shapes.component_params(target, n_layers=1)
+        head = eagle_head_from_target(target)
+        c = pass_coefficients(gpu, head, tp, params, allreduce, n_layers=1,
+                              extra_gemms=[(2 * h, h)], **ar)
+        layer = shapes.component_params(head, n_layers=1)
         layer.update(embedding=0, lm_head=0, final_norm=0, fc=2 * h * h)
-        kv = (shapes.kv_values_per_token_layer(target, tp)
-              * format_bytes(target.kv_cache_format))
-        return c, shapes.params_bytes(target, layer) / tp, kv, 0.0
+        kv = shapes.kv_values_per_token_layer(head, tp) * format_bytes(head.kv_cache_format)
+        return c, shapes.params_bytes(head, layer) / tp, kv, 0.0
     if d.kind == "mtp":
         if target.mtp_layers < 1:
             raise CostModelInputError(

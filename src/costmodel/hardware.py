@@ -126,7 +126,7 @@ class HardwareCostModel:
         set_(self, "_kv_bytes_per_seq_gpu0", per_seq)
         need = memory_needed_bytes(weight, kv, 0)
         if need > memory_usable_bytes(self.gpu, p):
-            raise_does_not_fit(self.gpu, p, self._what(), float(need), weight, 0)
+            raise_does_not_fit(self.gpu, p, self._what(), float(need), weight, 0, self.target)
 
     @classmethod
     def from_presets(

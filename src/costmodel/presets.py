@@ -13,6 +13,7 @@ import numpy as np
 from src.config import ConfigError, coerce, read_toml
 from src.costmodel import shapes
 from src.costmodel.formats import KV_CACHE_FORMATS, WEIGHT_FORMATS
+from src.costmodel.hf_config import looks_like_config_path, model_fields_from_config
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
 BUILTIN_PRESET_FILES = (
@@ -256,6 +257,34 @@ class AttentionKernelFit:
     memory_bandwidth_efficiency_fraction: float  # of peak DRAM bandwidth, reading the KV cache
 
 
+def model_from_config(path: str, field_name: str) -> "ModelSpec":
+    """The ModelSpec of a Hugging Face config.json (hf_config.py), checked like a preset; its id
+    is the path. CostModelInputError(field_name, one line) where the file does not do."""
+    try:
+        spec = ModelSpec(model_id=path, **model_fields_from_config(path, field_name))
+        return check_model(spec, path)
+    except CostModelInputError as e:
+        if e.field_name == field_name:
+            raise
+        raise CostModelInputError(field_name, str(e)) from None
+    except ConfigError as e:
+        raise CostModelInputError(field_name, e.allowed) from None
+
+
+class ModelTable(dict):
+    """Model presets by id; a key naming a config.json file (ending in .json) is read from that
+    file on first use, so every `presets.models[...]` and `in presets.models` takes one."""
+
+    def __missing__(self, key):
+        if looks_like_config_path(key):
+            spec = self[key] = model_from_config(key, "model")
+            return spec
+        raise KeyError(key)
+
+    def __contains__(self, key) -> bool:
+        return dict.__contains__(self, key) or looks_like_config_path(key)
+
+
 @dataclass(frozen=True)
 class Presets:
     """Everything the hardware model reads from data files."""
@@ -273,6 +302,12 @@ class Presets:
         return self.gpus[gpu_id]
 
     def model(self, model_id: str, field_name: str = "model") -> ModelSpec:
+        """A preset by id, or the model of a config.json path (model_from_config)."""
+        if looks_like_config_path(model_id) and not dict.__contains__(self.models, model_id):
+            spec = model_from_config(model_id, field_name)
+            if isinstance(self.models, dict):
+                self.models[model_id] = spec
+            return spec
         if model_id not in self.models:
             raise CostModelInputError(
                 field_name, f"unknown model '{model_id}'; known: {', '.join(sorted(self.models))}")
@@ -419,8 +454,8 @@ def load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
                 attention[(gpu_id, kernel)] = AttentionKernelFit(gpu_id, kernel, **values)
     return Presets(
         gpus={k: GpuSpec(gpu_id=k, **v) for k, v in gpus.items()},
-        models={k: check_model(ModelSpec(model_id=k, **v), f"models.{k}")
-                for k, v in models.items()},
+        models=ModelTable({k: check_model(ModelSpec(model_id=k, **v), f"models.{k}")
+                           for k, v in models.items()}),
         params=replace(CostModelParams(), **params),
         allreduce=tuple(allreduce.values()),
         attention=tuple(attention.values()),
@@ -434,12 +469,17 @@ def check_int(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+def _tp_ok(model: ModelSpec, tp: int) -> bool:
+    kv = model.n_kv_heads
+    return model.n_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+
+
 def check_tp(model: ModelSpec, tp: int, field_name: str = "tp") -> int:
-    """TP must divide the query heads and the KV heads (no KV-head replication is modelled)."""
+    """TP must divide the query heads, and divide the KV heads or be a multiple of them (each
+    GPU then holds one KV head, replicated tp / n_kv_heads times, as vLLM and SGLang do)."""
     tp = check_int(field_name, tp, 1)
-    if model.n_heads % tp or model.n_kv_heads % tp:
-        allowed = [d for d in range(1, model.n_kv_heads + 1)
-                   if model.n_kv_heads % d == 0 and model.n_heads % d == 0]
+    if not _tp_ok(model, tp):
+        allowed = [d for d in range(1, model.n_heads + 1) if _tp_ok(model, d)]
         failing = " and ".join(f"{name}={n}"
                                for name, n in (("n_heads", model.n_heads),
                                                ("n_kv_heads", model.n_kv_heads))

@@ -30,6 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
+from src.costmodel import shapes
 from src.costmodel.allreduce import (
     AllReduceCost,
     CustomAllReduceParams,
@@ -53,7 +54,12 @@ from src.costmodel.presets import (
     check_int,
     check_tp,
 )
-from src.costmodel.variants import MoeRouting, expert_rows_and_multiplicity, pass_shape
+from src.costmodel.variants import (
+    MoeRouting,
+    check_ep,
+    expert_rows_and_multiplicity,
+    pass_shape,
+)
 
 # Kernels in one decoder layer outside attention, as vidur profiles them: input RMSNorm, QKV
 # projection, rotary embedding, output projection, post-attention RMSNorm, gate/up projection,
@@ -149,7 +155,8 @@ def attention_kernel_models(
             out.append(AttentionKernelModel(
                 shape=KERNEL_SHAPES[fit.kernel],
                 n_layers=model.n_layers if n_layers is None else n_layers,
-                heads_kv=model.n_kv_heads / tp, group=model.n_heads / model.n_kv_heads,
+                heads_kv=model.n_kv_heads / min(tp, model.n_kv_heads),
+                group=model.n_heads / model.n_kv_heads,
                 head_dim=model.head_dim, sm_count=gpu.sm_count,
                 peak_flops_per_s=gpu.flops_per_s,
                 peak_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
@@ -207,7 +214,7 @@ def pass_coefficients(
     h, q, kv, inter = model.hidden_size, model.q_width, model.kv_width, model.intermediate_size
     B = BYTES_PER_VALUE
     variant = {}
-    if model.is_plain:
+    if model.is_plain and tp <= model.n_kv_heads:
         layer_gemms = [(h, (q + 2 * kv) / tp), (q / tp, h), (h, 2 * inter / tp), (inter / tp, h)]
         head_gemms = [(h, model.vocab_size / tp)] + [(k, n) for k, n in extra_gemms]
         K = np.array([k for k, _ in layer_gemms + head_gemms], dtype=float)
@@ -465,6 +472,7 @@ class PassBreakdown:
     total_ms: float
     bound: str  # "memory" or "compute": the larger of the summed roofline terms
     launch_ms: float = 0.0  # CPU launch cost beyond the GPU time (engines without CUDA graphs)
+    distinct_experts: float = 0.0  # expected distinct routed experts per MoE layer (0: dense)
 
 
 def forward_pass_breakdown(
@@ -480,6 +488,7 @@ def forward_pass_breakdown(
     engine: EngineProfile | None = None,
     attention_fits: Sequence[AttentionKernelFit] = (),
     prefill: bool = False,
+    ep: int = 1,
 ) -> PassBreakdown:
     """One target pass of `batch` sequences x `positions_per_seq` positions, each with
     `context_len_tokens` tokens already cached. Raises CostModelInputError when the inputs are bad
@@ -491,21 +500,27 @@ def forward_pass_breakdown(
     batch = check_int("batch", batch, 1)
     positions_per_seq = check_int("positions", positions_per_seq, 1)
     context_len_tokens = check_int("context", context_len_tokens, 0)
+    check_ep(model, check_int("ep", ep, 1), tp)
     kv_tokens = batch * (context_len_tokens + positions_per_seq)
     weight_bytes = model.weight_bytes / tp
-    need = float(memory_needed_bytes(weight_bytes, model.kv_bytes_per_token / tp, kv_tokens))
+    if model.is_plain and tp <= model.n_kv_heads:
+        need = float(memory_needed_bytes(weight_bytes, model.kv_bytes_per_token / tp, kv_tokens))
+    else:  # MLA caches are replicated over TP; sliding-window layers hold W tokens per sequence
+        div = shapes.kv_tp_divisor(model, tp)
+        need = float(memory_needed_bytes(weight_bytes, model.kv_bytes_per_token / div, kv_tokens)
+                     + batch * shapes.window_kv_bytes_per_seq(model) / div)
     if need > memory_usable_bytes(gpu, params):
         raise_does_not_fit(gpu, params, f"{model.model_id} at tp={tp}", need, weight_bytes,
-                           kv_tokens)
+                           kv_tokens, model)
     c = pass_coefficients(
         gpu, model, tp, params, allreduce,
         overhead_fixed_ms=params.step_cpu_fixed_ms if include_step_overhead else 0.0,
         overhead_per_seq_ms=params.step_cpu_per_seq_ms if include_step_overhead else 0.0,
-        engine=engine, attention_fits=attention_fits,
+        engine=engine, attention_fits=attention_fits, ep=ep,
     )
     comp = pass_components_s(c, np.array([batch]), positions_per_seq,
                              np.array([batch * context_len_tokens]), prefill=prefill)
-    ms = {k: float(v[0]) * 1e3 for k, v in comp.items()}
+    ms = {k: float(v[0]) * 1e3 for k, v in comp.items() if k != "distinct_experts"}
     parts = ("layers_non_attention", "attention", "lm_head", "communication", "overhead",
              "launch")
     return PassBreakdown(
@@ -518,4 +533,5 @@ def forward_pass_breakdown(
         total_ms=sum(ms[k] for k in parts),
         bound="compute" if ms["compute"] > ms["memory"] else "memory",
         launch_ms=ms["launch"],
+        distinct_experts=float(comp["distinct_experts"][0]) if "distinct_experts" in comp else 0.0,
     )

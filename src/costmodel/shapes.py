@@ -94,7 +94,14 @@ def attention_gemms(m, tp: int, L: int) -> list[Gemm]:
                       Gemm(H * m.v_head_dim / tp, h, L, f, "layer")]
     q, kv = m.q_width, m.kv_width
     k_in = 2 * h if m.architecture == "eagle3" else h
-    return [Gemm(k_in, (q + 2 * kv) / tp, L, f, "layer"), Gemm(q / tp, h, L, f, "layer")]
+    return [Gemm(k_in, q / tp + 2 * kv / kv_head_divisor(m, tp), L, f, "layer"),
+            Gemm(q / tp, h, L, f, "layer")]
+
+
+def kv_head_divisor(m, tp: int) -> int:
+    """What TP divides the KV heads by: tp, or n_kv_heads where tp exceeds them (each GPU then
+    holds one KV head, replicated tp / n_kv_heads times, as vLLM and SGLang do)."""
+    return min(tp, m.n_kv_heads)
 
 
 def layer_gemms(m, tp: int, n_layers: int | None = None, ep: int = 1) -> list[Gemm]:
@@ -131,7 +138,7 @@ def elementwise_values_per_token(m, tp: int, n_layers: int | None = None, ep: in
     shared experts (3 I / tp) and of the k routed experts each token goes through."""
     h = m.hidden_size
     q, kv = attention_widths(m)
-    kv_tp = kv if m.attention == "mla" else kv / tp
+    kv_tp = kv if m.attention == "mla" else kv / kv_head_divisor(m, tp)
     dense, moe = layer_counts(m, n_layers)
     base = 4 * h + 6 * h + 2 * q / tp + kv_tp
     total = dense * (base + 3 * m.intermediate_size / tp)
@@ -145,7 +152,7 @@ def elementwise_values_per_token(m, tp: int, n_layers: int | None = None, ep: in
 def kv_values_per_token_layer(m, tp: int) -> float:
     """Cached values per token per layer on one GPU (MLA's latent is replicated over TP)."""
     _, kv = attention_widths(m)
-    return kv if m.attention == "mla" else kv / tp
+    return kv / kv_tp_divisor(m, tp)
 
 
 def attention_pair_flops(m, tp: int) -> float:
@@ -162,7 +169,7 @@ def attention_new_token_values(m, tp: int) -> float:
     if m.attention == "mla":
         lat = m.kv_lora_rank + m.qk_rope_head_dim
         return lat + m.n_heads / tp * (lat + m.kv_lora_rank)
-    return 2 * m.kv_width / tp + 2 * m.q_width / tp
+    return 2 * m.kv_width / kv_head_divisor(m, tp) + 2 * m.q_width / tp
 
 
 # ---------------------------------------------------------------- parameters and bytes
@@ -243,8 +250,9 @@ def window_kv_bytes_per_seq(m) -> float:
 
 
 def kv_tp_divisor(m, tp: int) -> int:
-    """What TP divides the KV cache by: tp for GQA (KV heads split), 1 for MLA (replicated)."""
-    return 1 if m.attention == "mla" else tp
+    """What TP divides the KV cache by: tp for GQA (KV heads split; at most n_kv_heads, beyond
+    which KV heads are replicated), 1 for MLA (the latent is replicated)."""
+    return 1 if m.attention == "mla" else kv_head_divisor(m, tp)
 
 
 def mtp_module_params(m) -> dict[str, float]:
