@@ -25,6 +25,13 @@ HEAD_REPOSITORIES = {
     "moe-mixtral-8x7b-eagle-2xh100": "yuhuili/EAGLE-mixtral-instruct-8x7B",
 }
 
+# Where the head was trained for a sibling checkpoint of the preset's (same config.json shapes),
+# the printed settings name that checkpoint: the acceptance came from it.
+TARGET_REPOSITORIES = {
+    "moe-qwen3-235b-a22b-eagle3-8xh100": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8",
+    "moe-mixtral-8x7b-eagle-2xh100": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+}
+
 
 def build_parser():
     p = OneLineArgumentParser(prog="run.py moe-study", description=__doc__.split("\n\n")[0])
@@ -60,6 +67,7 @@ def main(argv: list[str]) -> int:
         studies.append(run_moe_scenario(sc))
     validation = moe_validation.validation_table()
     section = moe_report.summary_section(studies, load_presets().models, HEAD_REPOSITORIES,
+                                         TARGET_REPOSITORIES,
                                          moe_validation.summary_lines(validation))
     files = existing_outputs(args.out)
     summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")

@@ -76,7 +76,8 @@ def _fmt_pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def scenario_block(study, models, head_path: str | None) -> list[str]:
+def scenario_block(study, models, head_path: str | None, target_path: str | None = None
+                   ) -> list[str]:
     sc = study.scenario
     mode = sc.study.quality_modes[0]
     rows = study.rows[study.rows.quality_mode == mode]
@@ -127,7 +128,7 @@ def scenario_block(study, models, head_path: str | None) -> list[str]:
                      f"{int(sub.batch_size.iloc[0])}, most {top.speedup:.2f}x at batch "
                      f"{int(top.batch_size)} (gamma {int(top.gamma)}).")
     kind = draft_kind(sc.draft, models)
-    model = models[sc.target_model_id].hf_name
+    model = target_path or models[sc.target_model_id].hf_name
     cfg = vllm_config(kind, head_path, moe_b.reset_index())
     tp_vllm = f" --tensor-parallel-size {sc.tp}" if sc.tp > 1 else ""
     if cfg is None:
@@ -148,7 +149,7 @@ def scenario_block(study, models, head_path: str | None) -> list[str]:
 
 
 def summary_section(studies, models, head_paths: dict[str, str | None],
-                    validation_lines: list[str]) -> str:
+                    target_paths: dict[str, str], validation_lines: list[str]) -> str:
     """The whole section, between SECTION_BEGIN and SECTION_END."""
     lines = [SECTION_BEGIN,
              "Mixture-of-Experts targets, closed-form steady state (src/hardware/moe_study.py), "
@@ -159,7 +160,8 @@ def summary_section(studies, models, head_paths: dict[str, str | None],
              "these shapes has been measured (design.md section 16). Acceptance is an i.i.d. "
              "rate inverted from one published accept length: deep gammas are extrapolated.", ""]
     for study in studies:
-        lines += scenario_block(study, models, head_paths.get(study.scenario.name))
+        name = study.scenario.name
+        lines += scenario_block(study, models, head_paths.get(name), target_paths.get(name))
         lines.append("")
     lines += validation_lines
     lines.append(SECTION_END)
