@@ -337,10 +337,13 @@ def window_context_tokens(c: PassCoefficients, n_seqs, sum_context_tokens):
                       np.asarray(n_seqs, dtype=float) * c.attn_window_tokens)
 
 
-def gemm_terms_s(c: PassCoefficients, rows):
+def gemm_terms_s(c: PassCoefficients, rows, group=None):
     """(memory_s [G, ...], compute_s [G, ...]) of every GEMM of a pass whose GEMMs have `rows`
     rows (an array [G, ...] or broadcastable), each with its M-dependent weight bandwidth and,
-    where the GPU has a wave tile, its compute time scaled by the wave quantisation."""
+    where the GPU has a wave tile, its compute time scaled by the wave quantisation. group
+    ([G, ...], optional): GEMMs run as one grouped kernel of that many problems (the routed
+    experts of a MoE layer: fused_moe tiles all experts in one launch), so the waves count the
+    tiles of the whole group."""
     shape_g = (-1,) + (1,) * (np.ndim(rows) - 1)
     weight = c.gemm_weight_s.reshape(shape_g)
     if c.gemm_weight_small_s is not None:
@@ -352,6 +355,8 @@ def gemm_terms_s(c: PassCoefficients, rows):
     if c.gemm_wave_tile:
         tile = c.gemm_wave_tile
         tiles = np.ceil(rows / tile) * np.ceil(c.gemm_n.reshape(shape_g) / tile)
+        if group is not None:
+            tiles = tiles * group
         compute = compute * np.where(
             tiles > 0, np.ceil(tiles / c.sm_count) * c.sm_count / np.maximum(tiles, 1), 1.0)
     return memory, compute
@@ -405,11 +410,11 @@ def pass_components_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
         rows[c.head_gemm_index] = S
     distinct = None
     if c.moe is not None:  # routed experts: D touched experts per layer, T k / D rows each
-        expert_rows, distinct = expert_rows_and_multiplicity(c.moe, S, t)
+        expert_rows, waited, distinct = expert_rows_and_multiplicity(c.moe, S, t)
         mask = c.gemm_expert_mask.reshape((-1,) + (1,) * T.ndim)
         rows = np.where(mask, expert_rows, rows)
-        mem_g, comp_g = gemm_terms_s(c, rows)
-        per_pass = np.where(mask, distinct, 1.0)
+        per_pass = np.where(mask, waited, 1.0)
+        mem_g, comp_g = gemm_terms_s(c, rows, group=np.maximum(per_pass, 1.0))
         mem_g, comp_g = mem_g * per_pass, comp_g * per_pass
     else:
         mem_g, comp_g = gemm_terms_s(c, rows)
@@ -432,8 +437,8 @@ def pass_components_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
     }
     gpu = out["layers_non_attention"] + out["attention"] + out["lm_head"] + out["communication"]
     out["launch"] = launch_overhead_s(c, gpu, t)
-    if distinct is not None:  # per GPU and MoE layer (x ep: of the whole layer)
-        out["distinct_experts"] = distinct * c.moe.ep
+    if distinct is not None:  # per MoE layer, all GPUs together
+        out["distinct_experts"] = distinct
     return out
 
 

@@ -6,14 +6,16 @@ elementwise traffic and the attention terms split into full-attention and slidin
 `pass_shape` returns them as plain arrays and numbers; roofline.pass_coefficients turns them into
 times with the GPU's fitted efficiencies, exactly as it does for a dense model.
 
-    pass time of a MoE layer's routed experts = D x pnorm(mem(rows), comp(rows)),
-        rows = T k / D tokens per touched expert, D = expected distinct experts (moe.py) / ep
+    pass time of a MoE layer's routed experts = M x pnorm(mem(rows), comp(rows)),
+        rows = T k / D tokens per touched expert, D = expected distinct experts (moe.py),
+        M = D (TP over the expert FFN) or the slowest GPU's touched experts (EP)
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import binom
 
 from src.costmodel import shapes
 from src.costmodel.formats import format_bytes, gemm_peak_flops_per_s, runnable_weight_formats
@@ -129,13 +131,28 @@ def pass_shape(gpu, model, tp: int, n_layers: int | None = None, extra_gemms=(),
 
 
 def expert_rows_and_multiplicity(routing: MoeRouting, n_seqs, positions_per_seq):
-    """(rows per touched expert, touched experts per GPU) of a pass, arrays of the shape of
-    n_seqs x positions: T k / D and D / ep, both 0 where the pass has no token."""
+    """(rows per touched expert, touched experts the pass waits for, D) of a pass, arrays of the
+    shape of n_seqs x positions: T k / D; D with TP over the expert FFN (every GPU reads 1/tp of
+    each touched expert), and with EP the slowest GPU's count (slowest_gpu_experts); 0 where the
+    pass has no token."""
     D = expected_distinct_experts(routing.n_experts, routing.top_k, n_seqs, positions_per_seq,
                                   routing.locality)
     T = np.asarray(n_seqs, dtype=float) * np.asarray(positions_per_seq, dtype=float)
     rows = np.where(D > 0, T * routing.top_k / np.maximum(D, 1e-300), 0.0)
-    return rows, D / routing.ep
+    if routing.ep == 1:
+        return rows, D, D
+    return rows, slowest_gpu_experts(routing.n_experts, routing.ep, D), D
+
+
+def slowest_gpu_experts(n_experts: int, ep: int, distinct):
+    """Expected most touched experts on any of ep GPUs holding n_experts / ep experts each, when
+    `distinct` of the n_experts are touched: E[max_g X_g], X_g ~ Binomial(n, D / E) with
+    n = E / ep, independent (the exact split is hypergeometric), = sum_j (1 - F(j)^ep). A MoE
+    layer under expert parallelism waits for its slowest GPU."""
+    n = n_experts // ep
+    p = np.clip(np.asarray(distinct, dtype=float) / n_experts, 0.0, 1.0)
+    j = np.arange(n, dtype=float).reshape((-1,) + (1,) * p.ndim)
+    return (1.0 - binom.cdf(j, n, p) ** ep).sum(axis=0)
 
 
 ACTIVATION_BYTES = BYTES_PER_VALUE  # activations stay BF16 in every format
