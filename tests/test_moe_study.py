@@ -117,3 +117,20 @@ def test_published_validation_rows():
     t = moe_validation.validation_table()
     assert np.isfinite(t.predicted_speedup).all() and (t.predicted_speedup > 0).all()
     assert "| SpecForge issue #339 |" in moe_validation.markdown(t)
+
+
+def test_committed_moe_outputs_are_up_to_date(qwen3_study):
+    """results/moe_validation.csv and one scenario's rows of results/moe_study.csv are what the
+    code gives now (else: python run.py moe-study, then python scripts/update_docs.py)."""
+    import io
+    import os
+
+    from src.reporting import csv_bytes
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    fresh = csv_bytes(moe_validation.validation_table()).decode()
+    with open(os.path.join(root, "results", "moe_validation.csv")) as f:
+        assert f.read() == fresh, "results/moe_validation.csv is stale: run python run.py moe-study"
+    committed = pd.read_csv(os.path.join(root, "results", "moe_study.csv"), dtype=str)
+    mine = pd.read_csv(io.StringIO(csv_bytes(qwen3_study.rows).decode()), dtype=str)
+    subset = committed[committed.scenario == qwen3_study.scenario.name].reset_index(drop=True)
+    pd.testing.assert_frame_equal(subset, mine)
