@@ -103,6 +103,19 @@ def test_header_records_the_error_of_every_kind_of_pass(fitted):
     assert "measurements/h200-2026-11-29/" in lines[0]
 
 
+def test_summary_quotes_the_whole_pass_errors_beside_the_non_attention_fit():
+    # results/summary.txt (python run.py): after each hardware scenario's cost-model line, the
+    # recorded error per kind of pass, so the -40% attention-only and +50% eager rows are seen
+    text = (REPO / "results" / "summary.txt").read_text().splitlines()
+    at = [i for i, line in enumerate(text) if line.startswith("  cost model   ")]
+    assert at
+    for i in at:
+        got = [line.strip() for line in text[i + 1:i + 1 + len(shipped.summary_lines())]]
+        assert got == [line.strip() for line in shipped.summary_lines()]
+    for kind, _, median, worst in shipped.recorded_pass_errors():
+        assert f"{kind} {median} ({worst})" in "\n".join(text)
+
+
 def test_summary_lines_without_a_record_say_so(tmp_path):
     bare = tmp_path / "x.toml"
     bare.write_text("[gpus.h200]\nsm_count = 132\n")

@@ -179,11 +179,11 @@ def preset_toml(cal: Calibration, source: str, summary: list[str]) -> str:
 
 
 # kinds of pass in the preset header and summary.txt: (kind, evaluation() part, positions test)
-PASS_KINDS = (("decode steps (graph)", "graph forward", "decode"),
-              ("verification steps (graph)", "graph forward", "verify"),
-              ("attention kernels alone (graph)", "graph attention_only", None),
-              ("decode steps (eager)", "eager forward", "decode"),
-              ("verification steps (eager)", "eager forward", "verify"),
+PASS_KINDS = (("decode (CUDA graphs)", "graph forward", "decode"),
+              ("verification (CUDA graphs)", "graph forward", "verify"),
+              ("attention kernels alone (CUDA graphs)", "graph attention_only", None),
+              ("decode (eager)", "eager forward", "decode"),
+              ("verification (eager)", "eager forward", "verify"),
               ("prefill (not fitted)", "prefill (not fitted)", None))
 
 
