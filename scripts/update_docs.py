@@ -44,7 +44,7 @@ def blocks(root: str = ROOT, sets: list | None = None, blog: dict | None = None,
                pd.read_csv(os.path.join(root, "results", "serving_vllm_blog_check.csv"))),
            ("design.md", "validation"): validation.block(sets=sets)}
     if validation.available(cal_dir):
-        out[("design.md", "validation-shared")] = validation.shared_block(sets)
+        out[("design.md", "validation-shared")] = validation.shared_block(sets, cal_dir)
     return out
 
 

@@ -372,12 +372,38 @@ def block(vllm_result: dict | None = None, cal_dir: Path = CALIBRATION_DIR,
             "step time).\n\n" + markdown([s for s in sets if not s.shared]))
 
 
-def shared_block(sets: list[DataSet]) -> str:
+def session_comparison(cal_dir: Path = CALIBRATION_DIR) -> str:
+    """How the two H200 sessions differ where both timed the same configuration: per model the
+    median of (other session's time / fitted session's time), graph forward rows (each kernel)
+    and prefill rows. Empty where the other session is absent."""
+    pairs = [(REPO / FIT_MEASUREMENTS[0], cal_dir / "h200" / "h200_step_times_ms.csv",
+              "graph forward rows"),
+             (REPO / FIT_MEASUREMENTS[1], cal_dir / "h200" / "h200_prefill_times_ms.csv",
+              "prefill rows")]
+    key = ["model", "mode", "what", "attention_backend", "batch", "positions", "context"]
+    parts = []
+    for ours, other, what in pairs:
+        if not (ours.is_file() and other.is_file()):
+            continue
+        both = pd.read_csv(ours).merge(pd.read_csv(other), on=key, suffixes=("_ours", "_other"))
+        both = both[(both["mode"] == "graph") & (both["what"] != "attention_only")]
+        ratio = both["median_ms_other"] / both["median_ms_ours"]
+        per_model = ", ".join(f"{m} {np.median(r):.3f}" for m, r in ratio.groupby(both["model"]))
+        parts.append(f"{what}: {len(both)} configurations, median ratio {per_model}")
+    if not parts:
+        return ""
+    return ("The two H200 sessions where both timed the same configuration (time in the other "
+            "session / time in the fitted one): " + "; ".join(parts) + ".")
+
+
+def shared_block(sets: list[DataSet], cal_dir: Path = CALIBRATION_DIR) -> str:
     """design.md's generated `validation-shared` block: the data sets read from
-    ../shared/calibration (an empty list where it is absent)."""
+    ../shared/calibration (an empty list where it is absent) and session_comparison()."""
+    comparison = session_comparison(cal_dir)
     return ("Predicted vs measured, per data set beside the project (../shared/calibration). "
             "\"not used\": vidur's A100 all-reduce rows, which the model does not follow "
-            "(section 11, \"Tensor-parallel all-reduce\").\n\n"
+            "(section 11, \"Tensor-parallel all-reduce\")."
+            + (f" {comparison}" if comparison else "") + "\n\n"
             + markdown([s for s in sets if s.shared]))
 
 
