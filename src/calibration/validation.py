@@ -50,9 +50,9 @@ REPO = Path(__file__).resolve().parents[2]
 CALIBRATION_DIR = REPO.parent / "shared" / "calibration"
 # the H200 session the calibration is fitted to (in the repository) and the one that checks it
 FIT_LABEL = "H200 fit session (repository)"
-FIT_SOURCE = "H200, measurements/ (fitted; run.py measure)"
+FIT_SOURCE = "H200, session in the repository (fitted to)"
 CHECK_LABEL = "H200 2nd session (../shared)"
-CHECK_SOURCE = "H200, 2nd session (../shared, checked)"
+CHECK_SOURCE = "H200, 2nd session in ../shared (checked)"
 PLOT_PATH = "plots/validation_step_time.png"
 BAND = 0.20  # the plot's +-20% band
 VIDUR_GPUS = {"a100": "a100-80gb-sxm", "h100": "h100-sxm"}
