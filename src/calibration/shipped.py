@@ -37,8 +37,8 @@ def summary_lines(path: Path = REPO / PRESET) -> list[str]:
         return [f"whole-pass error not recorded (rerun python run.py calibrate, {PRESET})"]
     folder = Path(FIT_MEASUREMENTS[0]).parent
     parts = [f"{kind} {median} ({worst})" for kind, _, median, worst in kinds]
-    return [f"whole passes, median |error| (worst error): an H200 with its own calibration "
-            f"fitted to {folder}/;",
+    return [f"whole passes, median |error| (worst error), of the H200's own calibration on the "
+            f"measurements it is fitted to ({folder}/):",
             *("  " + "; ".join(parts[i:i + 3]) for i in range(0, len(parts), 3)),
             "  checked on an independent H200 session and published step times: design.md, "
             "'Validation'"]
