@@ -96,7 +96,8 @@ def preset_listing(preset_paths: list[str]) -> str:
               f"{g.dense_bf16_tflops:g} dense BF16 TFLOP/s"
               for k, g in sorted(presets.gpus.items())]
     lines += ["", "models (--model; scenario.target, scenario.draft):"]
-    lines += [f"  {k:<16} {m.hf_name}, {_params_text(m)}, {m.n_layers} layers"
+    width = max(16, *(len(k) for k in presets.models))
+    lines += [f"  {k:<{width}} {m.hf_name}, {_params_text(m)}, {m.n_layers} layers"
               for k, m in sorted(presets.models.items())]
     lines += ["", "engine profiles (--engine; scenario.engine_profiles):"]
     lines += [f"  {k:<16} {e.description}"
@@ -105,6 +106,9 @@ def preset_listing(preset_paths: list[str]) -> str:
 
 
 def _params_text(m) -> str:
+    if m.architecture == "eagle3":  # its embedding is the target's
+        own = m.total_params - m.vocab_size * m.hidden_size
+        return f"EAGLE-3 head (a draft: scenario.draft), {own / 1e9:.2f} B own parameters"
     text = f"{m.total_params / 1e9:.2f} B parameters"
     if m.n_routed_experts:
         text += (f" ({m.active_params / 1e9:.2f} B active, {m.n_routed_experts} experts top-"

@@ -305,3 +305,17 @@ def test_eagle_head_of_a_moe_target_is_one_dense_layer(presets):
     h, inter = 4096, 14336  # attention + a dense SwiGLU of intermediate_size + the 2h -> h fc
     expected = (h * (4096 + 2 * 1024) + 4096 * h + 2 * h + 3 * h * inter + 2 * h * h) * 2 / 2
     assert (cost.kv_fits(1, 0)[1] - plain.kv_fits(1, 0)[1]) * 1e9 == pytest.approx(expected)
+
+
+def test_dense_equivalent_has_the_active_size_and_no_verification_premium(presets):
+    from src.costmodel.shapes import dense_equivalent
+
+    moe = presets.model("qwen3-30b-a3b")
+    dense = dense_equivalent(moe)
+    # the same parameters per token, but the router (h x k instead of h x E)
+    router_gap = moe.n_layers * moe.hidden_size * (moe.n_routed_experts - moe.experts_per_token)
+    assert dense.total_params == moe.active_params - router_gap
+    cost = _model(presets, "h100-sxm", dense)
+    assert cost.distinct_experts(np.array([1, 64]), 4).tolist() == [8.0, 8.0]
+    assert _pass_ms(cost, 1, 4) / _pass_ms(cost, 1, 1) < 1.02  # like a dense 8B
+    assert _model(presets, "h100-sxm", moe).distinct_experts(1, 4) > 20

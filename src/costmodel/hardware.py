@@ -21,6 +21,7 @@ from src.costmodel.drafts import (
 )
 from src.costmodel.engines import EngineProfile, engine_profile
 from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
+from src.costmodel.moe import expected_distinct_experts
 from src.costmodel.passload import PassLoad, StepBreakdown
 from src.costmodel.presets import (
     AllReduceFit,
@@ -180,6 +181,16 @@ class HardwareCostModel:
         name = d.model.model_id if d.kind == "model" else d.kind
         ep = f", ep={self.ep}" if self.ep > 1 else ""
         return f"{self.target.model_id} at tp={self.tp}{ep} with draft {name}"
+
+    def distinct_experts(self, n_seqs, positions_per_seq):
+        """Expected distinct routed experts each MoE layer of the target reads in one pass of
+        n_seqs sequences x positions_per_seq positions (arrays broadcast; 0 for a dense target):
+        moe.expected_distinct_experts under the target's routing model."""
+        r = self._target_c.moe
+        if r is None:
+            return np.zeros(np.broadcast(np.asarray(n_seqs), np.asarray(positions_per_seq)).shape)
+        return expected_distinct_experts(r.n_experts, r.top_k, n_seqs, positions_per_seq,
+                                         r.locality)
 
     def kv_fits(self, batch: int, tokens_per_seq: int) -> tuple[bool, float, float]:
         """(fits, needed GB, usable GB) per GPU for `batch` sequences of `tokens_per_seq` cached

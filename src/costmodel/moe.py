@@ -52,10 +52,15 @@ def expected_distinct_experts(n_experts: int, top_k: int, n_seqs, tokens_per_seq
     E, k = float(n_experts), float(top_k)
     S = np.asarray(n_seqs, dtype=float)
     t = np.asarray(tokens_per_seq, dtype=float)
-    first = S * np.log1p(-k / E) if k < E else np.where(S > 0, -np.inf, 0.0)
-    later_p = k * (1.0 - locality) / E
-    later = (S * np.maximum(t - 1.0, 0.0)) * (np.log1p(-later_p) if later_p < 1 else -np.inf)
-    later = np.where(S * np.maximum(t - 1.0, 0.0) > 0, later, 0.0)
+    later_draws = S * np.maximum(t - 1.0, 0.0)
+
+    def log_untouched(draws, p):  # draws x log(1 - p), with 0 x log(0) = 0
+        if p >= 1.0:
+            return np.where(draws > 0, -np.inf, 0.0)
+        return draws * np.log1p(-p)
+
+    first = log_untouched(S, k / E)
+    later = log_untouched(later_draws, k * (1.0 - locality) / E)
     return np.where((S > 0) & (t > 0), E * -np.expm1(first + later), 0.0)
 
 

@@ -337,17 +337,20 @@ def window_context_tokens(c: PassCoefficients, n_seqs, sum_context_tokens):
                       np.asarray(n_seqs, dtype=float) * c.attn_window_tokens)
 
 
-def gemm_terms_s(c: PassCoefficients, rows, group=None):
+def gemm_terms_s(c: PassCoefficients, rows, group=None, grouped=None):
     """(memory_s [G, ...], compute_s [G, ...]) of every GEMM of a pass whose GEMMs have `rows`
     rows (an array [G, ...] or broadcastable), each with its M-dependent weight bandwidth and,
     where the GPU has a wave tile, its compute time scaled by the wave quantisation. group
     ([G, ...], optional): GEMMs run as one grouped kernel of that many problems (the routed
     experts of a MoE layer: fused_moe tiles all experts in one launch), so the waves count the
-    tiles of the whole group."""
+    tiles of the whole group; grouped ([G, ...] bool): those GEMMs are tiled kernels whatever
+    their rows (fused_moe's BLOCK_SIZE_M >= 16), never the matrix-vector kernel of a 1-row GEMM,
+    so up to 16 rows they stream at the small-GEMM bandwidth."""
     shape_g = (-1,) + (1,) * (np.ndim(rows) - 1)
     weight = c.gemm_weight_s.reshape(shape_g)
     if c.gemm_weight_small_s is not None:
-        weight = np.where(rows <= 1, c.gemm_weight_gemv_s.reshape(shape_g),
+        gemv = rows <= 1 if grouped is None else (rows <= 1) & ~grouped
+        weight = np.where(gemv, c.gemm_weight_gemv_s.reshape(shape_g),
                           np.where(rows <= SMALL_GEMM_MAX_ROWS,
                                    c.gemm_weight_small_s.reshape(shape_g), weight))
     memory = weight + c.gemm_mem_per_token_s.reshape(shape_g) * rows
@@ -414,7 +417,7 @@ def pass_components_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
         mask = c.gemm_expert_mask.reshape((-1,) + (1,) * T.ndim)
         rows = np.where(mask, expert_rows, rows)
         per_pass = np.where(mask, waited, 1.0)
-        mem_g, comp_g = gemm_terms_s(c, rows, group=np.maximum(per_pass, 1.0))
+        mem_g, comp_g = gemm_terms_s(c, rows, group=np.maximum(per_pass, 1.0), grouped=mask)
         mem_g, comp_g = mem_g * per_pass, comp_g * per_pass
     else:
         mem_g, comp_g = gemm_terms_s(c, rows)

@@ -270,3 +270,19 @@ def mtp_module_params(m) -> dict[str, float]:
 def params_bytes(m, params: dict[str, float]) -> float:
     fmt = component_formats(m)
     return sum(n * format_bytes(fmt[c]) for c, n in params.items())
+
+
+
+def dense_equivalent(m):
+    """A dense model of the same active size: the MoE with only its k routed experts (E = k), so
+    every token goes through the same k experts (and the shared ones) - the FFN width one token
+    uses, in the same formats and kernels - and every pass reads exactly k experts per layer.
+    For "MoE against dense" comparisons: the same bytes and FLOPs per token at batch 1 (the
+    router shrinks from h x E to h x k), none of the experts-touched growth with more tokens."""
+    from dataclasses import replace
+
+    if not is_moe(m):
+        return m
+    return replace(m, model_id=f"{m.model_id}-dense-equivalent",
+                   n_routed_experts=m.experts_per_token, routing="uniform",
+                   routing_locality_fraction=None, mtp_layers=0)
