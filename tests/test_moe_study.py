@@ -21,22 +21,18 @@ QWEN3 = "configs/scenarios/moe-qwen3-30b-a3b-eagle3-h100.toml"
 
 @pytest.mark.parametrize("model", ["qwen3-30b-a3b", "deepseek-v3", "mixtral-8x7b",
                                    "gpt-oss-120b", "qwen3-235b-a22b"])
-def test_dense_twin_has_the_same_active_parameters_and_no_experts(model):
+def test_dense_twin_has_the_same_active_parameters_and_reads_k_experts(model):
     spec = load_presets().models[model]
     twin = dense_twin(spec)
-    assert twin.n_routed_experts == 0 and twin.experts_per_token == 0
-    # all but the routers (E x h per MoE layer, under 0.5%); the width is rounded to an integer
-    router = (spec.n_layers - spec.first_k_dense_replace) * spec.n_routed_experts * spec.hidden_size
-    assert twin.active_params == pytest.approx(spec.active_params - router, rel=1e-5)
-    assert router < 0.005 * spec.active_params
-    assert (twin.hidden_size, twin.n_layers, twin.vocab_size) == (
-        spec.hidden_size, spec.n_layers, spec.vocab_size)
-
-
-def test_deepseek_twin_is_exact():
-    """DeepSeek-V3: 8 routed + 1 shared experts of 2048 = its dense layers' 18432 (config.json)."""
-    spec = load_presets().models["deepseek-v3"]
-    assert dense_twin(spec).intermediate_size == 18432 == spec.intermediate_size
+    assert twin.n_routed_experts == twin.experts_per_token == spec.experts_per_token
+    # all but the routers, which shrink from E x h to k x h per MoE layer
+    moe_layers = spec.n_layers - spec.first_k_dense_replace
+    router = moe_layers * (spec.n_routed_experts - spec.experts_per_token) * spec.hidden_size
+    assert twin.active_params == spec.active_params - router
+    assert (twin.hidden_size, twin.n_layers, twin.vocab_size, twin.mtp_layers) == (
+        spec.hidden_size, spec.n_layers, spec.vocab_size, spec.mtp_layers)
+    frac = experts_touched_fraction(twin, np.array([1, 64]), 4)
+    assert frac == pytest.approx([1.0, 1.0])  # every pass reads its k experts, no growth
 
 
 def test_committed_moe_scenarios_load_and_cover_the_issue():

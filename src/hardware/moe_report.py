@@ -153,9 +153,9 @@ def summary_section(studies, models, head_paths: dict[str, str | None],
     """The whole section, between SECTION_BEGIN and SECTION_END."""
     lines = [SECTION_BEGIN,
              "Mixture-of-Experts targets, closed-form steady state (src/hardware/moe_study.py), "
-             "each against its dense twin: the same model with every MoE layer replaced by a "
-             "dense FFN of the same active width (the same active parameters but the routers, "
-             "the same attention and draft; its FFN in the target's weight format). MoE layers "
+             "each against its dense twin: the same model with only its k routed experts (E = k: "
+             "the same active parameters, formats, kernels, attention and draft; every pass "
+             "reads the same k experts). MoE layers "
              "are priced per touched expert with the dense GPU efficiencies: no MoE layer of "
              "these shapes has been measured (design.md section 16). Acceptance is an i.i.d. "
              "rate inverted from one published accept length: deep gammas are extrapolated.", ""]

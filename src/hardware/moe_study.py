@@ -10,12 +10,12 @@ grid (steady state: src/hardware/steady_state.py, MagicDec eq. 2):
     experts touched    = D(B, t) / E per MoE layer, t = 1 (decode) or g + 1 (verification),
                          D from the preset's routing model (src/costmodel/moe.py)
 
-and the same for the scenario's dense twin: the target with its MoE layers replaced by one dense
-FFN of the same active width ((k + shared experts) x expert FFN; the leading dense layers' width
-is averaged in), so it has the same active parameters, attention, formats and draft. Its premium
-is the dense model's ~1 at small batch; the MoE's is larger by the expert bytes the extra tokens
-read. A scenario file is an ordinary scenario (`python run.py --scenario FILE` simulates it); this
-module adds the closed-form comparison the MoE questions need.
+and the same for the scenario's dense twin: the target with only its k routed experts (E = k), so
+it has the same active parameters per token (the router shrinks to h x k), attention, formats,
+kernels and draft, and no experts-touched growth. Its premium is a dense model's ~1 at small
+batch; the MoE's is larger by the expert bytes the extra tokens read. A scenario file is an
+ordinary scenario (`python run.py --scenario FILE` simulates it); this module adds the closed-form
+comparison the MoE questions need.
 """
 from __future__ import annotations
 
@@ -41,18 +41,13 @@ def moe_scenario_paths(folder: Path = SCENARIOS_DIR) -> list[Path]:
 
 
 def dense_twin(spec):
-    """The target with every MoE layer's routed and shared experts replaced by one dense SwiGLU of
-    width (k + shared) x moe_intermediate_size, leading dense layers averaged in: the same active
-    parameters per token but the routers (E x h per MoE layer, < 0.5%), the same attention and
-    vocabulary; its FFN in the target's weight_format (gpt-oss: BF16 where the experts are MXFP4,
-    so the twin reads more FFN bytes per active parameter than the MoE)."""
-    moe_layers = spec.n_layers - spec.first_k_dense_replace
-    active_ffn = (spec.experts_per_token + spec.n_shared_experts) * spec.moe_intermediate_size
-    width = round((spec.first_k_dense_replace * spec.intermediate_size + moe_layers * active_ffn)
-                  / spec.n_layers)
-    return replace(spec, model_id=f"{spec.model_id}-dense-twin", intermediate_size=width,
-                   n_routed_experts=0, experts_per_token=0, moe_intermediate_size=0,
-                   n_shared_experts=0, first_k_dense_replace=0, expert_weight_format="")
+    """A dense model of the same active size: the target with only its k routed experts (E = k,
+    src/costmodel/shapes.py dense_equivalent), so every token goes through the same k experts and
+    the shared ones - the same FFN width, formats and kernels, the same attention, vocabulary and
+    MTP module - and every pass reads exactly k experts per layer, whatever its tokens."""
+    from src.costmodel.shapes import dense_equivalent
+    return replace(dense_equivalent(spec), model_id=f"{spec.model_id}-dense-twin",
+                   mtp_layers=spec.mtp_layers)
 
 
 def experts_touched_fraction(spec, batch, tokens_per_seq):
