@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import binom
 
 from src.costmodel import shapes
 from src.costmodel.formats import format_bytes, gemm_peak_flops_per_s, runnable_weight_formats
@@ -149,6 +148,8 @@ def slowest_gpu_experts(n_experts: int, ep: int, distinct):
     `distinct` of the n_experts are touched: E[max_g X_g], X_g ~ Binomial(n, D / E) with
     n = E / ep, independent (the exact split is hypergeometric), = sum_j (1 - F(j)^ep). A MoE
     layer under expert parallelism waits for its slowest GPU."""
+    from scipy.stats import binom  # only for EP: bad input is answered before scipy loads
+
     n = n_experts // ep
     p = np.clip(np.asarray(distinct, dtype=float) / n_experts, 0.0, 1.0)
     j = np.arange(n, dtype=float).reshape((-1,) + (1,) * p.ndim)
