@@ -28,6 +28,9 @@ CASES = [
     ("h200", "llama-3.2-1b", "eagle", "sglang-spec-v2", None),
     ("h200", "llama-3.1-8b", "llama-3.2-1b", "pytorch-eager", None),
     ("h200", "llama-3.1-8b", "llama-3.2-1b", "vllm-v1", None),
+    # MoE targets (routed experts in the decode table), EAGLE-3 heads, sliding-window layers
+    ("h100-sxm", "qwen3-30b-a3b-fp8", "qwen3-30b-a3b-eagle3", "vllm-v1", None),
+    ("h200", "gpt-oss-20b", "gpt-oss-20b-eagle3", "sglang-spec-v2", None),
 ]
 
 
@@ -85,7 +88,9 @@ def test_the_memory_check_is_the_cost_models():
     assert not step_fits(pt, 0, 1, (fits + 1) * 100_000, 0)
 
 
-def test_the_h200_cases_price_fitted_attention_kernels():
-    """(else the cases above would test the roofline path only)"""
-    for case in CASES[-3:]:
+def test_the_cases_cover_fitted_kernels_moe_and_sliding_windows():
+    """(else the cases above would test the dense roofline path only)"""
+    for case in CASES[-5:-2]:
         assert _timer(*case).cost._target_c.attn_kernels
+    assert _timer(*CASES[-2]).cost._target_c.moe is not None
+    assert _timer(*CASES[-1]).cost._target_c.attn_window_tokens > 0

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from src.costmodel.drafts import STATEFUL_DRAFT_KINDS, kind_listed
 from src.costmodel.memory import memory_usable_bytes
 from src.costmodel.roofline import _pnorm, gemm_terms_s
 from src.online.kernel_attention import N_KERNEL, fastest_pass_s, pack_kernels
@@ -31,8 +32,8 @@ from src.online.kernel_attention import N_KERNEL, fastest_pass_s, pack_kernels
 # per-network scalars (row of PriceTables.net)
 (N_READ, N_NEW, N_PAIR, N_P, N_GRAPHS, N_KERNELS, N_KERNELS_VERIFY, N_CPU_LAUNCH, N_GAP,
  N_LAUNCH_P, N_LAYER_ELEM, N_LAYER_FIXED, N_VERIFY_FIXED, N_HEAD_ELEM, N_HEAD_FIXED, N_ATTN_FIXED,
- N_PRESENT, N_HEAD_INDEX, N_KERNELS_FITTED) = range(19)
-N_NET = 19
+ N_PRESENT, N_HEAD_INDEX, N_KERNELS_FITTED, N_WINDOW, N_WINDOW_READ, N_WINDOW_PAIR) = range(22)
+N_NET = 22
 # per-deployment scalars (row of PriceTables.eng)
 (E_CPU_FIXED, E_CPU_PER_SEQ, E_REJECTION, E_KV_BOOK, E_EXPANSION, E_SLOWDOWN, E_OVERLAP_DECODE,
  E_OVERLAP_SPEC, E_NGRAM_ONE_CALL, E_NGRAM_CPU, E_DRAFT_CPU_FIXED, E_DRAFT_CPU_PER_SEQ, E_COVERS,
@@ -74,6 +75,8 @@ def _net_row(c) -> np.ndarray:
     v[N_PRESENT] = 1.0
     v[N_HEAD_INDEX] = c.head_gemm_index
     v[N_KERNELS_FITTED] = len(c.attn_kernels)
+    v[[N_WINDOW, N_WINDOW_READ, N_WINDOW_PAIR]] = (
+        c.attn_window_tokens, c.attn_window_read_per_ctx_token_s, c.attn_window_compute_per_pair_s)
     return v
 
 
@@ -123,12 +126,12 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
         v[[E_EXPANSION, E_SLOWDOWN, E_OVERLAP_DECODE]] = (
             float(e.scoring_batch_expansion), e.verification_attention_slowdown_factor,
             float(e.cpu_overlap_decode))
-        v[E_OVERLAP_SPEC] = float(cost.draft.kind in e.cpu_overlap_draft_kinds)
+        v[E_OVERLAP_SPEC] = float(kind_listed(cost.draft.kind, e.cpu_overlap_draft_kinds))
         v[[E_NGRAM_ONE_CALL, E_NGRAM_CPU, E_DRAFT_CPU_FIXED, E_DRAFT_CPU_PER_SEQ]] = (
             float(e.ngram_one_call_per_step), e.ngram_pass_cpu_ms, e.draft_pass_cpu_fixed_ms,
             e.draft_pass_cpu_per_seq_ms)
         v[E_COVERS] = float(e.draft_first_pass_covers_verified
-                            and cost.draft.kind in ("model", "eagle"))
+                            and cost.draft.kind in STATEFUL_DRAFT_KINDS)
         v[E_CATCHUP] = catchup
         budget = cost.draft_kv_budget_tokens
         v[E_BUDGET] = -1.0 if budget is None else budget
@@ -176,6 +179,10 @@ def attention_exp_ms(pt, d, net, n, tokens, t, sum_ctx):
     p = c[N_P]
     memory = (c[N_READ] * 1e3) * sum_ctx + ((c[N_READ] + c[N_NEW]) * 1e3) * tokens
     compute = (c[N_PAIR] * 1e3) * (t * sum_ctx + tokens * ((t + 1) * 0.5))
+    if c[N_WINDOW] > 0:  # sliding-window layers: min(C, S W) cached tokens read
+        window_ctx = min(float(sum_ctx), float(n) * c[N_WINDOW])
+        memory = memory + (c[N_WINDOW_READ] * 1e3) * (window_ctx + tokens)
+        compute = compute + (c[N_WINDOW_PAIR] * 1e3) * (t * window_ctx + tokens * ((t + 1) * 0.5))
     ratio = compute / max(memory, 1e-300) + 1e-300
     return memory * np.exp(np.log1p(np.exp(p * np.log(ratio))) * (1.0 / p))
 
@@ -190,6 +197,10 @@ def attention_pow_s(pt, d, net, S, t, C, prefill):
     T = S * t
     memory = c[N_READ] * (C + T) + c[N_NEW] * T
     compute = c[N_PAIR] * (t * C + S * (t * (t + 1) / 2))
+    if c[N_WINDOW] > 0:  # roofline.attention_terms_s's window layers
+        window_ctx = min(C, S * c[N_WINDOW])
+        memory = memory + c[N_WINDOW_READ] * (window_ctx + T)
+        compute = compute + c[N_WINDOW_PAIR] * (t * window_ctx + S * (t * (t + 1) / 2))
     return _pnorm2(memory, compute, c[N_P])
 
 
