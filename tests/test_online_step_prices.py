@@ -94,3 +94,17 @@ def test_the_cases_cover_fitted_kernels_moe_and_sliding_windows():
         assert _timer(*case).cost._target_c.attn_kernels
     assert _timer(*CASES[-2]).cost._target_c.moe is not None
     assert _timer(*CASES[-1]).cost._target_c.attn_window_tokens > 0
+
+
+def test_the_engine_s_numba_cache_is_stamped_with_all_its_sources():
+    """numba keys a cached function by its own file only; the compiled engine's functions call
+    across four files, so their cache entries carry one stamp of all four
+    (src/online/compiled_cache.py): a change to a callee's file recompiles its callers too."""
+    from src.online import compiled_cache, counter_rng, engine_loop, kernel_attention, step_prices
+
+    stamp = compiled_cache.sources_stamp()
+    for f in (engine_loop.run_rows, step_prices.decode_ms, kernel_attention.kernel_pass_s,
+              counter_rng.uniform_one):
+        locator = f._cache._impl._locator
+        assert isinstance(locator, compiled_cache.EngineSourcesLocator), f
+        assert locator.get_source_stamp() == stamp

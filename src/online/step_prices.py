@@ -27,6 +27,7 @@ from numba import njit
 from src.costmodel.drafts import STATEFUL_DRAFT_KINDS, kind_listed
 from src.costmodel.memory import memory_usable_bytes
 from src.costmodel.roofline import _pnorm, gemm_terms_s
+from src.online import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
 from src.online.kernel_attention import N_KERNEL, fastest_pass_s, pack_kernels
 
 # per-network scalars (row of PriceTables.net)
