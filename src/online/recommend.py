@@ -31,10 +31,16 @@ from src.config import (
     check_alpha,
     list_items,
 )
+from src.online.gamma_rule import SCHEDULE_TOLERANCE, rises, tolerant_gammas, tops_out
 
 FIELD_FLAGS = {"scenario.gpu": "--gpu", "scenario.target": "--target", "scenario.draft": "--draft",
                "scenario.tp": "--tp", "scenario.draft_tp": "--draft-tp"}
 SGLANG_ALGORITHM = {"model": "STANDALONE", "eagle": "EAGLE", "ngram": "NGRAM"}
+# vLLM's --speculative-config "method" per draft kind (vllm/config/speculative.py). EAGLE-3 heads
+# ("eagle3" for vLLM, "EAGLE3" for SGLang) come with an eagle3 draft kind: add it to both maps.
+VLLM_METHOD = {"model": "draft_model", "eagle": "eagle", "ngram": "ngram"}
+# engine profiles of vLLM before V1: they get v0.6's command-line flags, not V1's JSON
+OLD_VLLM_PROFILES = ("vllm-2024",)
 DEFAULT_REQUESTS = 300
 
 
@@ -71,7 +77,23 @@ def make_parser() -> argparse.ArgumentParser:
                                               "not with --draft ngram)")
     p.add_argument("--requests", help=f"requests per replication, only with --rate "
                                       f"(default {DEFAULT_REQUESTS})")
+    p.add_argument("--tolerance", default=str(SCHEDULE_TOLERANCE),
+                   help="switch gamma only where another is modelled to be better by more than "
+                        f"this fraction (default {SCHEDULE_TOLERANCE:g}; 0 = the best gamma at "
+                        "every batch size)")
     return p
+
+
+def _tolerance(text: str) -> float:
+    """--tolerance: a fraction in 0..0.5."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not 0.0 <= x <= 0.5:
+        raise ConfigError("--tolerance", f"'{text}' is not a fraction in 0..0.5 (e.g. 0.02 for "
+                                         "2%)")
+    return x
 
 
 def _ints(flag: str, text: str, low: int, high: int) -> list[int]:
@@ -179,11 +201,15 @@ def build(args):
         requests_per_replication=_int("--requests", args.requests or DEFAULT_REQUESTS, 10, 100_000),
         replications=3,
         limits=EngineLimits(max_seqs, max(8192, max_seqs)), max_gamma=max_gamma)
+    _tolerance(args.tolerance)
     return cfg, batches, rates, context, alpha
 
 
-def schedule_at(cfg, context: int, context_flag: str = "--context"):
-    """(schedule, gamma per batch, speedup per batch, KV tokens) at one context. A context that
+def schedule_at(cfg, context: int, context_flag: str = "--context",
+                tolerance: float = SCHEDULE_TOLERANCE):
+    """(schedule, gamma per batch, speedup per batch, KV tokens, best gamma per batch) at one
+    context: the schedule's gamma per batch size by src/online/gamma_rule.py (a switch only where
+    the gain exceeds `tolerance`), its speedup, and the untolerated best gamma. A context that
     does not fit one sequence (plus max_gamma + 1 speculative slots) in the KV cache of the
     speculative deployment is refused naming `context_flag`."""
     from src.online.policies import compress_schedule, steady_state_gammas
@@ -197,23 +223,27 @@ def schedule_at(cfg, context: int, context_flag: str = "--context"):
                                         f"on {sc.gpu_id} ({kv} tokens, less {cfg.max_gamma + 1} "
                                         f"speculative slots); allowed: up to "
                                         f"{kv - cfg.max_gamma - 1}")
-    gammas, speedups, _ = steady_state_gammas(deps[1].timer, deps[0].timer,
-                                           np.array([cfg.alpha.value]), context,
-                                           cfg.limits.max_num_seqs, cfg.max_gamma, kv_tokens=kv)
-    return compress_schedule(gammas, max(int(gammas.max()), 1)), gammas, speedups, kv
+    best, _, by_gamma = steady_state_gammas(deps[1].timer, deps[0].timer,
+                                            np.array([cfg.alpha.value]), context,
+                                            cfg.limits.max_num_seqs, cfg.max_gamma, kv_tokens=kv)
+    gammas = tolerant_gammas(by_gamma, tolerance)
+    speedups = by_gamma[gammas, np.arange(gammas.size)]
+    speedups[0] = 1.0
+    return compress_schedule(gammas, max(int(gammas.max()), 1)), gammas, speedups, kv, best
 
 
 def vllm_config(cfg, schedule, draft_path: str | None) -> dict:
     """The --speculative-config object (vllm/config/speculative.py field names)."""
     sc = cfg.scenario
     out: dict = {}
-    if sc.draft == "ngram":
-        out.update(method="ngram", prompt_lookup_max=4, prompt_lookup_min=2)
-    elif sc.draft == "eagle":
-        out.update(method="eagle", model=draft_path)
+    kind = _kind(sc.draft)
+    if kind == "ngram":
+        out.update(method=VLLM_METHOD[kind], prompt_lookup_max=4, prompt_lookup_min=2)
+    elif kind != "model":
+        out.update(method=VLLM_METHOD[kind], model=draft_path)
     else:
         from src.costmodel import load_presets
-        out.update(method="draft_model",
+        out.update(method=VLLM_METHOD[kind],
                    model=draft_path or load_presets().models[sc.draft].hf_name)
         if sc.draft_tp != 1:
             out["draft_tensor_parallel_size"] = sc.draft_tp
@@ -222,9 +252,45 @@ def vllm_config(cfg, schedule, draft_path: str | None) -> dict:
     return out
 
 
+def _kind(draft: str) -> str:
+    """The draft kind of a --draft value: ngram, eagle (and any head kind in VLLM_METHOD) or
+    model (a draft model preset)."""
+    return draft if draft in VLLM_METHOD and draft != "model" else "model"
+
+
+def vllm_v06_flags(cfg, gamma: int, draft_path: str | None, off_above: int | None) -> str:
+    """The vLLM v0.6 command-line flags of one fixed gamma (vllm/engine/arg_utils.py of v0.6.x:
+    --speculative-model, with '[ngram]' for prompt lookup; --num-speculative-tokens;
+    --speculative-draft-tensor-parallel-size; --ngram-prompt-lookup-max/-min;
+    --speculative-disable-by-batch-size, which turns speculation off, for good, for the requests
+    running when the running queue holds at least that many: spec_decode_worker.py
+    `_should_disable_all_speculation`; --use-v2-block-manager). An EAGLE head runs at draft TP 1
+    (vLLM's v0 docs, features/spec_decode, 'EAGLE based draft models', which also say v0 reads
+    EAGLE checkpoints converted to its format). v0.6 has no per-batch-size schedule."""
+    sc = cfg.scenario
+    kind = _kind(sc.draft)
+    # v0.6.0 and v0.6.1 refuse speculation without the v2 block manager; later v0.6 releases
+    # make it the default and still accept the flag
+    if kind == "ngram":
+        flags = ["--speculative-model '[ngram]'", f"--num-speculative-tokens {gamma}",
+                 "--ngram-prompt-lookup-max 4", "--ngram-prompt-lookup-min 2"]
+    else:
+        from src.costmodel import load_presets
+        path = draft_path or load_presets().models[sc.draft].hf_name
+        flags = [f"--speculative-model {path}", f"--num-speculative-tokens {gamma}"]
+        if kind == "model" and sc.draft_tp != 1:
+            flags.append(f"--speculative-draft-tensor-parallel-size {sc.draft_tp}")
+        elif kind != "model" and sc.tp != 1:  # v0 runs EAGLE heads without TP (vLLM docs)
+            flags.append("--speculative-draft-tensor-parallel-size 1")
+    flags.append("--use-v2-block-manager")
+    if off_above is not None:
+        flags.append(f"--speculative-disable-by-batch-size {off_above + 1}")
+    return " ".join(flags)
+
+
 def sglang_flags(cfg, gamma: int, draft_path: str | None) -> str:
     sc = cfg.scenario
-    kind = "ngram" if sc.draft == "ngram" else "eagle" if sc.draft == "eagle" else "model"
+    kind = _kind(sc.draft)
     flags = [f"--speculative-algorithm {SGLANG_ALGORITHM[kind]}"]
     if kind == "ngram":
         # SGLang's NGRAM handler sets speculative_eagle_topk = speculative_ngram_max_bfs_breadth
@@ -259,7 +325,8 @@ def report(args) -> str:
         context = int(round(mean_length(cfg.prompt_len) + mean_length(cfg.output_len) / 2))
         context_flag = "--workload"  # the context is the workload's mean
     context = context or 2048
-    schedule, gammas, speedups, kv = schedule_at(cfg, context, context_flag)
+    tolerance = _tolerance(args.tolerance)
+    schedule, gammas, speedups, kv, best = schedule_at(cfg, context, context_flag, tolerance)
     fits = max(1, min(cfg.limits.max_num_seqs, kv // (context + cfg.max_gamma + 1)))
     if batches is None and rates is None:
         batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if b <= fits]
@@ -336,17 +403,31 @@ def report(args) -> str:
         lines.append("  Below capacity the output throughput follows the offered rate; it shows "
                      "a gain only where the engine saturates.")
     lines.append("")
+    lines += schedule_notes(cfg, gammas, best, context, tolerance, rates is not None)
+    lines.append("")
     if speculate:
-        spec_cfg = vllm_config(cfg, schedule, args.draft_model_path)
         model = presets.models[sc.target_model_id].hf_name
         tp_flag = f" --tensor-parallel-size {sc.tp}" if sc.tp > 1 else ""
-        lines.append("vLLM (V1 dynamic speculative decoding; gamma by the number of scheduled "
-                     "requests):")
-        lines.append(f"  vllm serve {model}{tp_flag} --speculative-config "
-                     f"'{json.dumps(spec_cfg)}'")
+        if cfg.engine_profile in OLD_VLLM_PROFILES:
+            off = last_on if last_on < cfg.limits.max_num_seqs else None
+            lines.append(f"vLLM v0.6 (the engine the {cfg.engine_profile} profile models: one "
+                         f"draft length for every batch, gamma {sglang_gamma}, the schedule's at "
+                         "batch 1; it has no per-batch-size schedule"
+                         + (f"; speculation off while more than {last_on} requests run" if off
+                            else "") + "):")
+            lines.append(f"  vllm serve {model}{tp_flag} "
+                         f"{vllm_v06_flags(cfg, sglang_gamma, args.draft_model_path, off)}")
+            lines.append("  (vLLM V1 takes a gamma per batch size: --engine vllm-v1 prices that "
+                         "engine and prints its configuration)")
+        else:
+            spec_cfg = vllm_config(cfg, schedule, args.draft_model_path)
+            lines.append("vLLM (V1 dynamic speculative decoding; gamma by the number of "
+                         "scheduled requests):")
+            lines.append(f"  vllm serve {model}{tp_flag} --speculative-config "
+                         f"'{json.dumps(spec_cfg)}'")
         lines.append("")
-        lines.append(f"SGLang (one draft length for every batch: gamma {sglang_gamma}, the best at "
-                     "batch 1):")
+        lines.append(f"SGLang (one draft length for every batch: gamma {sglang_gamma}, the "
+                     "schedule's at batch 1):")
         tp_flag = f" --tp {sc.tp}" if sc.tp > 1 else ""
         lines.append(f"  python -m sglang.launch_server --model-path {model}{tp_flag} "
                      f"{sglang_flags(cfg, sglang_gamma, args.draft_model_path)}")
@@ -375,9 +456,60 @@ def report(args) -> str:
         lines.append("  - n-gram drafting: prompt_lookup_max 4, prompt_lookup_min 2 (vLLM requires "
                      "prompt_lookup_max for method ngram); acceptance depends on how much output "
                      "repeats the prompt")
-    lines.append("  - vLLM's dynamic speculative decoding (num_speculative_tokens_per_batch_size) "
-                 "is documented as tested with EAGLE/EAGLE-3 and off for data parallel > 1")
+    if cfg.engine_profile in OLD_VLLM_PROFILES:
+        lines.append("  - vLLM v0.6 scores a step by batch expansion (one one-position sequence "
+                     "per verified position; the MQA scorer of v0.6.3 is off under CUDA graphs), "
+                     "which the profile prices")
+    else:
+        lines.append("  - vLLM's dynamic speculative decoding (num_speculative_tokens_per_batch_"
+                     "size) is documented as tested with EAGLE/EAGLE-3 and off for data parallel "
+                     "> 1")
     return "\n".join(lines)
+
+
+def schedule_notes(cfg, gammas, best, context: int, tolerance: float, simulated: bool) -> list:
+    """What the schedule was optimised for, where its gamma rises with batch size and why, and a
+    flag where the best gamma sits at --max-gamma (the optimum may lie above it)."""
+    workload = (f"the {cfg.workload} workload's mean context, {context} tokens (prompt plus half "
+                "the output)" if simulated else f"{context} tokens of context")
+    lines = [f"Schedule optimised for: the steady state (every sequence at {workload}; no "
+             f"queueing, no prefill), acceptance {cfg.alpha.value:g}; gamma switches only where "
+             f"another is modelled faster by more than {tolerance:.0%} (design.md, "
+             "'recommend')" + ("; the table above then simulates it under load." if simulated
+                               else ".")]
+    for b, g0, g1 in rises(gammas):
+        lines.append(f"  gamma rises from {g0} to {g1} at batch {b}: "
+                     f"{_rise_reason(cfg, b, g0, g1)}")
+    if tops_out(best[1:], cfg.max_gamma):
+        at = np.nonzero(best[1:] >= cfg.max_gamma)[0] + 1
+        more = (f"try --max-gamma {min(2 * cfg.max_gamma, 32)}" if cfg.max_gamma < 32
+                else "32 is the largest recommend considers")
+        lines.append(f"  The best gamma is --max-gamma {cfg.max_gamma} at batch {at[0]}"
+                     + (f" (and at {at.size - 1} more up to {at[-1]})" if at.size > 1 else "")
+                     + f": the optimum may lie above the grid: {more}.")
+    return lines
+
+
+def _rise_reason(cfg, b: int, g0: int, g1: int) -> str:
+    """Why the modelled speedup of gamma g1 overtakes g0's at batch b: the all-reduce kernel
+    switch of vLLM's custom all-reduce at TP > 1 (src/costmodel/allreduce.py) where the target
+    pass of either gamma crosses it at a batch up to b, else a step of the modelled kernels."""
+    from src.online.study import deployments
+    cost = deployments(cfg)[1].timer.cost
+    c = getattr(cost, "_target_c", None)
+    ar = getattr(c, "comm_custom", None)
+    if cost.tp > 1 and ar is not None:
+        for g in (g0, g1):
+            tokens = np.arange(1, b + 1) * (g + 1)
+            algo = ar.algorithm(tokens * c.comm_bytes_per_token)
+            switch = np.nonzero(algo[1:] != algo[:-1])[0]
+            if switch.size:
+                i = int(switch[-1]) + 1
+                return (f"at tp {cost.tp} the target pass of gamma {g} switches all-reduce kernel "
+                        f"({algo[i - 1]} -> {algo[i]}, vLLM's custom all-reduce) at {tokens[i]} "
+                        f"tokens ({i + 1} sequences x {g + 1} positions), a step in its time")
+    return ("a step in the modelled kernel times at this batch size (GEMM wave quantisation or "
+            "attention splits), not a trend")
 
 
 def main(argv: list[str]) -> int:
