@@ -229,6 +229,10 @@ def test_scenario_run_writes_its_files_and_answers(hardware_run):
         assert cfg["num_speculative_tokens"] == max(k for _, _, k in entries)
     # a kept gamma that is not the best point estimate is reported with CIs that overlap
     assert "switches gamma only where the" in text
+    # what H3's schedules were optimised for, so that a reader can tell them from serve's
+    h3 = text.split("\nH3. ")[1].split("\nH4. ")[0]
+    assert re.search(r"Optimised for: this study's simulated fixed batch \(every request queued at"
+                     r"\s+time 0, prompts", h3)
     for line in text.splitlines():
         if "is within the CI of the best" in line:
             kept, best = re.findall(r"([\d.]+) \[([\d.]+), ([\d.]+)\]", line)

@@ -215,7 +215,14 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
                "(else the smallest one)")
     out.append(f"    while that gamma's {cfg.confidence:.0%} CI overlaps the best gamma's; a line "
                "says where it is not the best point")
-    out.append("    estimate (design.md, section 11):")
+    out.append("    estimate (design.md, section 11).")
+    out += textwrap.wrap(
+        "Optimised for: this study's simulated fixed batch (every request queued at time 0, "
+        f"prompts {describe_length(cfg.prompt_len)}, outputs {describe_length(cfg.output_len)}, "
+        f"mean context {hw['mean_context']:.0f} tokens during decoding, decode only), per "
+        "acceptance mode; `serve` and `recommend` optimise for their own context and load (the "
+        "serving section compares its schedule with this one):", 100,
+        initial_indent="    ", subsequent_indent="    ")
     for s in schedules.schedules(sim):
         if s["serving_mode"] != serving:
             continue
