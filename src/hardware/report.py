@@ -14,6 +14,7 @@ from src.costmodel import IDEAL_ENGINE, PRESETS_DIR, load_engine_profiles, load_
 from src.hardware import schedules
 from src.metrics import best_gamma
 from src.mode_comparison import comparison_lines
+from src.reference_summary import grid_edge_lines
 from src.reporting import describe_alpha, describe_length, ordered, table
 
 PARAMS_FILE = PRESETS_DIR / "costmodel_params.toml"
@@ -181,6 +182,8 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
                             f"B={', '.join(map(str, below))}")
             out.append(f"   {e}, {m}: {s[batches[0]]:.2f}x at B={batches[0]} -> "
                        f"{s[batches[-1]]:.2f}x at B={batches[-1]}; {verdict}.")
+    out += grid_edge_lines(best[best.serving_mode == serving], sorted(sim.gamma.unique()),
+                           ["engine_profile", "quality_mode", "batch_size"])
     out.append("")
 
     out.append("H2. Crossover batch size: the smallest simulated batch at which speculation is "
