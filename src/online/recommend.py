@@ -39,6 +39,7 @@ SGLANG_ALGORITHM = {"model": "STANDALONE", "eagle": "EAGLE", "ngram": "NGRAM"}
 # vLLM's --speculative-config "method" per draft kind (vllm/config/speculative.py). EAGLE-3 heads
 # ("eagle3" for vLLM, "EAGLE3" for SGLang) come with an eagle3 draft kind: add it to both maps.
 VLLM_METHOD = {"model": "draft_model", "eagle": "eagle", "ngram": "ngram"}
+HEAD_KINDS = tuple(k for k in VLLM_METHOD if k not in ("model", "ngram"))  # need a head's path
 # engine profiles of vLLM before V1: they get v0.6's command-line flags, not V1's JSON
 OLD_VLLM_PROFILES = ("vllm-2024",)
 DEFAULT_REQUESTS = 300
@@ -149,7 +150,7 @@ def _check_draft(args) -> None:
         raise ConfigError("--draft", "'self' needs a draft KV budget, which recommend has no "
                                      "option for (use serve with a scenario file); allowed: eagle, "
                                      "ngram or a model preset id")
-    if args.draft not in models and args.draft not in ("eagle", "ngram"):
+    if args.draft not in models and args.draft not in (*HEAD_KINDS, "ngram"):
         raise ConfigError("--draft", f"unknown '{args.draft}'; allowed: eagle, ngram or a model "
                                      f"preset ({', '.join(sorted(models))})")
     if args.draft in models and args.target in models:
@@ -190,9 +191,10 @@ def build(args):
     rates = parse_rates("--rate", args.rate) if args.rate is not None else None
     batches = _ints("--batch", args.batch, 1, max_seqs) if args.batch is not None else None
     preset = workload_preset(args.workload or "sharegpt")
-    if args.draft == "eagle" and not args.draft_model_path:
-        raise ConfigError("--draft-model-path", "--draft eagle needs the EAGLE head's repository "
-                                                "(e.g. yuhuili/EAGLE-LLaMA3.1-Instruct-8B)")
+    if args.draft in HEAD_KINDS and not args.draft_model_path:
+        raise ConfigError("--draft-model-path", f"--draft {args.draft} needs the head's "
+                                                "repository (e.g. "
+                                                "yuhuili/EAGLE-LLaMA3.1-Instruct-8B)")
     cfg = ServeConfig(
         scenario=scenario, engine_profile=engine, rates_per_s=rates or (1.0,),
         policies="none,schedule,fixed", workload=preset.name, prompt_len=preset.prompt_len,
