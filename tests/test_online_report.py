@@ -113,7 +113,7 @@ def fake_sweep(rates, policies, e2e_mean_s, tpot_ci_high=lambda p, r: 1.1):
                           alpha_label="m", alpha_mode="m", confidence=0.95,
                           slo_ttft_s=2.0, slo_tpot_s=0.05, slo_attainment_target=0.9,
                           limits=SimpleNamespace(max_num_seqs=8, max_num_batched_tokens=64),
-                          schedule_json=None)
+                          schedule_json=None, max_gamma=8)
     kv = SimpleNamespace(kv_capacity_blocks=10)
     prep = SimpleNamespace(hazard_profile=None, default_gamma=2, deployments=[kv, kv],
                            schedule=SimpleNamespace(ranges=((1, 8, 2),), vllm_json=lambda: "{}"),
@@ -138,6 +138,16 @@ def test_every_section_marks_a_non_steady_cell_and_says_the_realised_rate():
     assert "Realised arrival rate" in text and "2/s: 2.03/s, 32/s: 32.03/s" in text
     assert "capacity" in text and "> 32/s" not in text
     assert "Schedule optimised for: the steady state at this workload's mean context (300 " in text
+
+
+def test_a_schedule_at_max_gamma_is_flagged():
+    t, cfg, prep = fake_sweep([2.0], ["none", "fixed:2"], lambda r: 1.0)
+    text = summary_section({"table": t, "prepared": prep}, cfg)
+    assert "may lie above" not in text
+    cfg.max_gamma = 2  # the schedule's (1, 8, 2) reaches it
+    text = summary_section({"table": t, "prepared": prep}, cfg)
+    assert ("the best gamma is --max-gamma 2: the optimum may lie above the grid: try "
+            "--max-gamma 4.") in text
 
 
 def test_s2_names_every_rate_where_speculation_is_slower_not_only_from_one_on():

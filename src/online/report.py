@@ -120,11 +120,15 @@ def schedule_label(cfg, prep) -> str:
     if cfg.schedule_json is not None:
         return ("Schedule optimised for: nothing here; it is the one given (--schedule), "
                 "simulated under load in S1-S6.")
+    top = max([int(k) for *_, k in prep.schedule.ranges] + [int(prep.default_gamma)])
+    edge = (f" At batch 1 or in the schedule the best gamma is --max-gamma {cfg.max_gamma}: the "
+            "optimum may lie above the grid: try --max-gamma "
+            f"{min(2 * cfg.max_gamma, 32)}." if top >= cfg.max_gamma else "")
     return (f"Schedule optimised for: the steady state at this workload's mean context "
             f"({prep.mean_context_tokens:.0f} tokens: prompt plus half the output; no queueing, no "
             f"prefill), acceptance {cfg.alpha_mode}, switching gamma only where another is "
             f"modelled faster by more than {SCHEDULE_TOLERANCE:.0%} (src/online/gamma_rule.py); "
-            "S1-S6 then simulate it under load (policy 'schedule').")
+            "S1-S6 then simulate it under load (policy 'schedule')." + edge)
 
 
 def summary_section(result: dict, cfg) -> str:
