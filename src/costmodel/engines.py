@@ -146,7 +146,9 @@ class EngineProfile:
 
 
 IDEAL_ENGINE = EngineProfile(
-    name="ideal", description="zero CPU, launch and scheduling cost on plain unfused kernels",
+    name="ideal",
+    description="zero CPU, launch and scheduling cost on plain unfused kernels (sarathi-serve's, "
+                "CUDA graphs): not a lower bound, fused kernels are faster",
     step_cpu_fixed_ms=0.0, step_cpu_per_seq_ms=0.0, draft_pass_cpu_fixed_ms=0.0,
     draft_pass_cpu_per_seq_ms=0.0, ngram_pass_cpu_ms=0.0, rejection_sampling_per_position_ms=0.0,
     kv_bookkeeping_per_seq_ms=0.0, draft_catchup_positions_per_seq=0,
