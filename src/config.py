@@ -7,13 +7,13 @@ raises `ConfigError` naming the field and what is allowed. Nothing downstream re
 from __future__ import annotations
 
 import argparse
-import copy
-import functools
 import math
 import textwrap
-import tomllib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, Union
+
+from src.errors import ConfigError
+from src.input_files import read_text_file, read_toml  # noqa: F401 (the readers' home here)
 
 QUALITY_MODES = ("homogeneous_good", "homogeneous_mid", "heterogeneous", "bimodal")
 SERVING_MODES = ("static_batch", "continuous_refill")
@@ -65,15 +65,6 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
-
-
-class ConfigError(ValueError):
-    """Bad user input. str() is one line: '<field>: <what is allowed>'."""
-
-    def __init__(self, field_name: str, allowed: str):
-        super().__init__(f"{field_name}: {allowed}")
-        self.field_name = field_name
-        self.allowed = allowed
 
 
 @dataclass(frozen=True)
@@ -489,47 +480,6 @@ def parse_length_distribution(name: str, table: Any) -> LengthDistribution:
     if low > high or sigma < 0 or median <= 0:
         raise ConfigError(name, "lognormal needs median > 0, sigma >= 0 and low <= high")
     return LognormalLength(median, sigma, low, high)
-
-
-@functools.lru_cache(maxsize=64)
-def _parse_toml(data: bytes) -> dict:
-    """tomllib's parse of a file's bytes, kept by content: the presets are read many times per run
-    (every cost model built reads them), and tomllib is pure Python (~0.5 ms a file)."""
-    return tomllib.loads(data.decode("utf-8"))
-
-
-def read_text_file(path, field_name: str, expected: str) -> str:
-    """A UTF-8 text file's contents; ConfigError(field_name, ...) saying why it cannot be read and
-    what was expected ("a CSV file") when it is missing, a folder, not text or unreadable."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise ConfigError(field_name, f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError(field_name, f"{path} is a folder; expected {expected}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(field_name, f"{path} is not UTF-8 text; expected {expected}") from None
-    except OSError as e:
-        raise ConfigError(field_name, f"cannot read {path} ({e.strerror})") from None
-
-
-def read_toml(path, field_name: str, error: type[ConfigError] = ConfigError) -> dict:
-    """A TOML file as a dict; error(field_name, ...) when it cannot be read or parsed. The one
-    TOML reader of the project: configs, scenarios, presets and engine profiles all come here."""
-    try:
-        with open(path, "rb") as f:
-            return copy.deepcopy(_parse_toml(f.read()))  # a copy: callers may change theirs
-    except FileNotFoundError:
-        raise error(field_name, f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise error(field_name, f"{path} is a folder; expected a TOML file") from None
-    except OSError as e:
-        raise error(field_name, f"cannot read {path} ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise error(field_name, f"{path} is not UTF-8 text; expected a TOML file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise error(field_name, f"{path} is not valid TOML ({e})") from None
 
 
 def load_toml(path: str) -> dict:

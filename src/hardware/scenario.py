@@ -33,6 +33,7 @@ from src.costmodel import (
     load_engine_profiles,
     load_presets,
 )
+from src.input_files import MAX_TOML_BYTES, read_file_bytes
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
 SPECIAL_DRAFTS = ("eagle", "ngram", "self")  # draft values that are not model presets
@@ -223,8 +224,8 @@ def _preset_paths(value: Any, source_path: str | None) -> tuple[str, ...]:
     for text in value:
         path = Path(text).expanduser()
         path = path if path.is_absolute() else base / path
-        if not path.is_file():
-            raise ConfigError("scenario.presets", f"file not found: {path}")
+        if not path.is_file():  # missing, a folder, a FIFO, a device: say which
+            read_file_bytes(path, "scenario.presets", "a TOML file", max_bytes=MAX_TOML_BYTES)
         out.append(str(path))
     return tuple(out)
 

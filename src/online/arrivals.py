@@ -18,12 +18,13 @@ in vLLM's `benchmark_serving` (which sends one, then sleeps an inter-arrival tim
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from src.config import ConfigError
+from src.config import ConfigError, read_text_file
 from src.workload import stream
 
 
@@ -86,13 +87,8 @@ TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 
 def read_trace(path: str) -> Trace:
     """Read and check a trace CSV; ConfigError naming --trace, the line and the column."""
-    try:
-        with open(path, newline="") as fh:
-            rows = list(csv.reader(fh))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(
-            "--trace", f"cannot read {path} as a CSV text file ({e.__class__.__name__})"
-        ) from None
+    text = read_text_file(path, "--trace", "a CSV file")
+    rows = list(csv.reader(io.StringIO(text)))
     if not rows:
         raise ConfigError(
             "--trace",
