@@ -475,17 +475,25 @@ def main(argv: list[str]) -> int:
         return 2
     from src.online import report
     from src.online.study import benchmark_line, run_serving
-    from src.outputs import publish
+    from src.outputs import locked, publish
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     result = run_serving(cfg, workers=workers, say=say)
-    # OUT/results and OUT/plots are replaced as one set: keep what other commands wrote there
-    files = report.existing_outputs(out)
-    summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
-    new = report.render(result, cfg, summary, plots=not args.no_plots)
-    for stale in report.SWEEP_PLOTS:
-        files.pop(stale, None)
-    files.update(new)
-    publish(out, files)
+    try:
+        # OUT/results and OUT/plots are replaced as one set: keep what other commands wrote there,
+        # read under OUT's lock, so a run that published meanwhile is kept too
+        with locked(out, lambda msg: print(msg, file=sys.stderr)):
+            files = report.existing_outputs(out)
+            summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
+            new = report.render(result, cfg, summary, plots=not args.no_plots)
+            for stale in report.SWEEP_PLOTS:
+                files.pop(stale, None)
+            files.update(new)
+            publish(out, files)
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: --out: could not write the outputs ({where}{e.strerror or e}); previous "
+              "outputs left as they were", file=sys.stderr)
+        return 2
     say(benchmark_line(result))
     say(f"wrote {', '.join(os.path.join(out, k) for k in new)}")
     return 0
