@@ -4,51 +4,14 @@ A symlink to /dev/zero once grew a run to 24 GB; a FIFO blocked it forever. The 
 run in one child process with a memory limit and a timeout, so a regression fails the test rather
 than hanging the suite or exhausting the machine's memory.
 """
-import json
 import os
-import resource
 import signal
-import subprocess
-import sys
 
 import pytest
+from helpers import run_cases
 
 from src.config import ConfigError
 from src.input_files import MAX_TEXT_BYTES, MAX_TOML_BYTES, read_file_bytes, read_toml
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-CHILD = """
-import json, sys
-sys.path.insert(0, "tests")
-from helpers import run_captured
-for argv in json.loads(sys.argv[1]):
-    done = run_captured(argv)
-    print(json.dumps([argv, done.returncode, done.stderr]), flush=True)
-"""
-
-
-def _limit_memory():
-    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
-
-
-def run_cases(cases: list[list[str]], timeout_s: float = 240) -> dict:
-    """{tuple(argv): (exit code, stderr)} of `python run.py ARGV` for each case, in one child."""
-    try:
-        done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)], cwd=ROOT,
-                              capture_output=True, text=True, timeout=timeout_s,
-                              preexec_fn=_limit_memory)
-        stdout, stderr = done.stdout, done.stderr
-    except subprocess.TimeoutExpired as e:
-        stdout, stderr = [b.decode() if isinstance(b, bytes) else (b or "")
-                          for b in (e.stdout, e.stderr)]
-    results = {}
-    for line in stdout.splitlines():
-        argv, code, err = json.loads(line)
-        results[tuple(argv)] = (code, err)
-    missing = [c for c in cases if tuple(c) not in results]
-    assert not missing, f"hung or crashed at {missing[0]} (stderr: {stderr[-800:]!r})"
-    return results
 
 
 @pytest.fixture

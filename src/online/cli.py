@@ -236,6 +236,59 @@ def load_serving_scenario(path: str | None):
     return scenario, dict(serving)
 
 
+def check_work(rates, requests, duration, replications, n_policies: int, trace) -> None:
+    """Refuse, before anything is allocated, a sweep whose requests a replication (at the highest
+    rate) exceed MAX_REQUESTS_PER_REPLICATION or whose requests simulated together exceed
+    MAX_REQUEST_ROWS (src/online/config.py), naming the largest value that fits. `requests`,
+    `duration`, `replications`: (value, the option or [serving] key that set it)."""
+    from src.online.config import (
+        BYTES_PER_REQUEST_ROW,
+        MAX_REQUEST_ROWS,
+        MAX_REQUESTS_PER_REPLICATION,
+        arrivals_to_draw,
+    )
+    rate, (n_reps, reps_f), (d, d_f) = max(rates), replications, duration
+    if trace is not None:
+        n, field = len(trace.arrival_s), "--trace"
+    elif d is not None:
+        if rate * d > MAX_REQUESTS_PER_REPLICATION:
+            raise ConfigError(d_f, f"{d:g} s of arrivals at {rate:g} requests/s is about "
+                              f"{rate * d:.3g} requests a replication; allowed: at most "
+                              f"{MAX_REQUESTS_PER_REPLICATION} (as --requests), i.e. up to "
+                              f"{_floor3(MAX_REQUESTS_PER_REPLICATION / rate)} s at {rate:g}/s")
+        n, field = arrivals_to_draw(rate, d), d_f
+    else:
+        n, field = requests
+    rows = n_policies * n_reps * n
+    if rows <= MAX_REQUEST_ROWS:
+        return
+    cap_gb = MAX_REQUEST_ROWS * BYTES_PER_REQUEST_ROW / 1e9
+    per_rep = MAX_REQUEST_ROWS // (n_policies * n_reps)  # requests a replication that fit
+    if trace is not None or per_rep < 1:
+        fits = f"--replications up to {max(MAX_REQUEST_ROWS // (n_policies * n), 0)}"
+        field = reps_f if trace is None else field
+    elif d is not None:
+        low, high = 0.0, d  # the longest duration whose drawn arrivals fit
+        for _ in range(60):
+            mid = (low + high) / 2
+            low, high = (mid, high) if arrivals_to_draw(rate, mid) <= per_rep else (low, mid)
+        fits = f"up to {_floor3(low)} s at {rate:g}/s, or fewer --replications"
+    else:
+        fits = f"up to {per_rep} requests, or fewer --replications"
+    raise ConfigError(field, f"{n_policies} policies x {n_reps} replications x {n} requests is "
+                      f"{rows:.3g} requests simulated together (about "
+                      f"{rows * BYTES_PER_REQUEST_ROW / 1e9:.0f} GB); allowed: at most "
+                      f"{MAX_REQUEST_ROWS:.0e} (about {cap_gb:.0f} GB), i.e. {fits}")
+
+
+def _floor3(x: float) -> str:
+    """x rounded down to 3 significant digits, as text."""
+    if x <= 0:
+        return "0"
+    digits = 2 - math.floor(math.log10(x))
+    return f"{math.floor(x * 10**digits) / 10**digits:g}"
+
+
 def drop_ignored(args: argparse.Namespace, serving: Mapping, trace) -> dict:
     """The [serving] table less the keys a command-line option overrides; ConfigError naming an
     option (or [serving] key) that the run would ignore.
@@ -363,8 +416,8 @@ def config_from_args(args: argparse.Namespace):
     parse_policies(
         policies, 1, max_gamma, BatchSchedule(((1, 1, 1),), 1), 1, field_name=policies_field
     )  # the syntax, before any cost-model work
-    v, f = pick("replications", "replications", 4)
-    replications = _int(f, v, 2, 10_000)
+    v, reps_f = pick("replications", "replications", 4)
+    replications = _int(reps_f, v, 2, 10_000)
     req_v, req_f = pick("requests", "requests", None)
     dur_v, dur_f = pick("duration_s", "duration_s", None)
     requests = _int(req_f, req_v, 1, 10**6) if req_v is not None else (None if dur_v else 500)
@@ -389,6 +442,10 @@ def config_from_args(args: argparse.Namespace):
             rates = parse_rates(rates_f, rates_v)
     else:
         rates = parse_rates(rates_f, rates_v if rates_v is not None else list(DEFAULT_RATES))
+    n_policies = len(parse_policies(policies, 1, max_gamma, BatchSchedule(((1, 1, 1),), 1), 1,
+                                    field_name=policies_field))
+    check_work(rates, (requests, req_f), (duration, dur_f), (replications, reps_f), n_policies,
+               trace)
     if trace is not None:
         workload, prompt_len, output_len = "trace", None, None
         source = f"{os.path.basename(args.trace)}, {len(trace.arrival_s)} requests."
