@@ -115,7 +115,7 @@ class BetaAlpha:
 
 @dataclass(frozen=True)
 class MixtureAlpha:
-    weights: tuple[float, ...]  # mixture weights, normalised to sum 1
+    weights: tuple[float, ...]  # mixture weights, summing to 1 (within 1e-6; renormalised)
     components: tuple["AlphaDistribution", ...]  # one distribution per weight
 
 
@@ -241,6 +241,8 @@ def _number(name: str, value: Any, *, integer: bool = False,
                 raise error(name, f"expected {kind}, got {value!r}") from None
         else:
             raise error(name, f"expected a number, got {value!r}")
+    if integer and isinstance(value, float):  # TOML's 1.0 is a float: an int field wants 1
+        raise error(name, f"expected an integer, got {value!r}")
     if integer and (not float(value).is_integer()):
         raise error(name, f"expected an integer, got {value!r}")
     if not math.isfinite(float(value)):
@@ -400,6 +402,9 @@ def parse_per_position(name: str, params: Mapping) -> PerPositionAlpha:
     return PerPositionAlpha(out, spread, checked, **text)
 
 
+WEIGHT_SUM_TOLERANCE = 1e-6  # mixture weights: room for decimals such as 1/3 written 0.333333
+
+
 def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
     """A TOML table {kind = "point"|"normal"|"uniform"|"beta"|"mixture"|"per_position", ...} ->
     distribution of per-request acceptance."""
@@ -442,6 +447,9 @@ def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
     if any(w < 0 for w in ws) or sum(ws) <= 0:
         raise ConfigError(f"{name}.weights", "weights must be >= 0 with a positive sum")
     total = sum(ws)
+    if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:  # a typo would otherwise be renormalised away
+        raise ConfigError(f"{name}.weights", f"weights {weights} sum to {total:g}; allowed: "
+                          f"weights that sum to 1 (within {WEIGHT_SUM_TOLERANCE:g})")
     components = tuple(parse_alpha_distribution(f"{name}.components[{i}]", c)
                        for i, c in enumerate(comps))
     for i, component in enumerate(components):
@@ -490,16 +498,34 @@ RULES: dict[str, Rule] = {f.name: f.metadata["rule"] for f in fields(StudyConfig
                           if f.metadata["rule"] is not None}
 
 
-def build_config(overrides: Mapping[str, Any], base: StudyConfig | None = None) -> StudyConfig:
+def _check_toml_list(name: str, value: Any, kind: str, default: tuple) -> None:
+    """A list field in TOML must be a TOML list (a string '1,2' is the command line's form, a
+    likely mistake in a file), of integers where the field holds integers."""
+    example = ", ".join(f'"{v}"' if isinstance(v, str) else str(v) for v in default[:2])
+    if not isinstance(value, list):
+        raise ConfigError(name, f"expected a TOML list, e.g. {name} = [{example}], got {value!r}")
+    if kind == "tuple[int, ...]":
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int):
+                raise ConfigError(name, f"expected a list of integers, got {item!r} in {value!r}")
+
+
+def build_config(overrides: Mapping[str, Any], base: StudyConfig | None = None,
+                 toml: bool = False) -> StudyConfig:
     """Apply raw overrides (from TOML or the command line) to `base`, validating each field.
 
     Keys are StudyConfig field names; `alpha_modes` is a table of new or redefined quality modes.
-    """
+    `toml`: the values come from a TOML file, so a list field must be a TOML list (the command
+    line's '1,2' is text)."""
     cfg = base or StudyConfig()
     known = tuple(f.name for f in fields(StudyConfig))
     for key in overrides:
         if key not in known:
             raise ConfigError(key, f"unknown configuration key; allowed: {', '.join(known)}")
+    if toml:
+        for f in fields(StudyConfig):
+            if f.name in overrides and str(f.type).startswith("tuple["):
+                _check_toml_list(f.name, overrides[f.name], str(f.type), getattr(cfg, f.name))
     new: dict[str, Any] = {}
     alpha_modes = dict(cfg.alpha_modes)
     if "alpha_modes" in overrides:

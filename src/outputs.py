@@ -117,6 +117,32 @@ def _check_folder(path: str) -> None:
                                    "choose another --out")
 
 
+# the longest path under OUT a run writes: OUT/.run-previous-PID-HEX.results/ and a file name
+LONGEST_INSIDE = 100
+
+
+def _check_name_lengths(out: str, existing: str) -> None:
+    """Every folder name of OUT within the file system's NAME_MAX (255 bytes on Linux), and OUT
+    short enough for the files inside it within PATH_MAX, so that creating OUT after the
+    simulation cannot fail with 'File name too long'. ConfigError on --out."""
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+        path_max = os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    for name in os.path.abspath(out).split(os.sep):
+        size = len(os.fsencode(name))
+        if size > name_max:
+            raise ConfigError("--out", f"the folder name '{name[:24]}...' is {size} bytes long; "
+                                       f"allowed: at most {name_max} bytes a name (the file "
+                                       "system's limit)")
+    size = len(os.fsencode(os.path.abspath(out)))
+    if size + LONGEST_INSIDE > path_max:
+        raise ConfigError("--out", f"the path is {size} bytes long; allowed: at most "
+                                   f"{path_max - LONGEST_INSIDE} bytes (the file system's "
+                                   f"{path_max} less what a run writes inside it)")
+
+
 def prepare(out: str) -> None:
     """Before simulating: clean up after killed runs, and make sure the outputs can be written.
 
@@ -130,6 +156,7 @@ def prepare(out: str) -> None:
     probe = os.path.abspath(out)
     while not os.path.exists(probe):  # the nearest existing ancestor must be a writable folder
         probe = os.path.dirname(probe)
+    _check_name_lengths(out, probe)
     if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
         raise ConfigError("--out",
                           f"cannot create or write {out} ({probe} is not a writable folder)")

@@ -27,24 +27,8 @@ from src.config import (
     list_items,
     read_toml,
 )
+from src.hardware.scenario import SERVING_KEYS, check_serving_table
 
-SERVING_KEYS = (
-    "engine_profile",
-    "rates",
-    "policies",
-    "workload",
-    "arrival",
-    "slo",
-    "requests",
-    "duration_s",
-    "replications",
-    "quality_mode",
-    "alpha",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_gamma",
-    "schedule",
-)
 DEFAULT_RATES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 DEFAULT_POLICIES = "none,fixed,schedule,adaptive,off-above"
 
@@ -222,13 +206,7 @@ def load_serving_scenario(path: str | None):
         return default_hardware_scenario(), {}
     data = dict(read_toml(path, "--scenario"))
     serving = data.pop("serving", {})
-    if not isinstance(serving, Mapping):
-        raise ConfigError("serving", "expected a table")
-    unknown = sorted(set(serving) - set(SERVING_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"serving.{unknown[0]}", f"unknown key; allowed: {', '.join(SERVING_KEYS)}"
-        )
+    check_serving_table(serving)
     try:
         scenario = scenario_from_dict(data, source_path=path)
     except ConfigError as e:
@@ -409,8 +387,8 @@ def config_from_args(args: argparse.Namespace):
             f"{max_tokens} is smaller than max_num_seqs ({max_num_seqs}); vLLM "
             "requires max_num_batched_tokens >= max_num_seqs",
         )
-    v, f = pick("max_gamma", "max_gamma", 8)
-    max_gamma = _int(f, v, 1, 32)
+    v, max_gamma_f = pick("max_gamma", "max_gamma", 8)
+    max_gamma = _int(max_gamma_f, v, 1, 32)
     from src.online.policies import BatchSchedule, parse_policies
 
     parse_policies(
@@ -488,7 +466,11 @@ def config_from_args(args: argparse.Namespace):
         import json
 
         schedule_json = sched_v if isinstance(sched_v, str) else json.dumps(sched_v)
-        parse_schedule_json(schedule_json, sched_f)
+        table = parse_schedule_json(schedule_json, sched_f)
+        top = min(max(k for _, _, k in table.ranges), table.num_speculative_tokens)
+        if top > max_gamma:  # it would run clamped to max_gamma, yet be reported as given
+            raise ConfigError(sched_f, f"gamma {top} exceeds {max_gamma_f} {max_gamma}; allowed: "
+                                       f"gammas up to {max_gamma}, or a larger {max_gamma_f}")
     seed = _int("--seed", args.seed, 0, 2**63 - 1) if args.seed is not None else scenario.study.seed
     cfg = ServeConfig(
         scenario=scenario,
