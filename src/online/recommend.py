@@ -282,7 +282,7 @@ def report(args) -> str:
         from src.online.study import run_serving
         cfg = replace(cfg, policies=f"none,schedule,fixed:{sglang_gamma}",
                       schedule_json=json.dumps([list(r) for r in schedule.ranges]))
-        from src.online.report import STEADY_WINDOW_E2E, with_steadiness  # serve's steady rule
+        from src.online.serving_rules import STEADY_WINDOW_E2E, with_steadiness  # serve's rule
         t = with_steadiness(run_serving(cfg, workers=None)["table"], cfg)
         t = t.set_index(["policy", "rate_per_s"])
         bursts = [f"{r:g}/s" for r in rates
