@@ -22,8 +22,9 @@ from src.config import ConfigError, PerPositionAlpha
 from src.hardware.scenario import max_length_tokens
 from src.online import metrics
 from src.online.arrivals import unit_gaps
-from src.online.config import ServeConfig
+from src.online.config import ServeConfig, arrivals_to_draw
 from src.online.engine import Deployment, Engine, RequestTable, RowGroup
+from src.online.gamma_rule import tolerant_gammas
 from src.online.policies import (
     BatchSchedule,
     NoSpeculation,
@@ -119,7 +120,9 @@ def prepare(cfg: ServeConfig) -> Prepared:
 
         schedule = parse_schedule_json(cfg.schedule_json)
     else:
-        schedule = compress_schedule(gammas, max(int(gammas.max()), 1))
+        tolerant = tolerant_gammas(by_gamma)  # a switch only where the gain exceeds 2%
+        schedule = compress_schedule(tolerant, max(int(tolerant.max()), 1))
+        speedups = by_gamma[tolerant, np.arange(tolerant.size)]
     # off-above's default N: the largest batch at which the default gamma still beats greedy
     off = np.nonzero(by_gamma[default_gamma, 1:] <= 1.0)[0]
     default_off_above = int(off[0]) if off.size else cfg.limits.max_num_seqs
@@ -160,7 +163,7 @@ def _requests_for_rate(cfg: ServeConfig, rate: float, n_policies: int,
             reps.append((arrival, t.prompt_tokens, t.output_tokens, alpha, base.key))
             continue
         if cfg.duration_s is not None:
-            n_max = int(rate * cfg.duration_s * 1.3 + 10 * math.sqrt(rate * cfg.duration_s) + 20)
+            n_max = arrivals_to_draw(rate, cfg.duration_s)  # src/online/config.py bounds it
         else:
             n_max = cfg.requests_per_replication
         gaps = unit_gaps(cfg.seed, cfg.arrival, r, n_max) / rate
