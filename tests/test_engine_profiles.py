@@ -3,6 +3,8 @@ CPU work overlapped with the GPU, the first draft pass over all verified positio
 proposer called once per step, and the vllm-v1 / sglang profiles against published timings."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -164,3 +166,20 @@ def test_self_speculation_has_no_first_pass_catchup():
     # is the draft passes' CPU alone, with no GPU catch-up on top
     cpu = 4 * (e.draft_pass_cpu_fixed_ms + 8 * e.draft_pass_cpu_per_seq_ms)
     assert overhead[0] == pytest.approx(cpu) and physics[0] > 0
+
+
+def test_prefill_scheduling_is_read_from_the_profile_and_unknown_values_are_refused(tmp_path):
+    """vllm-2024 (vLLM v0.6: chunked prefill off with a speculative model, and off by default at
+    Llama-3-70B's 8K context) schedules prefill-first; every other profile chunked prefill."""
+    profiles = load_engine_profiles()
+    assert profiles["vllm-2024"].prefill_scheduling == "prefill_first"
+    assert {p.prefill_scheduling for n, p in profiles.items() if n != "vllm-2024"} == {"chunked"}
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[engines."vllm-2024"]\nprefill_scheduling = "eager"\n')
+    with pytest.raises(CostModelInputError,
+                       match=r"^engines\.vllm-2024\.prefill_scheduling: unknown 'eager'"):
+        load_engine_profiles(extra_paths=[bad])
+    done = subprocess.run([sys.executable, "run.py", "step-time", "--list", "--presets", str(bad)],
+                          cwd=ENGINES_TOML.parents[2], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "prefill_scheduling: unknown 'eager'" in done.stderr

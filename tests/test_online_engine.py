@@ -10,6 +10,7 @@ import pytest
 from src.acceptance import hazard_profile
 from src.config import FixedLength
 from src.costmodel import HardwareCostModel
+from src.costmodel.engines import engine_profile
 from src.online.arrivals import ArrivalProcess, arrival_times
 from src.online.counter_rng import request_keys, uniform_one, uniform_open_closed
 from src.online.engine import (
@@ -28,7 +29,10 @@ from src.online.steptime import StepTimer, kv_capacity_tokens
 from src.workload import stream
 
 
-def _deployments(engine="vllm-2024", kv_blocks=None, gpu="h100-sxm"):
+def _deployments(engine="vllm-2024", kv_blocks=None, gpu="h100-sxm", scheduling="chunked"):
+    """The profile's overheads with `scheduling` (the tests of chunked prefill keep vllm-2024's
+    numbers but not its prefill-first scheduler)."""
+    engine = replace(engine_profile(engine), prefill_scheduling=scheduling)
     spec = HardwareCostModel.from_presets(gpu, "llama-3.1-8b", draft="llama-3.2-1b", engine=engine)
     plain = HardwareCostModel.from_presets(gpu, "llama-3.1-8b", draft="ngram", engine=engine)
     out = []
@@ -230,6 +234,12 @@ COMPILED_CASES = {
     # the per-position acceptance law (EAGLE's falling rates)
     "per-position": dict(policies=[FixedGamma(4), Adaptive(4)], n=30, rate=3.0,
                          profile=(0.79, 0.74, 0.72, 0.73, 0.67)),
+    # vLLM v0's scheduler (vllm-2024's prefill_scheduling): whole prompts in prefill-only steps
+    "prefill-first": dict(policies=[NoSpeculation(), FixedGamma(3), Adaptive(4)], n=50,
+                          rate=12.0, deps=("vllm-2024", None, "h100-sxm", "prefill_first")),
+    "prefill-first-preemption": dict(policies=[NoSpeculation(), FixedGamma(3), Adaptive(4)],
+                                     n=40, rate=40.0,
+                                     deps=("vllm-2024", 150, "h100-sxm", "prefill_first")),
 }
 
 
@@ -248,7 +258,7 @@ def test_compiled_engine_equals_the_numpy_engine_step_by_step(case):
     assert isinstance(compiled, CompiledEngine)
     a = compiled.run()
     b = Engine(*args, max_gamma=4, allow_segments=False).run()
-    if case == "preemption":
+    if case.endswith("preemption"):
         assert a.preemptions.sum() > 0
     assert a.proposed_drafts.sum() > 0
     _assert_same(a, b)
@@ -288,3 +298,41 @@ def test_compiled_uniforms_are_the_numpy_ones():
     ref = uniform_open_closed(keys, counters)
     got = np.array([uniform_one(k, int(c)) for k, c in zip(keys, counters)])
     np.testing.assert_array_equal(got, ref)
+
+
+def _step_compositions(scheduling, monkeypatch):
+    """(decoding sequences, prompt chunks, chunks completing their prompt) of every numpy step."""
+    seen = []
+    original = NumpyEngine._step_ms
+
+    def spy(self, rows, n_dec, dec_ctx, gamma, width, masks, pf_sums=None):
+        seen.extend(zip(n_dec, pf_sums[0], pf_sums[3]))
+        return original(self, rows, n_dec, dec_ctx, gamma, width, masks, pf_sums)
+
+    monkeypatch.setattr(NumpyEngine, "_step_ms", spy)
+    args = _run([NoSpeculation(), FixedGamma(3)], n=50, rate=12.0,
+                deps=_deployments(scheduling=scheduling))
+    res = Engine(*args, max_gamma=4, allow_segments=False).run()
+    assert np.isfinite(res.finish_s[np.isfinite(res.arrival_s)]).all()
+    return np.array(seen)
+
+
+def test_a_prefill_first_step_never_mixes_prompts_with_decoding(monkeypatch):
+    """vLLM v0 without chunked prefill: a step with a waiting prompt that fits is a prefill-only
+    step of whole prompts (the running sequences wait), else a decode step; chunked prefill
+    (vLLM V1) mixes them."""
+    steps = _step_compositions("prefill_first", monkeypatch)
+    n_dec, chunks, complete = steps.T
+    assert not np.any((n_dec > 0) & (chunks > 0))
+    np.testing.assert_array_equal(chunks, complete)  # every prompt whole, in one step
+    assert np.any(chunks > 1) and np.any(n_dec > 0)
+    mixed = _step_compositions("chunked", monkeypatch)
+    assert np.any((mixed[:, 0] > 0) & (mixed[:, 1] > 0))
+
+
+def test_prefill_first_needs_a_token_budget_for_the_longest_request():
+    args = _run([NoSpeculation()], limits=EngineLimits(64, 512),
+                deps=_deployments(scheduling="prefill_first"))
+    for compiled in (True, False):
+        with pytest.raises(ValueError, match="max_num_batched_tokens >= the longest"):
+            Engine(*args, max_gamma=4, compiled=compiled)

@@ -27,6 +27,11 @@ DRAFT_KINDS = ("model", "eagle", "eagle3", "mtp", "ngram", "self")
 # attention.py; `python run.py calibrate`), or the faster of the fitted ones per pass. A GPU
 # without a fit for the named kernel falls back to its roofline attention.
 ATTENTION_KERNEL_CHOICES = ("roofline", "flash", "cudnn", "best")
+# prefill_scheduling values: how the serving engine (src/online/engine.py) puts prompts into
+# steps. "chunked": vLLM V1's scheduler (decodes first, prompt chunks fill the token budget's
+# rest); "prefill_first": vLLM v0's default scheduler without chunked prefill (a step with a
+# waiting prompt that fits is a prefill-only step of whole prompts; otherwise a decode step)
+PREFILL_SCHEDULING_CHOICES = ("chunked", "prefill_first")
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class EngineProfile:
             booked on the target pass; the draft passes keep only their GPU overhead.
         allreduce: "nccl" (the fitted NCCL model) or "custom" (vLLM's and SGLang's custom
             all-reduce; src/costmodel/allreduce.py). It changes the physics of a pass at TP > 1.
+        prefill_scheduling: "chunked" or "prefill_first" (PREFILL_SCHEDULING_CHOICES): the
+            serving engine's scheduler; no effect on a pass's price.
 
     The implementation fields (kernels_per_layer ... launch_overlap_p) describe how the passes run
     on the GPU: kernel counts times the GPU's fixed cost per kernel, the attention kernel, and
@@ -112,6 +119,8 @@ class EngineProfile:
     cpu_overlap_draft_kinds: tuple[str, ...] = ()
     # tensor-parallel all-reduce: "nccl" or "custom" (src/costmodel/allreduce.py)
     allreduce: str = "nccl"
+    # the serving engine's scheduler: "chunked" or "prefill_first" (PREFILL_SCHEDULING_CHOICES)
+    prefill_scheduling: str = "chunked"
     # How the engine's forward pass runs on the GPU (the implementation; roofline.py turns these
     # into GPU time, so they change the physics, not the overhead). Defaults: sarathi-serve's
     # kernels as vidur profiles them, CUDA graphs, the GPU's roofline attention.
@@ -166,8 +175,8 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
     Every EngineProfile field without a default (but `name`) is required; the mechanisms of
     today's engines and the implementation fields may be left out (defaults: off, and sarathi's
     kernels with CUDA graphs). Unknown fields, wrong types, negative values, a fractional catch-up
-    count, a slowdown factor or launch-overlap p below 1, an unknown all-reduce, draft kind or
-    attention kernel raise CostModelInputError.
+    count, a slowdown factor or launch-overlap p below 1, an unknown all-reduce, draft kind,
+    attention kernel or prefill scheduling raise CostModelInputError.
     """
     data = read_toml(path, "engines", CostModelInputError)
     unknown = sorted(set(data) - {"engines"})
@@ -218,6 +227,10 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
         if values.get("launch_overlap_p", 4.0) < 1.0:
             raise CostModelInputError(f"{where}.launch_overlap_p",
                                       f"must be >= 1, got {values['launch_overlap_p']}")
+        scheduling = values.get("prefill_scheduling", "chunked")
+        if scheduling not in PREFILL_SCHEDULING_CHOICES:
+            raise CostModelInputError(f"{where}.prefill_scheduling", f"unknown '{scheduling}'; "
+                                      f"allowed: {', '.join(PREFILL_SCHEDULING_CHOICES)}")
         kernel = values.get("attention_kernel", "roofline")
         if kernel not in ATTENTION_KERNEL_CHOICES:
             raise CostModelInputError(f"{where}.attention_kernel", f"unknown '{kernel}'; allowed: "

@@ -20,6 +20,7 @@ from src.online.engine_types import (
     PolicyView,
     RequestTable,
     RowGroup,
+    check_prefill_first,
 )
 from src.online.policies import Adaptive
 from src.online.step_prices import compiled_pricing_supported, pack_prices
@@ -74,6 +75,8 @@ class CompiledEngine:
         bs = limits.block_size_tokens
         if np.any(self.cap < -(-(longest + max_gamma + 1) // bs) + 1):
             raise ValueError("the KV cache cannot hold the longest request")
+        self.prefill_first = np.array([d.prefill_first for d in deployments], np.bool_)
+        check_prefill_first(longest, self.prefill_first[self.row_dep], limits)
         self.row_group = np.full(R, len(groups), np.int64)
         for i, g in enumerate(groups):
             self.row_group[g.rows] = i
@@ -96,7 +99,8 @@ class CompiledEngine:
         run_rows(prices, rq.arrival_s * 1e3, np.asarray(rq.prompt_tokens, np.int64),
                  np.asarray(rq.output_tokens, np.int64), np.asarray(rq.alpha, float),
                  np.asarray(rq.key, np.uint64), rq.n_requests.astype(np.int64), self.row_dep,
-                 self.cap, self.row_group, kind, table, params, self.max_gamma, M,
+                 self.cap, self.row_group, kind, table, params, self.prefill_first,
+                 self.max_gamma, M,
                  lim.max_num_batched_tokens, lim.block_size_tokens,
                  np.zeros(0) if profile is None else np.asarray(profile, float),
                  profile is not None, ITL_BIN_EDGES_MS, *out.values())

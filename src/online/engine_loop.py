@@ -102,13 +102,42 @@ def _adaptive_gamma(pt, d, params, G, n, C, ctx, dec, hi, acc, tested, pool_acc,
 
 
 @njit(cache=True)
+def _head_fits(arrival_ms, prompt, r, n_req, next_new, n_pre_wait, waiting_pre, generated,
+               start, n_run, M, budget_tokens, req, ctx, hi, bs, shift, capr):
+    """Whether the next waiting request (a preempted one first) has arrived, a free slot, and its
+    whole prompt (+ tokens generated before a preemption) fits the token budget and the KV blocks
+    the running sequences leave: a prefill-first row's prefill-only step."""
+    if n_run >= M:
+        return False
+    if n_pre_wait > 0:
+        h = 0
+        while not waiting_pre[h]:
+            h += 1
+    else:
+        h = next_new
+        if h >= n_req or arrival_ms[r, h] > start:
+            return False
+    need = prompt[r, h] + generated[h]
+    if need > budget_tokens:
+        return False
+    used = 0
+    for c in range(hi):
+        if req[c] >= 0:
+            used += _blocks(ctx[c], bs, shift)
+    return used + _blocks(need, bs, shift) <= capr
+
+
+@njit(cache=True)
 def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, row_group,
-             group_kind, group_table, group_params, max_gamma, max_num_seqs, budget_tokens,
+             group_kind, group_table, group_params, dep_prefill_first, max_gamma, max_num_seqs,
+             budget_tokens,
              block_size, hazard_profile, per_position, edges,
              first_sched, first_token, finish, preemptions, stats, gamma_steps, itl, error):
     """Simulate every row to completion; outputs (NaN-filled times in s, zeroed counts) are
     written in place. error[r] = 1: a step of row r failed the memory check (error[r, 1:] =
-    n, C, gamma of it)."""
+    n, C, gamma of it). dep_prefill_first[d]: deployment d schedules prefill-first (a step
+    with a waiting prompt that fits whole is a prefill-only step of whole prompts, else a decode
+    step that admits nothing); else chunked prefill."""
     R, N = arrival_ms.shape
     M = max_num_seqs
     bs = block_size
@@ -146,6 +175,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
         d = row_dep[r]
         grp = row_group[r]
         speculative = pt.eng[d, E_WITH_DRAFT] != 0.0
+        prefill_first = dep_prefill_first[d]
         kind = group_kind[grp]
         G_adapt = min(int(group_params[grp, 2]), max_gamma)
         capr = cap[r]
@@ -191,10 +221,19 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                 gamma = min(max(gamma, 0), max_gamma)
             start = clock
             preempted_any = False
+            prefill_only = False
+            if prefill_first:
+                prefill_only = _head_fits(arrival_ms, prompt, r, n_req[r], next_new, n_pre_wait,
+                                          waiting_pre, generated, start, n_run, M, budget_tokens,
+                                          req, ctx, hi, bs, shift, capr)
             # 2. schedule the running sequences; preempt the latest admitted until KV fits
             while True:
                 n_dec = n_dec_start  # running slots with their prompt done (counted last step)
+                if prefill_only:  # the running sequences wait for the prompts
+                    n_dec = 0
                 g = min(gamma, max(budget_tokens // max(n_dec, 1) - 1, 0))
+                if prefill_only:
+                    g = 0
                 left = budget_tokens - n_dec * (g + 1)
                 before = 0
                 demand = 0
@@ -205,7 +244,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                 Lp = 0
                 for c in range(hi):
                     chunk[c] = 0
-                    dec[c] = (req[c] >= 0) & (pf[c] == 0)
+                    dec[c] = (req[c] >= 0) & (pf[c] == 0) & (not prefill_only)
                     if req[c] < 0:
                         continue
                     if dec[c]:
@@ -245,7 +284,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                 preempted_any = True
             left -= Ntok
             # 3. admit waiting requests first come, first served (preempted ones first)
-            if not preempted_any:
+            if not preempted_any and (prefill_only or not prefill_first):
                 while left > 0 and n_run < M:
                     pre = n_pre_wait > 0
                     if pre:
@@ -258,6 +297,8 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                             break
                     need = prompt[r, h] + generated[h]
                     take = min(need, left)
+                    if prefill_only and take < need:  # whole prompts only
+                        break
                     blocks = _blocks(take, bs, shift)
                     if demand + blocks > capr:
                         break

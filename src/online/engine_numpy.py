@@ -21,6 +21,7 @@ from src.online.engine_types import (
     PolicyView,
     RequestTable,
     RowGroup,
+    check_prefill_first,
 )
 from src.online.stretch import _ceil_div, advance_stretch
 
@@ -95,6 +96,8 @@ class NumpyEngine:
         ).max(axis=1)
         if np.any(self.cap < _ceil_div(longest + max_gamma + 1, limits.block_size_tokens) + 1):
             raise ValueError("the KV cache cannot hold the longest request")
+        self.pf_first = np.array([deployments[d].prefill_first for d in self.row_dep], bool)
+        check_prefill_first(longest, self.pf_first, limits)
         # per-request outcomes
         self.first_sched = np.full((R, N), np.nan)
         self.first_token = np.full((R, N), np.nan)
@@ -302,14 +305,47 @@ class NumpyEngine:
                 self._segment(rows[steady], gamma[steady], head_arrival[steady], free_slot[steady])
             general = ~steady
             if general.any():
-                self._general_step(rows[general], gamma[general])
+                self._general_steps(rows[general], gamma[general])
             iteration += 1
             if progress is not None and iteration % 2000 == 0:
                 progress(int(live.sum()), R)
         return self._result()
 
-    def _general_step(self, rows: np.ndarray, gamma: np.ndarray) -> None:
-        """One engine step of each row (module docstring, steps 1-5)."""
+    def _general_steps(self, rows: np.ndarray, gamma: np.ndarray) -> None:
+        """One engine step of each row: chunked prefill, or under prefill-first scheduling a
+        prefill-only step where a waiting prompt fits whole, else a decode step."""
+        pff = self.pf_first[rows]
+        if not pff.any():
+            self._general_step(rows, gamma)
+            return
+        prefill = np.zeros(rows.size, bool)
+        prefill[pff] = self._head_fits(rows[pff])
+        for mode, sel in (("chunked", ~pff), ("prefill", prefill), ("decode", pff & ~prefill)):
+            if sel.any():
+                self._general_step(rows[sel], gamma[sel], mode)
+
+    def _head_fits(self, rows: np.ndarray) -> np.ndarray:
+        """Whether each row's next waiting request (a preempted one first) has arrived, a free
+        slot, and its whole prompt (+ tokens generated before a preemption) fits the token budget
+        and the KV blocks the running sequences leave: a prefill-first row's prefill-only step."""
+        s, lim = self.s, self.limits
+        head = self.next_new[rows].copy()
+        pre = self.n_pre_wait[rows] > 0
+        if pre.any():
+            head[pre] = self.waiting_pre[rows[pre]].argmax(axis=1)
+        h = np.minimum(head, self.N - 1)
+        ok = pre | ((head < self.n_req[rows]) & (self.arrival_ms[rows, h] <= self.clock[rows]))
+        running = s.req[rows] >= 0
+        ok &= running.sum(axis=1) < lim.max_num_seqs
+        need = self.rq.prompt_tokens[rows, h] + self.generated[rows, h]
+        ok &= need <= lim.max_num_batched_tokens
+        bs = lim.block_size_tokens
+        used = (_ceil_div(s.ctx[rows], bs) * running).sum(axis=1)
+        return ok & (used + _ceil_div(need, bs) <= self.cap[rows])
+
+    def _general_step(self, rows: np.ndarray, gamma: np.ndarray, mode: str = "chunked") -> None:
+        """One engine step of each row (module docstring, steps 1-5). mode "prefill": whole
+        waiting prompts only, no sequence decodes; "decode": no admission."""
         s, lim = self.s, self.limits
         bs = lim.block_size_tokens
         budget = lim.max_num_batched_tokens
@@ -322,8 +358,12 @@ class NumpyEngine:
             pf = s.pf[rows]
             in_pf = running & (pf > 0)
             decoding = running & ~in_pf
+            if mode == "prefill":  # the running sequences wait for the prompts
+                decoding = np.zeros_like(decoding)
             n_dec = decoding.sum(axis=1)
             g = np.minimum(gamma, np.maximum(budget // np.maximum(n_dec, 1) - 1, 0))
+            if mode == "prefill":
+                g = np.zeros_like(g)
             left = budget - n_dec * (g + 1)
             want = np.where(in_pf, pf, 0)
             before = np.cumsum(want, axis=1) - want
@@ -350,7 +390,7 @@ class NumpyEngine:
         # admit waiting requests (first come, first served) into free slots
         new_chunk = np.zeros(rows.size, np.int64)
         admitted_slots = []
-        can = ~preempted_any & (left > 0)
+        can = ~preempted_any & (left > 0) & (mode != "decode")
         while can.any():
             a = np.nonzero(can)[0]
             r = rows[a]
@@ -367,6 +407,8 @@ class NumpyEngine:
             h = np.minimum(head, self.N - 1)
             prompt_need = self.rq.prompt_tokens[r, h] + self.generated[r, h]
             take = np.minimum(prompt_need, left[a])
+            if mode == "prefill":  # whole prompts only
+                valid &= take == prompt_need
             blocks = _ceil_div(take, bs)
             valid &= demand[a] + blocks <= cap[a]
             if not valid.any():

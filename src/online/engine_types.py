@@ -35,6 +35,14 @@ class Deployment:
     def speculative(self) -> bool:
         return self.timer.speculative
 
+    @property
+    def prefill_first(self) -> bool:
+        """Whether its engine profile schedules whole prompts in prefill-only steps that go
+        before decoding (`prefill_scheduling = "prefill_first"`, vLLM v0's default scheduler)
+        instead of vLLM V1's chunked prefill."""
+        engine = getattr(self.timer, "engine", None)
+        return getattr(engine, "prefill_scheduling", "chunked") == "prefill_first"
+
 
 @dataclass(frozen=True)
 class RequestTable:
@@ -101,3 +109,13 @@ class PolicyView:
     timer: StepTimer
     max_gamma: int  # the largest gamma the deployment runs
 
+
+def check_prefill_first(longest: np.ndarray, prefill_first: np.ndarray,
+                        limits: EngineLimits) -> None:
+    """Prefill-first scheduling prefills whole prompts (a recomputed one with its generated
+    tokens), as vLLM v0 without chunked prefill, which requires max_num_batched_tokens >=
+    max_model_len: ValueError where a row's longest request exceeds the token budget."""
+    if np.any(np.asarray(longest)[np.asarray(prefill_first, bool)]
+              > limits.max_num_batched_tokens):
+        raise ValueError("prefill-first scheduling needs max_num_batched_tokens >= the longest "
+                         "request (prompt + output tokens)")

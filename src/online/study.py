@@ -94,6 +94,14 @@ def prepare(cfg: ServeConfig) -> Prepared:
                 f"less than the longest request ({need_tokens} tokens with the verification's "
                 "positions); allowed: shorter requests, a larger tp or a GPU with more memory",
             )
+    budget = cfg.limits.max_num_batched_tokens
+    if any(dep.prefill_first for dep in deps) and longest_request_tokens(cfg) > budget:
+        raise ConfigError(
+            "--trace" if cfg.trace is not None else "--workload",
+            f"the engine profile schedules whole prompts (prefill_scheduling = prefill_first, "
+            f"vLLM v0 without chunked prefill) but the longest request has "
+            f"{longest_request_tokens(cfg)} tokens, more than max_num_batched_tokens {budget}; "
+            "allowed: shorter requests or a larger token budget")
     if cfg.trace is not None:
         mean_ctx = float(np.mean(cfg.trace.prompt_tokens + cfg.trace.output_tokens / 2))
     else:
