@@ -24,6 +24,14 @@ schedules):
    capped at what it still needs; a sequence whose prompt prefill ends in this step samples its
    first token (its time to first token). Finished requests leave.
 
+That is the `chunked` scheduler. A deployment whose engine profile says `prefill_scheduling =
+"prefill_first"` (vLLM v0's default scheduler without chunked prefill; vllm-2024) runs instead:
+if the next waiting request (a preempted one first) has arrived, a slot is free and its whole
+prompt (+ tokens generated before a preemption) fits the token budget and the KV blocks the
+running requests hold, the step is a prefill-only step of whole prompts admitted first come,
+first served while they fit (gamma 0, no sequence decodes); otherwise a decode step (steps 1, 2,
+4, 5, admitting nothing). The token budget must hold the longest request (ValueError).
+
 Each request's j-th verification uses draw j of its own counter-based stream
 (src/online/counter_rng.py), whatever the policy and however the steps are grouped, so every
 policy sees the same acceptance draws (common random numbers).
