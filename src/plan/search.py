@@ -4,7 +4,7 @@ A probe at rate r runs serve's engine (src/online/study.py `simulate_rate`) on t
 R replications of Poisson arrivals over `duration_s` seconds, and classifies r as serve's S5 does:
 
     meet(r)  <=>  mean SLO attainment over replications >= 0.9  and  r is a steady state
-                  (arrival window >= 20 x mean E2E latency, src/online/report.py STEADY_WINDOW_E2E)
+                  (arrival window >= 20 x mean E2E latency: serving_rules.STEADY_WINDOW_E2E)
 
 A miss, or a meet that is not steady, bounds the capacity from above: only a steady meet proves a
 rate is sustained (design.md, "Capacity search"). The search brackets, then bisects:
@@ -148,10 +148,12 @@ def fit_check(task: SearchTask) -> str | None:
 class Prober:
     """meet(rate) of one task, each rate simulated once (a dict of probes by rate)."""
 
-    def __init__(self, task: SearchTask):
+    def __init__(self, task: SearchTask, runs: dict | None = None):
+        """`runs`: engine runs by (rate, window) to share between Probers of tasks that differ
+        only in their SLO (the SLO classifies a run; it does not change it)."""
         from src.online.study import prepare
 
-        self.task = task
+        self.task, self.runs = task, ({} if runs is None else runs)
         self.cfg = serve_config(task)
         prepared = prepare(self.cfg)
         policy = [p for p in prepared.policies if p.name == task.policy]
@@ -163,11 +165,13 @@ class Prober:
 
     def _run(self, rate: float, duration_s: float) -> dict:
         from src.online import metrics
-        from src.online.report import STEADY_WINDOW_E2E
+        from src.online.serving_rules import STEADY_WINDOW_E2E
         from src.online.study import simulate_rate
 
         cfg = replace(self.cfg, duration_s=duration_s)
-        result, groups, _ = simulate_rate(cfg, self.prepared, rate)
+        if (rate, duration_s) not in self.runs:
+            self.runs[(rate, duration_s)] = simulate_rate(cfg, self.prepared, rate)[:2]
+        result, groups = self.runs[(rate, duration_s)]
         per_rep = metrics.per_replication(result, groups[0].rows, cfg.slo_ttft_s, cfg.slo_tpot_s)
         # the output tokens of the requests that arrived, over the arrival window: the sustained
         # rate (the makespan-based throughput includes the drain of the last long requests)
@@ -186,7 +190,7 @@ class Prober:
         rounded up to 10 s), up to MAX_WINDOW_FACTOR x the task's (an overloaded rate's latency
         grows with the window, so it stays unsteady and counts as a miss)."""
         if rate not in self.probes:
-            from src.online.report import STEADY_WINDOW_E2E
+            from src.online.serving_rules import STEADY_WINDOW_E2E
 
             window = self.task.duration_s
             row = self._run(rate, window)
@@ -211,12 +215,12 @@ def midpoint(lo: float, hi: float) -> float:
     return rounded if lo < rounded < hi else m
 
 
-def capacity_search(task: SearchTask) -> dict:
+def capacity_search(task: SearchTask, runs: dict | None = None) -> dict:
     """The search of the module docstring: {"capacity_per_s", "first_miss_per_s", "bound"
     ("found": lo and hi bracket it; "above": met at MAX_RATE_PER_S; "below": missed at the lowest
     rate tried), "policy" (as parsed), "at_capacity" (the probe at the capacity, or None), "probes"
     (every probe, by rate)}."""
-    p = Prober(task)
+    p = Prober(task, runs)
     lo = hi = None
     r = task.start_rate_per_s
     if p.meet(r):
@@ -247,10 +251,10 @@ def capacity_search(task: SearchTask) -> dict:
     }
 
 
-def dense_capacity(task: SearchTask, rates) -> float:
+def dense_capacity(task: SearchTask, rates, runs: dict | None = None) -> float:
     """The capacity a dense sweep of `rates` gives by the same rule: the highest rate below the
     first one that is not a steady meet (0 where the lowest is not)."""
-    p = Prober(task)
+    p = Prober(task, runs)
     best = 0.0
     for r in sorted(rates):
         if not p.meet(r):
