@@ -242,10 +242,13 @@ def plot_capacity(plan, table: pd.DataFrame) -> bytes:
         front = pareto_front(t.cost_per_mtok.to_numpy(), t.capacity_per_s.to_numpy())
         ax.plot(t.cost_per_mtok[front], t.capacity_per_s[front], "--", color="grey", lw=1,
                 label="Pareto front", zorder=0)
+        ax.scatter(t.cost_per_mtok[front], t.capacity_per_s[front], s=260, facecolors="none",
+                   edgecolors="grey", lw=1.2, zorder=3)
     handles = [plt.Line2D([], [], color=colors[p], marker="o", ls="", label=p) for p in policies]
     handles += [plt.Line2D([], [], color="grey", marker=markers[i % len(markers)], ls="",
                            label=d) for i, d in enumerate(deps)]
-    handles += [plt.Line2D([], [], color="grey", ls="--", label="Pareto front")]
+    handles += [plt.Line2D([], [], color="grey", ls="--", marker="o", mfc="none", ms=12,
+                           label="Pareto front (none cheaper\nand higher)")]
     ax.legend(handles=handles, fontsize=FONT_PT, loc="upper left", bbox_to_anchor=(1.01, 1.0),
               title="policy (colour), deployment (marker)", title_fontsize=FONT_PT, frameon=False)
     ax.set_xscale("log")
@@ -256,5 +259,13 @@ def plot_capacity(plan, table: pd.DataFrame) -> bytes:
     ax.set_title(f"Capacity vs cost (SLO TTFT <= {plan.slo_ttft_s:g} s, TPOT <= "
                  f"{plan.slo_tpot_s * 1e3:g} ms for {plan.slo_attainment_target:.0%});\n"
                  "bars: cost CI, capacity bracket up to the first miss", fontsize=FONT_PT)
+    from matplotlib.ticker import FuncFormatter
+
+    def plain(v, _):  # 0.05, 2, 300: decades and their 2, 3 and 5 multiples
+        return f"{v:g}" if f"{v:.0e}"[0] in "1235" else ""
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FuncFormatter(plain))
+        axis.set_minor_formatter(FuncFormatter(plain))
     ax.grid(True, which="both", alpha=0.3)
     return png_bytes(fig)
