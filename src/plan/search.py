@@ -215,32 +215,41 @@ def midpoint(lo: float, hi: float) -> float:
     return rounded if lo < rounded < hi else m
 
 
+def bracket_and_bisect(meet, start: float, tolerance: float,
+                       max_rate: float = MAX_RATE_PER_S,
+                       halvings: int = MAX_HALVINGS) -> tuple[str, float | None, float | None]:
+    """(bound, last meet lo, first miss hi) of the module docstring's steps 1-2 for any predicate
+    meet(rate): "found" (hi / lo <= 1 + tolerance), "above" (met at every doubling up to
+    max_rate; hi None) or "below" (missed down to start / 2^halvings; lo None)."""
+    lo = hi = None
+    if meet(start):
+        lo = start
+        while hi is None and lo * 2 <= max_rate:
+            hi = None if meet(lo * 2) else lo * 2
+            if hi is None:
+                lo *= 2
+    else:
+        hi = start
+        for _ in range(halvings):
+            if meet(hi / 2):
+                lo = hi / 2
+                break
+            hi /= 2
+    bound = "above" if hi is None else ("below" if lo is None else "found")
+    if bound == "found":
+        while hi / lo > 1 + tolerance:
+            m = midpoint(lo, hi)
+            lo, hi = (m, hi) if meet(m) else (lo, m)
+    return bound, lo, hi
+
+
 def capacity_search(task: SearchTask, runs: dict | None = None) -> dict:
     """The search of the module docstring: {"capacity_per_s", "first_miss_per_s", "bound"
     ("found": lo and hi bracket it; "above": met at MAX_RATE_PER_S; "below": missed at the lowest
     rate tried), "policy" (as parsed), "at_capacity" (the probe at the capacity, or None), "probes"
     (every probe, by rate)}."""
     p = Prober(task, runs)
-    lo = hi = None
-    r = task.start_rate_per_s
-    if p.meet(r):
-        lo = r
-        while hi is None and lo * 2 <= MAX_RATE_PER_S:
-            hi = None if p.meet(lo * 2) else lo * 2
-            if hi is None:
-                lo *= 2
-    else:
-        hi = r
-        for _ in range(MAX_HALVINGS):
-            if p.meet(hi / 2):
-                lo = hi / 2
-                break
-            hi /= 2
-    bound = "above" if hi is None else ("below" if lo is None else "found")
-    if bound == "found":
-        while hi / lo > 1 + task.tolerance:
-            m = midpoint(lo, hi)
-            lo, hi = (m, hi) if p.meet(m) else (lo, m)
+    bound, lo, hi = bracket_and_bisect(p.meet, task.start_rate_per_s, task.tolerance)
     return {
         "policy": p.policy_name,
         "bound": bound,
