@@ -136,3 +136,24 @@ def test_pareto_front():
     cost = np.array([1.0, 2.0, 3.0, 1.5, 4.0])
     cap = np.array([10.0, 30.0, 20.0, 5.0, 40.0])
     assert list(pareto_front(cost, cap)) == [0, 1, 4]
+
+
+def test_the_study_keeps_the_plan_outputs(local_run, tmp_path):
+    """A study run into the same folder rewrites summary.txt: the plan section stays, as do
+    plan.csv and the plot (not the study's files)."""
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(local_run, out)
+    before = files(out)
+    fast = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_study.toml")
+    done = run_captured(["--config", fast, "--scenario", "reference", "--batch-sizes", "1,2",
+                         "--gammas", "2", "--no-plots", "--quiet", "--out", str(out)])
+    assert done.returncode == 0, done.stderr
+    after = files(out)
+    assert after["results/plan.csv"] == before["results/plan.csv"]
+    assert after["plots/plan_capacity.png"] == before["plots/plan_capacity.png"]
+    summary = after["results/summary.txt"].decode()
+    section = before["results/summary.txt"].decode()
+    section = section[section.index("=== CAPACITY PLAN"):]
+    assert summary.startswith("Batched speculative decoding") and summary.endswith(section)
