@@ -3,8 +3,10 @@
 A search's result is a pure function of its SearchTask and of the code that computes it, so the
 key is the SHA-256 of both: the task's canonical JSON (every field, sorted keys) and the code
 version, the SHA-256 of every source and preset file under src/ (any edit there, a cost-model
-constant or the engine, starts afresh). One JSON file per search, OUT/runs/plan-cache/KEY.json,
-written to a temporary name and renamed: a plan stopped mid-write leaves a whole file or none.
+constant or the engine, starts afresh) except the plan's own report, command line and this file,
+which do not change a search's result (a new plot does not rerun the searches). One JSON file per
+search, OUT/runs/plan-cache/KEY.json, written to a temporary name and renamed: a plan stopped
+mid-write leaves a whole file or none.
 """
 from __future__ import annotations
 
@@ -14,13 +16,16 @@ import os
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1]
+NOT_IN_RESULT = ("plan/report.py", "plan/cli.py", "plan/cache.py")  # relative to src/
 
 
 def code_version(root: Path = SRC) -> str:
-    """SHA-256 over the path and bytes of every .py and .toml file under src/ (sorted)."""
+    """SHA-256 over the path and bytes of every .py and .toml file under src/ (sorted) but
+    NOT_IN_RESULT."""
     h = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".toml")
-                       and "__pycache__" not in p.parts):
+                       and "__pycache__" not in p.parts
+                       and p.relative_to(root).as_posix() not in NOT_IN_RESULT):
         h.update(str(path.relative_to(root)).encode() + b"\0")
         h.update(path.read_bytes() + b"\0")
     return h.hexdigest()

@@ -261,11 +261,12 @@ def plot_capacity(plan, table: pd.DataFrame) -> bytes:
                  "bars: cost CI, capacity bracket up to the first miss", fontsize=FONT_PT)
     from matplotlib.ticker import FuncFormatter
 
-    def plain(v, _):  # 0.05, 2, 300: decades and their 2, 3 and 5 multiples
-        return f"{v:g}" if f"{v:.0e}"[0] in "1235" else ""
+    def plain(digits):  # 0.05, 2, 300: the ticks whose leading digit is one of `digits`
+        return FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in digits else "")
 
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_formatter(FuncFormatter(plain))
-        axis.set_minor_formatter(FuncFormatter(plain))
+    for axis, values in ((ax.xaxis, t.cost_per_mtok), (ax.yaxis, t.capacity_per_s)):
+        narrow = len(values) and values.max() / values.min() < 4  # few decade ticks: label more
+        axis.set_major_formatter(plain("123456789"))
+        axis.set_minor_formatter(plain("123456789" if narrow else "1235"))
     ax.grid(True, which="both", alpha=0.3)
     return png_bytes(fig)
