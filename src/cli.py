@@ -39,6 +39,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("src.plan.cli", "capacity planning: SLO capacity and cost of many deployments"),
     "measure": ("src.measure.cli", "time real forward steps on your GPU (needs PyTorch)"),
     "calibrate": ("src.calibration.command", "fit the cost model to measured step times of a GPU"),
+    "measure-moe": ("src.measure.moe_cli", "time MoE layers with set routing skew (needs PyTorch)"),
+    "calibrate-moe": ("src.calibration.moe_command", "fit per-expert GEMM terms to MoE rows"),
+    "moe-study": ("src.hardware.moe_cli", "MoE targets against dense twins; MoE validation"),
 }
 
 DASK_HELP = ("run the work on Dask: local:N (a LocalCluster of N worker processes on 127.0.0.1) "
@@ -114,7 +117,7 @@ def config_from_args(args: argparse.Namespace, measured: dict | None = None) -> 
     if args.config:
         raw = load_toml(args.config)
         try:
-            cfg = build_config(raw, cfg)
+            cfg = build_config(raw, cfg, toml=True)
         except ConfigError as e:
             raise ConfigError(f"--config {args.config}", str(e)) from None
     overrides = {f: getattr(args, f) for f in OPTION_FIELDS if getattr(args, f) is not None}
