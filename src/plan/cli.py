@@ -190,16 +190,25 @@ def run(args, say) -> int:
         executor.map(capacity_search, [(t,) for t in missing], on_done=done)
     searches = [(d, t.policy, results[t]) for d, tasks in fitting for t in tasks]
     table = report.plan_table(plan, searches)
-    files = existing_files(out)
-    summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
     section = report.summary_section(plan, table, skipped)
-    files["results/summary.txt"] = report.replace_section(summary, section).encode()
-    files[report.CSV_PATH] = report.csv_bytes(table)
-    if args.no_plots:
-        files.pop(report.PLOT_PATH, None)
-    else:
-        files[report.PLOT_PATH] = report.plot_capacity(plan, table)
-    outputs.publish(out, files)
+    new = {report.CSV_PATH: report.csv_bytes(table)}
+    if not args.no_plots:
+        new[report.PLOT_PATH] = report.plot_capacity(plan, table)
+    try:
+        # OUT/results and OUT/plots are replaced as one set: what other commands wrote there is
+        # read under OUT's lock (src/outputs.py), so a run that published meanwhile is kept too
+        with outputs.locked(out, say):
+            files = existing_files(out)
+            summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
+            files["results/summary.txt"] = report.replace_section(summary, section).encode()
+            if args.no_plots:
+                files.pop(report.PLOT_PATH, None)
+            files.update(new)
+            outputs.publish(out, files)
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        raise ConfigError("--out", f"could not write the outputs ({where}{e.strerror or e}); "
+                                   "previous outputs left as they were") from None
     say(f"wrote {os.path.join(out, report.CSV_PATH)}, the plan section of "
         f"{os.path.join(out, 'results/summary.txt')}"
         + ("" if args.no_plots else f" and {os.path.join(out, report.PLOT_PATH)}"))
