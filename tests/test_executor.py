@@ -27,6 +27,15 @@ def test_dask_option():
             dask_option(bad)
 
 
+def test_dask_scheduler_address_from_the_environment(monkeypatch):
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:8786")
+    assert dask_option(None) == "tcp://127.0.0.1:8786"
+    assert dask_option("local:3") == "local:3"  # the option wins
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "local:0")
+    with pytest.raises(ConfigError, match="^DASK_SCHEDULER_ADDRESS: local:0"):
+        dask_option(None)
+
+
 def test_local_executor_keeps_the_order():
     ex = LocalExecutor(2)
     seen = []
