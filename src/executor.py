@@ -147,9 +147,10 @@ def open_executor(dask: str | None, workers: int | None = None,
 
     m = _LOCAL.fullmatch(dask)
     if m:
-        # loopback only, no dashboard (it would need bokeh and open a port)
+        # loopback only: workers, scheduler and its HTTP endpoint on 127.0.0.1 (a free port; the
+        # bokeh dashboard is not installed)
         cluster = LocalCluster(n_workers=int(m.group(1)), threads_per_worker=1, processes=True,
-                               host="127.0.0.1", dashboard_address=None,
+                               host="127.0.0.1", dashboard_address="127.0.0.1:0",
                                silence_logs=logging.ERROR)
         return DaskExecutor(Client(cluster), cluster, timeout_s=timeout_s)
     try:

@@ -25,7 +25,14 @@ def outputs(out, names):
 
 
 def test_address_is_loopback(address):
+    """The scheduler, its HTTP endpoint and the workers listen on 127.0.0.1 only."""
+    import psutil
+
     assert address.startswith("tcp://127.0.0.1:")
+    procs = [psutil.Process(), *psutil.Process().children(recursive=True)]
+    listening = [c.laddr.ip for p in procs for c in p.net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN]
+    assert listening and set(listening) == {"127.0.0.1"}
 
 
 def test_serve_on_dask_gives_the_same_bytes(address, tmp_path):
