@@ -181,6 +181,15 @@ def test_ep_must_divide_the_experts(presets, capsys):
         _model(presets, "h100-sxm", presets.model("llama-3.1-8b"), tp=2, ep=2)
 
 
+def test_ep_on_one_gpu_says_what_to_change(capsys):
+    """--ep 2 at tp 1: the allowed list names one value and what to do, not "1 or 1"."""
+    assert stepcalc.main(["--gpu", "h100-sxm", "--model", "qwen3-30b-a3b", "--ep", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert "allowed: 1 (one GPU: raise --tp to spread the experts)" in err
+    assert "1 or 1" not in err
+
+
 def test_ep_spreads_whole_experts_over_the_gpus(presets):
     m = presets.model("deepseek-v3")
     tp_only = _model(presets, "h200", m, tp=8)

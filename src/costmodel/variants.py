@@ -88,8 +88,9 @@ def check_ep(model, ep: int, tp: int) -> int:
         raise CostModelInputError("ep", f"{ep} does not divide the {E} routed experts of "
                                   f"{model.model_id}; allowed: {', '.join(map(str, allowed))}")
     if ep != tp:
+        allowed = "1 (one GPU: raise --tp to spread the experts)" if tp == 1 else f"1 or {tp}"
         raise CostModelInputError("ep", f"experts are spread over the replica's tp={tp} GPUs; "
-                                  f"allowed: 1 or {tp}")
+                                  f"allowed: {allowed}")
     return ep
 
 
