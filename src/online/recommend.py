@@ -122,7 +122,11 @@ def _check_draft(args) -> None:
     """--draft is a model preset, eagle or ngram ('self' needs a draft KV budget, which recommend
     has no option for); the draft-model options are refused where the run would ignore them."""
     from src.costmodel import load_presets
-    models = load_presets().models
+    presets = load_presets()
+    models = presets.models
+    for flag, name in (("--target", args.target), ("--draft", args.draft)):
+        if name in models:  # a config.json path is read here: its errors name the flag
+            presets.model(name, flag)
     if args.draft == "self":
         raise ConfigError("--draft", "'self' needs a draft KV budget, which recommend has no "
                                      "option for (use serve with a scenario file); allowed: eagle, "
