@@ -367,6 +367,11 @@ def report(args) -> str:
         tp_flag = f" --tp {sc.tp}" if sc.tp > 1 else ""
         lines.append(f"  python -m sglang.launch_server --model-path {model}{tp_flag} "
                      f"{sglang_flags(cfg, sglang_gamma, args.draft_model_path)}")
+        from src.hardware.moe_report import draft_kind  # an EAGLE head: SGLang picks its class
+        if draft_kind(sc.draft, load_presets().models) in ("eagle", "eagle3"):  # by config.json
+            lines.append("  (the head's config.json must name LlamaForCausalLMEagle or -Eagle3: "
+                         "SGLang loads a LlamaForCausalLM one, as yuhuili/EAGLE-* heads name, "
+                         "as a plain Llama; its docs use the lmsys/sglang-EAGLE-* copies)")
         if last_on < cfg.limits.max_num_seqs:
             lines.append(f"  (SGLang cannot switch speculation off by load: above {last_on} "
                          "running sequences it costs throughput; SGLang caps running requests at "
