@@ -347,3 +347,26 @@ def test_mixtral_eagle_head_is_full_multi_head_attention(presets):
     _, _, kv, _ = draft_network(gpu, mixtral, 2, DraftSpec(kind="eagle", tp=2), presets.params,
                                 presets.allreduce, {})
     assert kv == 2 * (32 // 2) * 128 * 2
+
+
+@pytest.mark.parametrize("model, tp, share", [("qwen3-235b-a22b-fp8", 8, 192),
+                                              ("qwen3-30b-a3b-fp8", 4, 192)])
+def test_block_fp8_shards_must_be_whole_blocks(capsys, model, tp, share):
+    """vLLM and SGLang refuse 128x128-block FP8 experts split into shares that are not whole
+    blocks (vllm-project/vllm #17569: 'The output_size of gate's and up's weight = 192 is not
+    divisible by weight quantization block_n = 128'; QwenLM/Qwen3 #1485): one line, exit 2."""
+    assert stepcalc.main(["--gpu", "h200", "--model", model, "--tp", str(tp)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith("error: --tp: ")
+    assert f"is {share}, not a multiple of 128" in err and "ep = tp" in err
+    # expert parallelism keeps each expert whole: the same model then loads
+    assert stepcalc.main(["--gpu", "h200", "--model", model, "--tp", str(tp),
+                          "--ep", str(tp)]) == 0
+    capsys.readouterr()
+
+
+def test_block_fp8_shards_that_divide_load(presets):
+    from src.costmodel.variants import check_block_shards
+    check_block_shards(presets.model("deepseek-v3"), 8)  # 2048/8, 18432/8: whole blocks
+    check_block_shards(presets.model("qwen3-235b-a22b-fp8"), 4)  # 1536/4 = 384 = 3 x 128
+    check_block_shards(presets.model("qwen3-235b-a22b"), 8)  # BF16: no blocks

@@ -55,7 +55,7 @@ ENGINE_NOTES = {
 # Where the head was trained for a sibling checkpoint of the preset's (same config.json shapes),
 # the printed settings name that checkpoint: the acceptance came from it.
 TARGET_REPOSITORIES = {
-    "moe-qwen3-235b-a22b-eagle3-8xh100": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8",
+    "moe-qwen3-235b-a22b-eagle3-8xh100": "Qwen/Qwen3-235B-A22B-Instruct-2507",
     "moe-mixtral-8x7b-eagle-2xh100": "mistralai/Mixtral-8x7B-Instruct-v0.1",
 }
 
