@@ -67,10 +67,12 @@ def _run(policies, reps=2, n=60, rate=4.0, limits=EngineLimits(64, 2048), deps=N
     return rq, groups, deps, row_dep, limits
 
 
-def test_stretches_equal_single_steps():
+@pytest.mark.parametrize("scheduling", ["chunked", "prefill_first"])
+def test_stretches_equal_single_steps(scheduling):
     """Advancing a row through a stretch of decode steps gives exactly what single steps give
     (same draws, same step times), for greedy and speculative rows."""
-    args = _run([NoSpeculation(), FixedGamma(3)], reps=2, n=30, rate=3.0, output=(2, 120))
+    args = _run([NoSpeculation(), FixedGamma(3)], reps=2, n=30, rate=3.0, output=(2, 120),
+                deps=_deployments(scheduling=scheduling))
     fast = Engine(*args, max_gamma=4, compiled=False).run()
     slow = Engine(*args, max_gamma=4, allow_segments=False).run()
     assert fast.steps.sum() == slow.steps.sum()
