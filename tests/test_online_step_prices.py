@@ -108,3 +108,16 @@ def test_the_engine_s_numba_cache_is_stamped_with_all_its_sources():
         locator = f._cache._impl._locator
         assert isinstance(locator, compiled_cache.EngineSourcesLocator), f
         assert locator.get_source_stamp() == stamp
+
+
+@pytest.mark.parametrize("speculative", [True, False])
+def test_a_prefill_only_step_is_priced_as_the_cost_model_s_prefill(speculative):
+    """A prefill-first scheduler's prefill-only step (no decoding sequence, gamma 0, whole prompts
+    from an empty cache): the compiled price is StepTimer.prefill_ms, src/costmodel/prefill.py."""
+    timer = _timer(*CASES[2], speculative=speculative)  # vllm-2024
+    pt = pack_prices([timer], 64, 8, 8192)
+    for batch, tokens in ((1, 1), (1, 900), (7, 1024), (8, 1000)):
+        t, d = decode_ms(pt, 0, 0, 0, 0, 0.0, 0.0)
+        x = prefill_extra_ms(pt, 0, 0, 0, 0, batch, batch * tokens, 0, batch)
+        np.testing.assert_allclose(t + d + x, timer.prefill_ms(batch, tokens), rtol=1e-9)
+        assert x > 0 and t + d == 0.0
