@@ -15,6 +15,9 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, Union
 
+from src.trees.shape import TreeShape, TreeShapeError, parse_shapes
+from src.trees.siblings import SEQUOIA_VECTOR, SiblingError, parse_vector
+
 QUALITY_MODES = ("homogeneous_good", "homogeneous_mid", "heterogeneous", "bimodal")
 SERVING_MODES = ("static_batch", "continuous_refill")
 VERIFICATION_POLICIES = ("ragged", "lockstep")
@@ -194,6 +197,14 @@ class StudyConfig:
     gammas: tuple[int, ...] = setting(
         (1, 2, 4, 6, 8, 12, 16), "draft tokens proposed per step",
         Rule(lambda n, v, m: _int_list(n, v, 1, MAX_GAMMA), f"1..{MAX_GAMMA}"), option=True)
+    trees: tuple[TreeShape, ...] = setting((), "token-tree shapes S:K:N beside the chains of "
+        "--gammas (SGLang's num_steps, eagle_topk, num_draft_tokens; chains are G:1:G+1)", Rule(
+            lambda n, v, m: _tree_rule(n, v, parse_shapes, "S:K:N shapes, e.g. 5:4:8"),
+            "S:K:N,... with N - 1 <= K + (S - 1) K^2"), option=True)
+    sibling_vector: tuple[float, ...] = setting(SEQUOIA_VECTOR, "Sequoia acceptance vector p_1, "
+        "p_2, ... of the ranked children (trees use the shares p_k / (1 - p_1))", Rule(
+            lambda n, v, m: _tree_rule(n, v, parse_vector, "rates p_1, p_2, ..."),
+            "p_1, then p_2 >= p_3 >= ... >= 0, sum <= 1"))
     quality_modes: tuple[str, ...] = setting(
         QUALITY_MODES, "draft-quality modes to run",
         Rule(lambda n, v, m: _name_list(n, v, tuple(m)), "the default quality modes or ones "
@@ -301,6 +312,14 @@ def _int_list(name: str, value: Any, low: int, high: int) -> tuple[int, ...]:
             raise ConfigError(name, f"{n} is listed twice; give each value once")
         out.append(n)
     return tuple(sorted(out))
+
+
+def _tree_rule(name: str, value: Any, parse: Callable, what: str):
+    """A list field checked by src/trees (shapes, the sibling vector)."""
+    try:
+        return parse(list_items(name, value, what))
+    except (TreeShapeError, SiblingError) as e:
+        raise ConfigError(name, str(e)) from None
 
 
 def _name_list(name: str, value: Any, known: tuple[str, ...]) -> tuple[str, ...]:

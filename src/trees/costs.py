@@ -49,6 +49,24 @@ def tree_engine(name: str) -> TreeEngine:
     return tree_engines().get(name, TreeEngine())
 
 
+def check_engines_verify(trees, engine_profiles, field: str) -> None:
+    """ConfigError(field, ...) where a tree shape (topk > 1) meets an engine profile that verifies
+    chains only."""
+    from src.config import ConfigError
+    tree = next((t for t in trees if not t.is_chain), None)
+    if tree is None:
+        return
+    capable = tree_engines()
+    chains_only = [e for e in engine_profiles if not capable.get(e, TreeEngine()).verifies_trees]
+    if chains_only:
+        able = ", ".join(n for n, e in capable.items() if e.verifies_trees)
+        raise ConfigError(field, f"{tree.label} is a tree (topk {tree.topk} > 1) but engine "
+                                 f"profile {chains_only[0]} verifies chains only (vLLM V1 removed "
+                                 "tree attention, PR #42121; SGLang's spec v2 needs topk 1); "
+                                 f"profiles that verify trees: {able}; or give trees as chains "
+                                 "G:1:G+1")
+
+
 def _engine_name(cost) -> str:
     engine = getattr(cost, "engine", None)
     return getattr(engine, "name", "") if engine is not None else ""

@@ -77,3 +77,14 @@ def parse_shape(text) -> TreeShape:
         raise TreeShapeError(f"expected S:K:N (three integers, e.g. 5:4:8; a chain of gamma is "
                              f"G:1:G+1), got {text!r}")
     return check_shape(TreeShape(*(int(p) for p in parts)))
+
+
+def parse_shapes(items) -> tuple[TreeShape, ...]:
+    """A list of 'S:K:N' items -> sorted shapes (TreeShapeError on a bad or repeated one)."""
+    out = []
+    for item in items:
+        shape = parse_shape(item)
+        if shape in out:
+            raise TreeShapeError(f"{shape.label} is listed twice; give each shape once")
+        out.append(shape)
+    return tuple(sorted(out))

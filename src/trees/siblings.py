@@ -65,6 +65,23 @@ def check_siblings(rates, top1_rate: float) -> SiblingVector:
     return SiblingVector(rates, top1_rate)
 
 
+def parse_vector(items) -> tuple[float, ...]:
+    """Sequoia's vector p_1, p_2, ... (numbers or numeric strings) -> checked tuple."""
+    try:
+        values = [float(v) for v in items]
+    except (TypeError, ValueError):
+        raise SiblingError(f"expected numbers p_1, p_2, ..., got {list(items)}") from None
+    if len(values) < 2 or any(isinstance(v, bool) for v in items):
+        raise SiblingError("expected p_1 and at least one sibling rate p_2")
+    check_siblings(values[1:], values[0])
+    return tuple(values)
+
+
+def vector_siblings(vector) -> SiblingVector:
+    """The SiblingVector of a checked Sequoia vector (p_1, p_2, ...)."""
+    return SiblingVector(tuple(vector[1:]), vector[0])
+
+
 def child_probabilities(depth_rates: np.ndarray, shares: np.ndarray, topk: int) -> np.ndarray:
     """q[d - 1, j - 1] = P(child of rank j accepted | its parent at depth d - 1 accepted), for
     d = 1..len(depth_rates), j = 1..topk: a_d for j = 1, (1 - a_d) r_j beyond."""
