@@ -1,0 +1,95 @@
+"""Token trees in the study: the command line, the grid, the costs, the summary section."""
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from src.costmodel import HardwareCostModel
+from src.trees.costs import draft_ms, verify_ms
+from src.trees.shape import TreeShape, parse_shape
+from tests.helpers import run_captured
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TREE_SCENARIO = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle-trees.toml")
+
+
+def sglang_cost():
+    return HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="eagle",
+                                          engine="sglang")
+
+
+@pytest.mark.parametrize("batch", [1, 16, 64])
+def test_verification_cost_rises_with_tree_size(batch):
+    cost = sglang_cost()
+    n, ctx = np.array([batch]), np.array([batch * 2000])
+    times = [float(verify_ms(cost, parse_shape(s), n, ctx)[0])
+             for s in ("2:2:4", "3:2:6", "4:2:8", "4:4:16", "6:8:32", "8:8:64")]
+    assert all(b > a for a, b in zip(times, times[1:])), times
+
+
+def test_tree_extras_cost_more_than_the_chain_of_the_same_tokens():
+    """Cascade attention and the path copy (tree_engines.toml) on top of N positions."""
+    cost = sglang_cost()
+    n, ctx = np.array([8]), np.array([16000])
+    tree = float(verify_ms(cost, TreeShape(4, 2, 8), n, ctx)[0])
+    chain = float(verify_ms(cost, TreeShape.chain(7), n, ctx)[0])
+    assert tree > chain
+    assert float(draft_ms(cost, TreeShape(4, 4, 16), n, ctx)[0]) > float(
+        draft_ms(cost, TreeShape.chain(4), n, ctx)[0])
+
+
+def test_tree_with_a_chains_only_engine_is_refused(tmp_path):
+    done = run_captured(["--trees", "5:4:8", "--out", str(tmp_path / "o")])
+    assert done.returncode == 2
+    assert "--trees: 5:4:8 is a tree (topk 4 > 1) but engine profile vllm-v1 verifies chains " \
+           "only" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "o" / "results")
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--trees", "2:2:8"], "--trees: 2:2:8: N - 1 = 7 exceeds the K + (S - 1) K^2 = 6"),
+    (["--trees", "4:1:8"], "with topk 1 the tree is a chain and N must be S + 1 = 5"),
+    (["--trees", "5:4:8,5:4:8"], "5:4:8 is listed twice")])
+def test_bad_tree_options(tmp_path, argv, fragment):
+    done = run_captured([*argv, "--scenario", "reference", "--out", str(tmp_path / "o")])
+    assert done.returncode == 2 and fragment in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_rising_sibling_vector_in_a_config_file_is_refused(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('trees = ["3:2:6"]\nsibling_vector = [0.7, 0.05, 0.1]\n')
+    done = run_captured(["--config", str(path), "--scenario", "reference", "--out",
+                         str(tmp_path / "o")])
+    assert done.returncode == 2
+    assert "sibling_vector: sibling rates must not rise with rank" in done.stderr
+    assert "p_3 = 0.1 > p_2 = 0.05" in done.stderr
+
+
+def test_reference_study_with_trees_writes_rows_section_and_plot(tmp_path):
+    out = tmp_path / "o"
+    done = run_captured(["--scenario", "reference", "--trees", "3:2:6,4:1:5", "--gammas", "2,4",
+                         "--batch-sizes", "1,8", "--quality-modes", "homogeneous_good",
+                         "--serving-modes", "continuous_refill", "--out", str(out), "--quiet"])
+    assert done.returncode == 0, done.stderr
+    df = pd.read_csv(out / "results" / "results.csv")
+    shapes = set(df[["tree_steps", "tree_topk", "tree_tokens"]].itertuples(index=False, name=None))
+    assert shapes == {(2, 1, 3), (4, 1, 5), (3, 2, 6)}  # 4:1:5 is the chain gamma 4, once
+    assert (df.gamma == df.tree_tokens - 1).all()
+    summary = (out / "results" / "summary.txt").read_text()
+    assert "Token trees at batch > 1" in summary
+    assert "SGLang's selection vs Sequoia's optimal tree" in summary
+    assert (out / "plots" / "tree_shapes_vs_batch.png").stat().st_size > 10_000
+    # flat cost, draft 0.2 per pass: the tree 3:2:6 costs what the chain 3 costs, commits more
+    tree = df[df.tree_topk == 2].set_index("batch_size")
+    assert (tree.tokens_per_step > 3.0).all()
+
+
+def test_tree_scenario_loads_and_names_its_shapes():
+    from src.hardware.scenario import load_scenario
+    sc = load_scenario(TREE_SCENARIO)
+    assert len([t for t in sc.study.trees if not t.is_chain]) == 8
+    assert TreeShape(5, 4, 8) in sc.study.trees  # SGLang's Llama default
+    assert sc.max_tokens_per_seq() >= 64 + 1
