@@ -27,8 +27,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from src.analysis import md_table, replace_block  # noqa: E402
-from src.reporting import write_atomic  # noqa: E402
+from src.doc_blocks import replace_block  # noqa: E402
+from src.reporting import md_table, write_atomic  # noqa: E402
 
 SKIP_FLAGS = ("--help", "--list", "--acceptance-from-vllm", "--acceptance-trace", "--trace")
 SKIP_SUBCOMMANDS = ("measure",)  # needs a GPU and PyTorch

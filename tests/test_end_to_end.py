@@ -103,10 +103,10 @@ def test_fixed_seed_gives_byte_identical_results(small_run, tmp_path):
 def test_plots_are_byte_identical_when_drawn_again(small_run):
     """A plot drawn twice from the same table is the same file (no time stamps, no
     nondeterministic layout)."""
-    from src import analysis
+    from src.reference_plots import plot_divergence_penalty
     from src.reporting import png_bytes
     df = pd.read_csv(small_run / "results/results.csv")
-    first, again = (png_bytes(analysis.plot_divergence_penalty(df)) for _ in range(2))
+    first, again = (png_bytes(plot_divergence_penalty(df)) for _ in range(2))
     assert first == again and first[:8] == b"\x89PNG\r\n\x1a\n"
 
 

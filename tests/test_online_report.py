@@ -7,18 +7,16 @@ import numpy as np
 import pandas as pd
 
 from src.online.policies import BatchSchedule
-from src.online.report import (
+from src.online.report import fixed_policies_label, schedule_gammas_not_run, summary_section
+from src.online.serving_rules import (
     MAX_INTERPOLATION_RATIO,
     STEADY_WINDOW_E2E,
     arrival_window_s,
     capacity_text,
     duration_to_steady_s,
-    fixed_policies_label,
     rate_label,
-    schedule_gammas_not_run,
     slo_capacity,
     steady_flags,
-    summary_section,
     with_steadiness,
 )
 

@@ -53,7 +53,7 @@ def plot(df: pd.DataFrame) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from src.online.report import _png
+    from src.online.serving_plots import _png
     checks = list(dict.fromkeys(df.check))
     fig, axes = plt.subplots(1, len(checks), figsize=(6.2 * len(checks), 4.8), squeeze=False)
     for ax, check in zip(axes[0], checks):
