@@ -93,3 +93,16 @@ def test_tree_scenario_loads_and_names_its_shapes():
     assert len([t for t in sc.study.trees if not t.is_chain]) == 8
     assert TreeShape(5, 4, 8) in sc.study.trees  # SGLang's Llama default
     assert sc.max_tokens_per_seq() >= 64 + 1
+
+
+def test_design_md_holds_the_validation_table_the_code_computes():
+    from src.trees.validation import table
+    with open(os.path.join(ROOT, "design.md"), encoding="utf-8") as f:
+        assert table() in f.read()
+
+
+def test_validation_tree_beats_chain_at_batch_1_and_declines_with_batch():
+    from src.trees.validation import rows
+    for r in rows():
+        assert r["tree"][0] > r["chain_b1"]
+        assert r["tree"][0] > r["tree"][-1]
