@@ -8,7 +8,10 @@ import pytest
 from src.costmodel import HardwareCostModel
 from src.trees.costs import draft_ms, verify_ms
 from src.trees.shape import TreeShape, parse_shape
+from src.trees.siblings import SiblingVector
 from tests.helpers import run_captured
+
+SIBLINGS = SiblingVector()
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREE_SCENARIO = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle-trees.toml")
@@ -106,3 +109,36 @@ def test_validation_tree_beats_chain_at_batch_1_and_declines_with_batch():
     for r in rows():
         assert r["tree"][0] > r["chain_b1"]
         assert r["tree"][0] > r["tree"][-1]
+
+
+@pytest.mark.parametrize("shape,alpha", [("5:4:8", 0.7), ("3:2:6", 0.85), ("6:8:32", 0.6)])
+def test_tree_length_fit_recovers_the_rate(shape, alpha):
+    from src.trees.fit import alpha_from_tree_length, tree_tokens
+    sh = parse_shape(shape)
+    assert alpha_from_tree_length(tree_tokens(alpha, sh, SIBLINGS), sh) == pytest.approx(
+        alpha, abs=1e-6)
+
+
+def test_acceptance_length_with_a_tree_shape(tmp_path):
+    done = run_captured(["--acceptance-length", "3.9", "--shape-measured", "5:4:8", "--scenario",
+                         "reference", "--batch-sizes", "1", "--gammas", "2", "--quiet",
+                         "--no-plots", "--out", str(tmp_path / "o")])
+    assert done.returncode == 0, done.stderr
+    assert "with the tree 5:4:8" in done.stdout and "alpha = 0.8058" in done.stdout
+    # read as a chain of 5 drafts the same length means a higher top-1 rate (in the tree the
+    # siblings accept part of it)
+    chain = run_captured(["--acceptance-length", "3.9", "--gamma-measured", "5", "--scenario",
+                          "reference", "--batch-sizes", "1", "--gammas", "2", "--quiet",
+                          "--no-plots", "--out", str(tmp_path / "p")])
+    assert float(chain.stdout.split("alpha = ")[1][:6]) > 0.8058
+
+
+def test_acceptance_length_shape_errors(tmp_path):
+    out = ["--out", str(tmp_path / "o"), "--scenario", "reference"]
+    done = run_captured(["--acceptance-length", "0.9", "--shape-measured", "5:4:8", *out])
+    assert done.returncode == 2 and "needs lengths in" in done.stderr
+    done = run_captured(["--acceptance-length", "3", "--shape-measured", "3:1:4",
+                         "--gamma-measured", "3", *out])
+    assert done.returncode == 2 and "not both" in done.stderr
+    done = run_captured(["--shape-measured", "3:1:4", *out])
+    assert done.returncode == 2 and "only applies with --acceptance-length" in done.stderr
