@@ -142,3 +142,22 @@ def test_acceptance_length_shape_errors(tmp_path):
     assert done.returncode == 2 and "not both" in done.stderr
     done = run_captured(["--shape-measured", "3:1:4", *out])
     assert done.returncode == 2 and "only applies with --acceptance-length" in done.stderr
+
+
+def test_recommend_prints_the_best_tree_as_all_three_sglang_flags():
+    import re
+
+    from src.trees.shape import check_shape
+    done = run_captured(["recommend", "--gpu", "h100-sxm", "--target", "llama-3.1-8b", "--draft",
+                         "eagle", "--draft-model-path", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+                         "--acceptance", "0.8", "--batch", "1,64"])
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "SGLang token trees (engine profile sglang" in out
+    assert "vLLM V1 verifies chains only" in out
+    flags = re.findall(r"--speculative-num-steps (\d+) --speculative-eagle-topk (\d+) "
+                       r"--speculative-num-draft-tokens (\d+)", out)
+    assert len(flags) >= 2  # the chain line of the existing SGLang advice, and the tree's
+    for s, k, n in flags:
+        check_shape(TreeShape(int(s), int(k), int(n)))  # SGLang's rules hold for every one
+    assert any(int(k) > 1 for _, k, _ in flags)  # at batch 1 and alpha 0.8 a tree is best
