@@ -120,3 +120,16 @@ def test_tree_speedup_free_draft_at_least_its_chain():
             q = q_iid(alpha, sh.steps, sh.topk)
             chain = expected_tokens(chain_tree(sh.steps), q_iid(alpha, sh.steps, 1))
             assert expected_tokens(sglang_tree(sh, q), q) >= chain - 1e-12
+
+
+def test_simulated_tree_speedup_free_draft_at_least_its_chain():
+    """The same requests under the flat cost model with a free draft: every step costs one
+    target pass, so the tree 5:4:8 (which contains the chain of 5 here) takes fewer steps."""
+    req = requests(0.7, R=32, n=8, out=300)
+    cost = FlatCostModel(0.0)
+    sh = parse_shape("5:4:8")
+    tree = serve_tree(req, 4, "continuous_refill", cost, "ragged", sh,
+                      mode_tree(sh, 0.7, None, SIBLINGS), SIBLINGS, np.random.default_rng(1))
+    chain = serve(req, 4, "continuous_refill", cost, "ragged", 5, np.random.default_rng(2))
+    assert tree.makespan.mean() < chain.makespan.mean()
+    assert (tree.draft_time == 0).all() and (tree.makespan == tree.steps).all()
