@@ -54,7 +54,9 @@ def subcommand(argv: list[str]) -> Callable[[list[str]], int] | None:
 
 
 def _default_text(value) -> str:
-    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "none"
+    return str(value)
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -161,3 +161,15 @@ def test_recommend_prints_the_best_tree_as_all_three_sglang_flags():
     for s, k, n in flags:
         check_shape(TreeShape(int(s), int(k), int(n)))  # SGLang's rules hold for every one
     assert any(int(k) > 1 for _, k, _ in flags)  # at batch 1 and alpha 0.8 a tree is best
+
+
+def test_trees_with_an_ngram_draft_are_refused():
+    from src.config import ConfigError
+    from src.hardware.scenario import scenario_from_dict
+    table = {"scenario": {"name": "t", "gpu": "h100-sxm", "target": "llama-3.1-8b",
+                          "draft": "ngram", "engine_profiles": ["ideal"]},
+             "study": {"trees": ["3:2:6"], "batch_sizes": [1]}}
+    with pytest.raises(ConfigError, match="an n-gram draft has none"):
+        scenario_from_dict(table)
+    table["study"]["trees"] = ["3:1:4"]  # a chain is fine
+    assert scenario_from_dict(table).study.trees == (TreeShape.chain(3),)

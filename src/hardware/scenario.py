@@ -234,6 +234,11 @@ def check_tree_engines(scenario: Scenario, field: str) -> None:
     """A tree (topk > 1) needs engine profiles that verify trees (src/presets/tree_engines.toml)."""
     from src.trees.costs import check_engines_verify
     check_engines_verify(scenario.study.trees, scenario.engine_profiles, field)
+    tree = next((t for t in scenario.study.trees if not t.is_chain), None)
+    if tree is not None and scenario.draft == "ngram":
+        raise ConfigError(field, f"{tree.label}: S:K:N trees are drafted by a draft network's "
+                                 "beam (SGLang's EAGLE worker); an n-gram draft has none (SGLang's "
+                                 "NGRAM builds its own BFS trees); give chains G:1:G+1")
 
 
 def check_memory(scenario: Scenario) -> None:
