@@ -15,6 +15,8 @@ The tree's depth is capped at max_depth (default N - 1, i.e. no cap).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from src.trees.tree import Tree, from_parents
@@ -27,27 +29,7 @@ def sequoia_tree(tokens: int, q: np.ndarray, max_depth: int | None = None) -> tu
     D = N - 1 if max_depth is None else min(max_depth, N - 1)
     if q.shape[0] < D:
         raise ValueError(f"q needs {D} depth rows, has {q.shape[0]}")
-    K = q.shape[1]
-    neg = -np.inf
-    T = np.full((D + 2, N + 1), neg)  # T[d, n]
-    T[:, 1] = 1.0
-    choice = np.zeros((D + 1, K, N), dtype=np.int64)  # best t for (d, j, m)
-    for d in range(D - 1, -1, -1):
-        sub = T[d + 1]
-        G_next = np.full(N, neg)
-        G_next[0] = 0.0
-        for j in range(K - 1, -1, -1):
-            G = np.full(N, neg)
-            G[0] = 0.0
-            for m in range(1, N):
-                t = np.arange(1, m + 1)
-                sub_t = sub[t]
-                cand = np.where(sub_t > neg, q[d, j] * np.where(sub_t > neg, sub_t, 0.0), neg)
-                cand = cand + G_next[m - t]
-                best = int(np.argmax(cand))
-                G[m], choice[d, j, m] = cand[best], best + 1
-            G_next = G
-        T[d, 2:] = 1.0 + G_next[1:N]
+    T, choice = _tables(np.ascontiguousarray(q[:max(D, 1)], dtype=np.float64), N, D)
     parent, rank = [-1], [-1]
 
     def build(node: int, n: int, d: int):
@@ -63,6 +45,52 @@ def sequoia_tree(tokens: int, q: np.ndarray, max_depth: int | None = None) -> tu
     build(0, N, 0)
     tree = _bfs(from_parents(parent, rank))
     return tree, float(T[0, N])
+
+
+def _tables_py(q, N, D):
+    """T[d, n] (best subtree value of n nodes rooted at depth d) and choice[d, j, m] (the best
+    size of the rank-j child's subtree when m nodes remain for ranks j, j + 1, ...); the
+    recursion of the module docstring, in scalar loops numba compiles."""
+    K = q.shape[1]
+    neg = -np.inf
+    T = np.full((D + 2, N + 1), neg)
+    T[:, 1] = 1.0
+    choice = np.zeros((D + 1, K, N), dtype=np.int64)
+    G_next = np.empty(N)
+    G = np.empty(N)
+    for d in range(D - 1, -1, -1):
+        for m in range(N):
+            G_next[m] = 0.0 if m == 0 else neg
+        for j in range(K - 1, -1, -1):
+            G[0] = 0.0
+            for m in range(1, N):
+                best, arg = neg, 0
+                for t in range(1, m + 1):
+                    sub = T[d + 1, t]
+                    rest = G_next[m - t]
+                    if sub == neg or rest == neg:
+                        continue
+                    cand = q[d, j] * sub + rest
+                    if cand > best:
+                        best, arg = cand, t
+                G[m] = best
+                choice[d, j, m] = arg
+            for m in range(N):
+                G_next[m] = G[m]
+        for n in range(2, N + 1):
+            T[d, n] = 1.0 + G_next[n - 1]
+    return T, choice
+
+
+def _tables(q, N, D):
+    return _compiled()(q, N, D)
+
+
+@functools.cache
+def _compiled():
+    """_tables_py compiled by numba at the first call (cache=True keeps the machine code)."""
+    from numba import njit
+    return njit(cache=True)(_tables_py)
 
 
 def _bfs(tree: Tree) -> Tree:
