@@ -133,3 +133,17 @@ def test_simulated_tree_speedup_free_draft_at_least_its_chain():
     chain = serve(req, 4, "continuous_refill", cost, "ragged", 5, np.random.default_rng(2))
     assert tree.makespan.mean() < chain.makespan.mean()
     assert (tree.draft_time == 0).all() and (tree.makespan == tree.steps).all()
+
+
+def test_depth_survival_is_the_closed_form_and_one_uniform_draws_it():
+    from src.trees.depth import accepted_from_uniform, survival
+    for shape, alpha in (("5:4:8", 0.7), ("6:8:32", 0.55)):
+        sh = parse_shape(shape)
+        tree = mode_tree(sh, alpha, None, SIBLINGS)
+        surv = survival(tree, SIBLINGS, [alpha])
+        assert np.all(np.diff(surv[0]) <= 1e-15)  # a survival function
+        expected = expected_tokens(tree, q_iid(alpha, sh.steps, sh.topk)) - 1
+        assert surv.sum() == pytest.approx(expected, rel=1e-12)
+        u = np.random.default_rng(0).random(200_000)
+        k = accepted_from_uniform(u, np.repeat(surv, u.size, axis=0))
+        assert abs(k.mean() - expected) < 4 * k.std() / np.sqrt(u.size)
