@@ -16,6 +16,11 @@ see their README.md):
       Llama-2-7B TP1 rows).
 Writes src/presets/costmodel_params.toml and prints a markdown report (paste into design.md).
 Needs scipy (fit only; the runtime model does not import it).
+
+vidur's profiling data are MIT-licensed (microsoft/vidur), but the calibration folder's README asks
+that its tables stay out of this repository, so this is the one shipped fit a clone without
+../shared cannot re-derive: tests/test_calibration.py re-fits it where the tables are present and
+says why it skips where they are not.
 """
 from __future__ import annotations
 
@@ -210,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cal = args.calibration_dir
     if not (cal / "vidur_nonattention_forward_ms.csv").is_file():
-        print(f"error: --calibration-dir: no vidur_nonattention_forward_ms.csv in {cal}",
+        print(f"error: --calibration-dir: no vidur_nonattention_forward_ms.csv in {cal} (vidur's "
+              "tables are not in the repository: the calibration data beside it hold them)",
               file=sys.stderr)
         return 2
     presets = load_presets()
@@ -321,7 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
 
     if not args.no_write:
-        header = ["Source: the project's calibration data (vidur profiling data, microsoft/vidur).",
+        header = ["Source: vidur's profiling data (microsoft/vidur, MIT) as tabulated in the "
+                  "calibration data beside the",
+                  "project (../shared/calibration; not in the repository, whose tests re-fit "
+                  "this file where they are present).",
                   f"Non-attention fit over {len(all_err)} rows: median |rel. error| "
                   f"{pct(np.median(all_err))}, worst {pct(all_err.max())}."]
         write_params_toml(args.out, params, kernel_us, ar_fits, header)

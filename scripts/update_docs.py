@@ -1,9 +1,12 @@
 """Refresh the generated blocks of README.md and design.md from results/ (run after python run.py),
-and the Validation section with plots/validation_step_time.png from the calibration data.
+and the Validation section: its `validation` block from the data in the repository; its
+`validation-shared` block and plots/validation_step_time.png from those and the data beside the
+project (../shared/calibration), left as they are, and named as skipped, where those are absent.
 
     python scripts/update_docs.py
 
-tests/test_docs.py fails when the blocks and the committed results disagree.
+Prints one line per output: `updated` only where the file changed, `unchanged`, or `skipped`
+with the reason. tests/test_docs.py fails when the blocks and the committed results disagree.
 """
 import os
 import sys
@@ -20,40 +23,69 @@ from src.online import blog_check  # noqa: E402
 from src.reporting import write_atomic  # noqa: E402
 
 
-def blocks(root: str = ROOT, sets: list | None = None, blog: dict | None = None) -> dict:
-    """Generated blocks by (file, block name). The Validation block needs the calibration data
-    beside the project (../shared/calibration) and is left out without them; `sets`: its data
-    sets and `blog` (published_checks.vllm_blog()), when the caller has them already."""
+def blocks(root: str = ROOT, sets: list | None = None, blog: dict | None = None,
+           cal_dir=validation.CALIBRATION_DIR) -> dict:
+    """Generated blocks by (file, block name). The `validation` block comes from the data in the
+    repository; `validation-shared` needs the data beside the project (cal_dir,
+    ../shared/calibration) and is left out without them (skipped() names it); `sets`: the
+    Validation data sets and `blog` (published_checks.vllm_blog()), when the caller has them."""
     everything = pd.read_csv(os.path.join(root, "results", "results.csv"))
     df = everything[everything.scenario == "reference"]
     hw = everything[everything.scenario != "reference"]
     comparison = pd.read_csv(os.path.join(root, "results", "verification_comparison.csv"))
     blog = published_checks.vllm_blog() if blog is None else blog
+    sets = validation.data_sets(cal_dir, vllm_result=blog) if sets is None else sets
     out = {("README.md", "headline"): readme_headline(df, comparison),
            ("design.md", "seed-comparison"): seed_comparison(df),
            ("README.md", "hardware-headline"): readme_hardware_headline(hw),
            ("design.md", "published-checks"): published_checks.markdown(
                published_checks.magicdec(), blog, published_checks.vllm_v1_eagle3()),
            ("design.md", "blog-check"): blog_check.markdown(
-               pd.read_csv(os.path.join(root, "results", "serving_vllm_blog_check.csv")))}
-    if validation.available():
-        sets = validation.data_sets(vllm_result=blog) if sets is None else sets
-        out[("design.md", "validation")] = validation.block(sets=sets)
+               pd.read_csv(os.path.join(root, "results", "serving_vllm_blog_check.csv"))),
+           ("design.md", "validation"): validation.block(sets=sets)}
+    if validation.available(cal_dir):
+        out[("design.md", "validation-shared")] = validation.shared_block(sets, cal_dir)
     return out
 
 
-def main() -> int:
-    sets, blog = None, published_checks.vllm_blog()
-    if validation.available():
-        sets = validation.data_sets(vllm_result=blog)
-        write_atomic(os.path.join(ROOT, validation.PLOT_PATH), validation.plot_bytes(sets))
-        print(f"updated {validation.PLOT_PATH}")
-    for (name, block), body in blocks(sets=sets, blog=blog).items():
-        path = os.path.join(ROOT, name)
+def skipped(cal_dir=validation.CALIBRATION_DIR) -> list[str]:
+    """What main() leaves as it is, and why: the outputs drawn from the data beside the project
+    where they are absent."""
+    if validation.available(cal_dir):
+        return []
+    why = f"needs the data beside the project, {cal_dir} (absent)"
+    return [f"design.md (validation-shared): {why}", f"{validation.PLOT_PATH}: {why}"]
+
+
+def _write_if_changed(path: str, data: bytes) -> bool:
+    """Write `data` to `path` unless it holds them already; whether it wrote."""
+    try:
+        with open(path, "rb") as f:
+            if f.read() == data:
+                return False
+    except FileNotFoundError:
+        pass
+    write_atomic(path, data)
+    return True
+
+
+def main(root: str = ROOT, cal_dir=validation.CALIBRATION_DIR, blog: dict | None = None) -> int:
+    """Refresh every block and the plot; one line each: updated (the file changed), unchanged,
+    or skipped (with the reason)."""
+    blog = published_checks.vllm_blog() if blog is None else blog
+    sets = validation.data_sets(cal_dir, vllm_result=blog)
+    if validation.available(cal_dir):
+        changed = _write_if_changed(os.path.join(root, validation.PLOT_PATH),
+                                    validation.plot_bytes(sets))
+        print(f"{'updated' if changed else 'unchanged'} {validation.PLOT_PATH}")
+    for (name, block), body in blocks(root, sets=sets, blog=blog, cal_dir=cal_dir).items():
+        path = os.path.join(root, name)
         with open(path) as f:
             text = f.read()
-        write_atomic(path, replace_block(text, block, body).encode())
-        print(f"updated {name} ({block})")
+        changed = _write_if_changed(path, replace_block(text, block, body).encode())
+        print(f"{'updated' if changed else 'unchanged'} {name} ({block})")
+    for line in skipped(cal_dir):
+        print(f"skipped {line}")
     return 0
 
 

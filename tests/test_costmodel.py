@@ -29,7 +29,9 @@ from src.costmodel import (
 CALIBRATION = Path(__file__).resolve().parents[2] / "shared" / "calibration"
 needs_calibration = pytest.mark.skipif(
     not (CALIBRATION / "vidur_nonattention_forward_ms.csv").is_file(),
-    reason="the calibration data (vidur tables) is not present")
+    reason="vidur's tables in ../shared/calibration (the fit data of "
+           "src/presets/costmodel_params.toml; its README keeps them out of the repository) "
+           "are absent")
 
 # The fit's tolerance (scripts/fit_costmodel.py): worst |relative error| over all 3108 rows is
 # 22.7% (per-GPU kernel fixed time); the pinned points below are held to 20%.

@@ -1,21 +1,72 @@
 """The README's and design.md's generated blocks equal what the committed results give."""
 import importlib.util
 import os
+import shutil
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_generated_blocks_are_up_to_date():
+@pytest.fixture(scope="module")
+def update_docs():
     spec = importlib.util.spec_from_file_location("update_docs",
                                                   os.path.join(ROOT, "scripts", "update_docs.py"))
-    update_docs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(update_docs)
-    for (name, block), body in update_docs.blocks(ROOT).items():
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def blog(update_docs):
+    return update_docs.published_checks.vllm_blog()  # simulated once for the file's tests
+
+
+def test_generated_blocks_are_up_to_date(update_docs, blog):
+    # on a fresh clone (no ../shared) every block but `validation-shared` is checked
+    found = update_docs.blocks(ROOT, blog=blog)
+    assert ("design.md", "validation") in found
+    for (name, block), body in found.items():
         with open(os.path.join(ROOT, name)) as f:
             text = f.read()
         start, end = f"<!-- {block}:start -->", f"<!-- {block}:end -->"
         assert text[text.index(start) + len(start):text.index(end)].strip() == body.strip(), \
             f"{name} block {block} is stale: run python scripts/update_docs.py"
+
+
+def _copy_of_the_docs(tmp_path):
+    for name in ("README.md", "design.md"):
+        shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+    shutil.copytree(os.path.join(ROOT, "results"), tmp_path / "results")
+    (tmp_path / "plots").mkdir()
+    return tmp_path
+
+
+def test_update_docs_says_updated_only_for_a_changed_file_and_names_what_it_skipped(
+        update_docs, blog, tmp_path, capsys):
+    root = _copy_of_the_docs(tmp_path)
+    absent = tmp_path / "no-shared"
+    before = {n: (root / n).read_bytes() for n in ("README.md", "design.md")}
+    assert update_docs.main(str(root), absent, blog) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert not [line for line in lines if line.startswith("updated")], lines
+    assert "unchanged design.md (validation)" in lines
+    skipped = [line for line in lines if line.startswith("skipped")]
+    assert len(skipped) == 2 and all(str(absent) in line for line in skipped)
+    assert any("validation-shared" in line for line in skipped)
+    assert any("plots/validation_step_time.png" in line for line in skipped)
+    assert {n: (root / n).read_bytes() for n in before} == before  # nothing rewritten
+    assert not (root / "plots" / "validation_step_time.png").exists()
+    # a stale block: exactly that file is updated, and the block is back
+    stale = before["design.md"].replace(b"| H200 fit session (repository) step times",
+                                        b"| stale", 1)
+    assert stale != before["design.md"]
+    (root / "design.md").write_bytes(stale)
+    assert update_docs.main(str(root), absent, blog) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith("updated")] == [
+        "updated design.md (validation)"]
+    assert (root / "design.md").read_bytes() == before["design.md"]
 
 
 def test_readme_quickstart_commands_are_the_ones_ci_runs():

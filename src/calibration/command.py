@@ -1,13 +1,15 @@
 """`python run.py calibrate`: fit the hardware cost model to measured step times of one GPU.
 
-    python run.py calibrate --measurements FILE.csv [--gpu h200] [--out FILE.toml]
-        [--attention-kernel best|flash|cudnn] [--presets MY.toml]
+    python run.py calibrate --measurements FILE.csv [--measurements MORE.csv ...] [--gpu h200]
+        [--out FILE.toml] [--attention-kernel best|flash|cudnn] [--presets MY.toml]
 
-Reads FILE.csv in the project's measurement format (src/calibration/measurements.py; README,
-"Measurement format"), fits the GPU's efficiencies, its attention kernels and the measured
-implementation's launch costs (src/calibration/fit.py), prints the fitted parameters and the fit
-(median and worst relative error per model and per mode, the worst rows) and, with --out, writes
-a preset file that `step-time --presets FILE.toml` and scenario files (`presets = [...]`) take.
+Reads FILE.csv (and MORE.csv, read together) in the project's measurement format
+(src/calibration/measurements.py; README, "Measurement format"), fits the GPU's efficiencies, its
+attention kernels and the measured implementation's launch costs (src/calibration/fit.py), prints
+the fitted parameters and the fit (median and worst relative error per model and per mode, the
+worst rows) and, with --out, writes a preset file, its header recording the error per kind of
+pass (PASS_KINDS), that `step-time --presets FILE.toml` and scenario files (`presets = [...]`)
+take.
 Bad input: one line `error: <field>: <what is allowed>` on stderr, exit status 2, nothing written.
 """
 from __future__ import annotations
@@ -38,9 +40,11 @@ def build_parser():
         prog="python run.py calibrate",
         description="Fit the hardware cost model's GPU parameters to measured step times "
                     "(the project's measurement format) and write them as a preset file.")
-    ap.add_argument("--measurements", required=True, metavar="FILE.csv",
+    ap.add_argument("--measurements", required=True, action="append", metavar="FILE.csv",
                     help="measured step times: columns model, mode, what, attention_backend, "
-                         "batch, positions, context, median_ms (README, 'Measurement format')")
+                         "batch, positions, context, median_ms (README, 'Measurement format'); "
+                         "repeatable, the files are read together; prefill rows are checked, "
+                         "never fitted")
     ap.add_argument("--gpu", default="h200",
                     help="GPU preset the measurements come from (default h200; your own with "
                          "--presets)")
@@ -145,8 +149,11 @@ def preset_toml(cal: Calibration, source: str, summary: list[str]) -> str:
     fields of the pytorch-graphs / pytorch-eager engine profiles."""
     gpu = cal.gpu
     lines = [f"# Calibration of {gpu.gpu_id} ({gpu.name}): WRITTEN BY `python run.py calibrate`",
-             f"# from {source}; rerun it instead of editing by hand. Meaning of each field:",
-             "# design.md, \"Calibration\".", *[f"# {s}" for s in summary], "",
+             f"# from {source};",
+             "# rerun it instead of editing by hand. Meaning of each field: design.md, "
+             "\"Calibration\".",
+             "# Error per kind of pass, predicted / measured - 1 (summary.txt quotes these):",
+             *[f"# {s}" for s in summary], "",
              f'[gpus."{gpu.gpu_id}"]', f"sm_count = {gpu.sm_count}",
              f"gemm_wave_tile = {gpu.gemm_wave_tile}"]
     for name, (value, meaning) in cal.fitted.items():
@@ -171,22 +178,51 @@ def preset_toml(cal: Calibration, source: str, summary: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def fit_summary(cal: Calibration, rows: pd.DataFrame, presets) -> list[str]:
-    """One line per row kind: rows, median and worst error (the preset file's header)."""
+# kinds of pass in the preset header and summary.txt: (kind, evaluation() part, positions test)
+PASS_KINDS = (("decode (CUDA graphs)", "graph forward", "decode"),
+              ("verification (CUDA graphs)", "graph forward", "verify"),
+              ("attention kernels alone (CUDA graphs)", "graph attention_only", None),
+              ("decode (eager)", "eager forward", "decode"),
+              ("verification (eager)", "eager forward", "verify"),
+              ("prefill (not fitted)", "prefill (not fitted)", None))
+
+
+def pass_errors(cal: Calibration, rows: pd.DataFrame, presets) -> list[tuple[str, int, float,
+                                                                              float]]:
+    """Per kind of pass present (PASS_KINDS): (kind, rows, median |error|, worst signed error),
+    error = predicted / measured - 1; decode = 1 position per sequence, verification 2+."""
+    parts = evaluation(cal, rows, presets)
     out = []
-    for name, frame in evaluation(cal, rows, presets).items():
-        err = (frame["predicted_ms"] / frame["median_ms"] - 1).abs()
-        out.append(f"{name}: {len(err)} rows, median |error| {_pct(np.median(err))}, "
-                   f"worst {_pct(err.max())}")
+    for kind, part, positions in PASS_KINDS:
+        frame = parts.get(part)
+        if frame is None:
+            continue
+        if positions is not None:
+            frame = frame[(frame["positions"] == 1) == (positions == "decode")]
+        if frame.empty:
+            continue
+        err = (frame["predicted_ms"] / frame["median_ms"] - 1).to_numpy()
+        out.append((kind, len(err), float(np.median(np.abs(err))),
+                    float(err[np.argmax(np.abs(err))])))
     return out
 
 
-def run(measurements: str, gpu_id: str = "h200", attention_kernel: str = "best",
+def fit_summary(cal: Calibration, rows: pd.DataFrame, presets) -> list[str]:
+    """One line per kind of pass (pass_errors): rows, median |error|, worst signed error (the
+    preset file's header; summary.txt quotes it, src/calibration/recorded.py)."""
+    return [f"{kind}: {n} rows, median |error| {_pct(median)}, worst {100 * worst:+.1f}%"
+            for kind, n, median, worst in pass_errors(cal, rows, presets)]
+
+
+def run(measurements, gpu_id: str = "h200", attention_kernel: str = "best",
         preset_paths=()) -> tuple[Calibration, pd.DataFrame, object]:
-    """Read, check and fit; raises ConfigError (CalibrationInputError, CostModelInputError)."""
+    """Read (one path or several, read together), check and fit; raises ConfigError
+    (CalibrationInputError, CostModelInputError)."""
     presets = load_presets(preset_paths)
     gpu = presets.gpu(gpu_id, "--gpu")
-    rows = read_measurements(measurements, presets.models)
+    paths = [measurements] if isinstance(measurements, str | Path) else list(measurements)
+    rows = pd.concat([read_measurements(str(p), presets.models) for p in paths],
+                     ignore_index=True)
     profiles = load_engine_profiles(extra_paths=preset_paths)
     cal = calibrate(rows, gpu, presets.models, presets.params, profiles[GRAPH_ENGINE],
                     profiles[EAGER_ENGINE], attention_kernel)
@@ -207,12 +243,12 @@ def main(argv: list[str]) -> int:
     except (ConfigError, CalibrationInputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    source = Path(args.measurements).name
-    sys.stdout.write(report(cal, rows, presets, source))
+    sys.stdout.write(report(cal, rows, presets,
+                            " + ".join(Path(m).name for m in args.measurements)))
     if args.out is not None:
         from src.reporting import write_atomic  # imports matplotlib: only when writing
 
-        text = preset_toml(cal, source, fit_summary(cal, rows, presets))
+        text = preset_toml(cal, " + ".join(args.measurements), fit_summary(cal, rows, presets))
         try:
             write_atomic(args.out, text.encode())
         except OSError as exc:

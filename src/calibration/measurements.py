@@ -14,8 +14,8 @@ The columns `calibrate` reads (others, such as tokens, p10_ms, p90_ms, min_ms, r
     context            tokens already in each sequence's KV cache, >= 0
     median_ms          median time of the pass, ms, > 0
 
-`python run.py measure` writes it; the H200 measurements shipped with the project's calibration
-data use it too.
+`python run.py measure` writes it (measurements/h200-2026-11-29, which the shipped H200
+calibration is fitted to); the other H200 session beside the project uses it too.
 """
 from __future__ import annotations
 

@@ -1,31 +1,36 @@
 """How good the hardware cost model is: predicted vs measured on every data set it was fitted to
-or checked on, as design.md's "Validation" table and plots/validation_step_time.png.
+or checked on, as design.md's "Validation" tables and plots/validation_step_time.png.
 
-    python -m src.calibration.validation          # print the markdown table
+    python -m src.calibration.validation          # print the markdown tables
 
-Data sets (read, never copied, from ../shared/calibration, the calibration data shipped beside
-the project; a missing file leaves its data set out):
+Data sets in the repository (design.md's `validation` block; a fresh clone regenerates it):
 
-* H200 step times (h200_step_times_ms.csv): graph forward rows with `pytorch-graphs` (the faster
-  kernel per configuration), attention_only rows (each kernel), eager rows with `pytorch-eager`;
-  the presets shipped in src/presets/h200_calibration.toml were fitted to them.
-* H200 prefill (h200_prefill_times_ms.csv): checked, never fitted.
-* vidur's non-attention forward times (A100, H100): fitted by scripts/fit_costmodel.py.
-* vidur's all-reduce times: H100 DGX fitted per GPU count; A100 DGX checked against the generic
-  model it uses (design.md: vidur's A100 rows are 4-5x below published nccl-tests runs).
-* vidur's A100 CPU overheads: fitted into the vllm-2024 profile's per-step and draft-pass CPU.
+* The project's own H200 measurements (measurements/h200-2026-11-29, `python run.py measure`):
+  graph forward rows with `pytorch-graphs` (the faster kernel per configuration), attention_only
+  rows (each kernel), eager rows with `pytorch-eager`; the presets shipped in
+  src/presets/h200_calibration.toml are fitted to them (src/calibration/shipped.py). Their
+  prefill rows: checked, never fitted.
 * Published step times: MagicDec Table 1 (T_AR, T_V, gamma x T_D, `ideal` engine) and vLLM
   issue #20780 (vLLM V1 EAGLE-3 time per output token, `vllm-v1` without CPU overlap): checked.
 * Published speedups (the vLLM blog; src/hardware/published_checks.py): checked; summarised here,
   tabulated in "Published checks".
-* The project's own H200 measurements (measurements/h200-2026-11-29, `python run.py measure`):
-  another session on another H200, wider grid (contexts to 16384, more batch sizes): checked.
+
+Data sets beside the project (read, never copied, from ../shared/calibration, whose README asks
+that they stay out of the repository; design.md's `validation-shared` block, regenerated only
+where they are present; a missing file leaves its data set out):
+
+* Another H200 session (h200/h200_step_times_ms.csv, h200_prefill_times_ms.csv): another H200,
+  another host; checked, never fitted: the independent check of the H200 calibration.
+* vidur's non-attention forward times (A100, H100): fitted by scripts/fit_costmodel.py.
+* vidur's all-reduce times: H100 DGX fitted per GPU count; A100 DGX checked against the generic
+  model it uses (design.md: vidur's A100 rows are 4-5x below published nccl-tests runs).
+* vidur's A100 CPU overheads: fitted into the vllm-2024 profile's per-step and draft-pass CPU.
 """
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +38,7 @@ import pandas as pd
 
 from src.calibration.fit import best_of_kernels, predict
 from src.calibration.measurements import read_measurements
+from src.calibration.shipped import FIT_MEASUREMENTS
 from src.costmodel import (
     load_engine_profiles,
     load_presets,
@@ -42,9 +48,11 @@ from src.costmodel.allreduce import allreduce_cost
 
 REPO = Path(__file__).resolve().parents[2]
 CALIBRATION_DIR = REPO.parent / "shared" / "calibration"
-# measurements committed in the project (folder, GPU preset, label): checks only, never fitted
-INDEPENDENT = (("measurements/h200-2026-11-29", "h200", "H200 2nd session (measure)",
-                "H200, 2nd session (run.py measure)"),)
+# the H200 session the calibration is fitted to (in the repository) and the one that checks it
+FIT_LABEL = "H200 fit session (repository)"
+FIT_SOURCE = "H200, session in the repository (fitted to)"
+CHECK_LABEL = "H200 2nd session (../shared)"
+CHECK_SOURCE = "H200, 2nd session in ../shared (checked)"
 PLOT_PATH = "plots/validation_step_time.png"
 BAND = 0.20  # the plot's +-20% band
 VIDUR_GPUS = {"a100": "a100-80gb-sxm", "h100": "h100-sxm"}
@@ -75,6 +83,7 @@ class DataSet:
     step_time: bool = True  # plotted in validation_step_time.png
     source: str = ""  # who measured it on what (the plot's colour), e.g. "H200, 2nd session"
     kinds: tuple[str, ...] = ()  # one per value: what kind of pass it is (the plot's marker)
+    shared: bool = False  # read from ../shared/calibration (not in the repository)
 
     @property
     def errors(self) -> np.ndarray:
@@ -82,18 +91,17 @@ class DataSet:
 
 
 def _h200_sets(cal_dir: Path) -> list[DataSet]:
-    return _measured_sets(cal_dir / "h200" / "h200_step_times_ms.csv",
-                          cal_dir / "h200" / "h200_prefill_times_ms.csv", "h200", "H200",
-                          "H200", "fitted", "H200, calibration session")
+    """The H200 session beside the project: the independent check of the H200 calibration."""
+    sets = _measured_sets(cal_dir / "h200" / "h200_step_times_ms.csv",
+                          cal_dir / "h200" / "h200_prefill_times_ms.csv", "h200", CHECK_LABEL,
+                          "H200", "checked", CHECK_SOURCE)
+    return [replace(s, shared=True) for s in sets]
 
 
-def _independent_sets() -> list[DataSet]:
-    out = []
-    for folder, gpu_id, label, source in INDEPENDENT:
-        out += _measured_sets(REPO / folder / "step_times_ms.csv",
-                              REPO / folder / "prefill_times_ms.csv", gpu_id, label,
-                              gpu_id.upper(), "checked", source)
-    return out
+def _fit_sets() -> list[DataSet]:
+    """The repository's H200 measurements, which the shipped H200 calibration is fitted to."""
+    steps, prefill = (REPO / p for p in FIT_MEASUREMENTS)
+    return _measured_sets(steps, prefill, "h200", FIT_LABEL, "H200", "fitted", FIT_SOURCE)
 
 
 def _measured_sets(steps: Path, prefill: Path, gpu_id: str, label: str, gpu_label: str,
@@ -203,7 +211,7 @@ def _vidur_sets(cal_dir: Path) -> list[DataSet]:
         out.append(DataSet("vidur CPU per step (vllm-2024)", "A100 host", "llama-2-7b/70b",
                            "fitted", "CPU ms per step", measured.to_numpy(), pred.to_numpy(),
                            labels, step_time=False))
-    return out
+    return [replace(s, shared=True) for s in out]
 
 
 def _published_sets() -> list[DataSet]:
@@ -261,7 +269,7 @@ def data_sets(cal_dir: Path = CALIBRATION_DIR, vllm_result: dict | None = None,
               published: bool = True) -> list[DataSet]:
     """Every data set present (module docstring); vllm_result: published_checks.vllm_blog()'s
     output, to include the blog's speedups without simulating them twice."""
-    sets = _h200_sets(cal_dir) + _independent_sets() + _vidur_sets(cal_dir)
+    sets = _fit_sets() + _h200_sets(cal_dir) + _vidur_sets(cal_dir)
     if published:
         sets += _published_sets()
     if vllm_result is not None:
@@ -291,7 +299,25 @@ def markdown(sets: list[DataSet]) -> str:
     return md_table(header, rows)
 
 
-def parameters_markdown(cal_dir: Path = CALIBRATION_DIR) -> str:
+def _session_rates() -> tuple[str, str]:
+    """The copy bandwidth and matrix-product rate `measure` recorded in the fitted session
+    (environment.json, one entry per run of the session), as text for parameters_markdown."""
+    env_path = REPO / Path(FIT_MEASUREMENTS[0]).parent / "environment.json"
+    runs = json.loads(env_path.read_text()).values() if env_path.is_file() else []
+    copy = [r["copy_tb_s"] for r in runs if "copy_tb_s" in r]
+    mm = [r["bf16_matmul_tflops"] for r in runs if "bf16_matmul_tflops" in r]
+
+    def span(v, fmt):
+        lo, hi = fmt.format(min(v)), fmt.format(max(v))
+        return lo if lo == hi else f"{lo}-{hi}"
+
+    return ((f" (device-to-device copy in the same session: {span(copy, '{:.2f}')} TB/s)"
+             if copy else ""),
+            (f" (an 8192^3 matrix product in the same session: {span(mm, '{:.0f}')} TFLOP/s)"
+             if mm else ""))
+
+
+def parameters_markdown() -> str:
     """The H200 calibration as shipped: every fitted field with its value, and the rates they
     imply beside the copy bandwidth and matrix-product rate measured in the same run."""
     from src.reporting import md_table
@@ -319,12 +345,7 @@ def parameters_markdown(cal_dir: Path = CALIBRATION_DIR) -> str:
              ["engines.pytorch-eager.launch_overlap_p", f"{e.launch_overlap_p:.3g}"]]
     bw = gpu.memory_bandwidth_gb_per_s / 1e3
     tf = gpu.dense_bf16_tflops
-    env_path = cal_dir / "h200" / "environment.json"
-    env = json.loads(env_path.read_text()) if env_path.is_file() else {}
-    copy = f" (device-to-device copy in the same run: {env['copy_tb_s']:.2f} TB/s)" \
-        if "copy_tb_s" in env else ""
-    mm = f" (an 8192^3 matrix product in the same run: {env['bf16_matmul_tflops']:.0f} TFLOP/s)" \
-        if "bf16_matmul_tflops" in env else ""
+    copy, mm = _session_rates()
     note = (f"As rates: 1-row GEMMs stream weights at "
             f"{bw * gpu.gemv_bandwidth_efficiency_fraction:.2f} TB/s, 2-16-row GEMMs at "
             f"{bw * gpu.small_gemm_bandwidth_efficiency_fraction:.2f} TB/s, larger ones at "
@@ -335,18 +356,55 @@ def parameters_markdown(cal_dir: Path = CALIBRATION_DIR) -> str:
 
 
 def available(cal_dir: Path = CALIBRATION_DIR) -> bool:
-    """Whether the calibration data the Validation section reads are present."""
-    return (cal_dir / "h200" / "h200_step_times_ms.csv").is_file()
+    """Whether the data beside the project (../shared/calibration) that the `validation-shared`
+    block and the plot read are present."""
+    return any((cal_dir / name).is_file() for name in (
+        "h200/h200_step_times_ms.csv", "vidur_nonattention_forward_ms.csv",
+        "vidur_all_reduce_ms.csv", "vidur_a100_cpu_overheads.csv"))
 
 
 def block(vllm_result: dict | None = None, cal_dir: Path = CALIBRATION_DIR,
           sets: list[DataSet] | None = None) -> str:
-    """design.md's generated Validation block."""
+    """design.md's generated `validation` block: the data sets in the repository."""
     sets = data_sets(cal_dir, vllm_result) if sets is None else sets
-    return (parameters_markdown(cal_dir) + "\n\nPredicted vs measured, per data set (error = "
-            "predicted / measured - 1; `plots/validation_step_time.png` shows every step time). "
+    return (parameters_markdown() + "\n\nPredicted vs measured, per data set in the repository "
+            "(error = predicted / measured - 1; `plots/validation_step_time.png` shows every "
+            "step time).\n\n" + markdown([s for s in sets if not s.shared]))
+
+
+def session_comparison(cal_dir: Path = CALIBRATION_DIR) -> str:
+    """How the two H200 sessions differ where both timed the same configuration: per model the
+    median of (other session's time / fitted session's time), graph forward rows (each kernel)
+    and prefill rows. Empty where the other session is absent."""
+    pairs = [(REPO / FIT_MEASUREMENTS[0], cal_dir / "h200" / "h200_step_times_ms.csv",
+              "graph forward rows"),
+             (REPO / FIT_MEASUREMENTS[1], cal_dir / "h200" / "h200_prefill_times_ms.csv",
+              "prefill rows")]
+    key = ["model", "mode", "what", "attention_backend", "batch", "positions", "context"]
+    parts = []
+    for ours, other, what in pairs:
+        if not (ours.is_file() and other.is_file()):
+            continue
+        both = pd.read_csv(ours).merge(pd.read_csv(other), on=key, suffixes=("_ours", "_other"))
+        both = both[(both["mode"] == "graph") & (both["what"] != "attention_only")]
+        ratio = both["median_ms_other"] / both["median_ms_ours"]
+        per_model = ", ".join(f"{m} {np.median(r):.3f}" for m, r in ratio.groupby(both["model"]))
+        parts.append(f"{what}: {len(both)} configurations, median ratio {per_model}")
+    if not parts:
+        return ""
+    return ("The two H200 sessions where both timed the same configuration (time in the other "
+            "session / time in the fitted one): " + "; ".join(parts) + ".")
+
+
+def shared_block(sets: list[DataSet], cal_dir: Path = CALIBRATION_DIR) -> str:
+    """design.md's generated `validation-shared` block: the data sets read from
+    ../shared/calibration (an empty list where it is absent) and session_comparison()."""
+    comparison = session_comparison(cal_dir)
+    return ("Predicted vs measured, per data set beside the project (../shared/calibration). "
             "\"not used\": vidur's A100 all-reduce rows, which the model does not follow "
-            "(section 11, \"Tensor-parallel all-reduce\").\n\n" + markdown(sets))
+            "(section 11, \"Tensor-parallel all-reduce\")."
+            + (f" {comparison}" if comparison else "") + "\n\n"
+            + markdown([s for s in sets if s.shared]))
 
 
 KIND_MARKERS = {DECODE: "o", VERIFY: "s", PREFILL: "D", ATTENTION: ".", DRAFT: "^",
@@ -451,5 +509,8 @@ def plot_bytes(sets: list[DataSet]) -> bytes:
 
 
 if __name__ == "__main__":
-    print(block())
+    everything = data_sets()
+    print(block(sets=everything))
+    if available():
+        print("\n" + shared_block(everything))
     sys.exit(0)

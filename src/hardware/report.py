@@ -10,6 +10,7 @@ import textwrap
 
 import pandas as pd
 
+from src.calibration.shipped import summary_lines as whole_pass_error_lines
 from src.costmodel import IDEAL_ENGINE, PRESETS_DIR, load_engine_profiles, load_presets
 from src.hardware import schedules
 from src.metrics import best_gamma
@@ -130,6 +131,7 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
     if sc.acceptance_source:
         out.append(f"               source: {sc.acceptance_source}")
     out.append(f"  cost model   {fit_error_summary()}")
+    out += [f"               {line}" for line in whole_pass_error_lines()]  # recorded by calibrate
     out.append(f"  serving      {', '.join(cfg.serving_modes)}; {cfg.verification} verification; "
                f"CIs {cfg.confidence:.0%}, widest half-width "
                f"{((sim.speedup_ci_high - sim.speedup_ci_low) / 2).max():.4f}")
