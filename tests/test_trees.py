@@ -147,3 +147,15 @@ def test_depth_survival_is_the_closed_form_and_one_uniform_draws_it():
         u = np.random.default_rng(0).random(200_000)
         k = accepted_from_uniform(u, np.repeat(surv, u.size, axis=0))
         assert abs(k.mean() - expected) < 4 * k.std() / np.sqrt(u.size)
+
+
+def test_lockstep_tree_keeps_the_batch_minimum():
+    """Lockstep verification with a tree: every step commits min over the batch of K + 1, so it
+    takes at least as many steps as ragged on the same requests (and accepts no more)."""
+    req = requests(0.7, R=16, n=8, out=120)
+    sh = parse_shape("4:2:8")
+    tree = mode_tree(sh, 0.7, None, SIBLINGS)
+    runs = {d: serve_tree(req, 4, "static_batch", FlatCostModel(0.2), d, sh, tree, SIBLINGS,
+                          np.random.default_rng(5)) for d in ("ragged", "lockstep")}
+    assert runs["lockstep"].steps.mean() > runs["ragged"].steps.mean()
+    assert (runs["lockstep"].committed_tokens == runs["ragged"].committed_tokens).all()
