@@ -173,3 +173,46 @@ def test_trees_with_an_ngram_draft_are_refused():
         scenario_from_dict(table)
     table["study"]["trees"] = ["3:1:4"]  # a chain is fine
     assert scenario_from_dict(table).study.trees == (TreeShape.chain(3),)
+
+
+def test_serve_runs_a_tree_policy_and_refuses_it_on_vllm(tmp_path):
+    eagle = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle.toml")
+    base = ["serve", "--scenario", eagle, "--rates", "4", "--requests", "60",
+            "--replications", "2", "--quality-mode", "eagle_mtbench"]
+    done = run_captured([*base, "--engine", "vllm-v1", "--policies", "none,tree:4:2:8",
+                         "--out", str(tmp_path / "v")])
+    assert done.returncode == 2 and "engine profile vllm-v1 verifies chains only" in done.stderr
+    done = run_captured([*base, "--engine", "sglang", "--policies", "none,fixed:4,tree:4:2:8",
+                         "--out", str(tmp_path / "s")])
+    assert done.returncode == 0, done.stderr
+    df = pd.read_csv(tmp_path / "s" / "results" / "serving.csv").set_index("policy")
+    assert set(df.index) == {"none", "fixed:4", "tree:4:2:8"}
+    assert df.loc["tree:4:2:8", "tpot_p50_s"] < df.loc["none", "tpot_p50_s"]
+
+
+def test_serving_tree_draw_matches_the_closed_form():
+    from src.online.counter_rng import uniform_open_closed
+    from src.trees.serve import mode_tree
+    from src.trees.serving import accepted_depth, tree_thresholds
+    from src.trees.siblings import child_probabilities
+    from src.trees.tree import expected_tokens
+    sh = parse_shape("5:4:8")
+    alpha = np.full((1, 200_000), 0.75)
+    thr = tree_thresholds(sh, alpha, None)[0]
+    u = uniform_open_closed(np.arange(alpha.size, dtype=np.uint64) * np.uint64(7919),
+                            np.zeros(alpha.size, np.int64))
+    k = accepted_depth(u, thr)
+    tree = mode_tree(sh, 0.75, None, SIBLINGS)
+    q = child_probabilities(np.full(sh.steps, 0.75), SIBLINGS.shares, sh.topk)
+    expected = expected_tokens(tree, q) - 1
+    assert abs(k.mean() - expected) < 4 * k.std() / np.sqrt(k.size)
+
+
+def test_a_chain_written_as_a_tree_policy_is_the_fixed_gamma():
+    from src.online.policies import BatchSchedule, FixedGamma, FixedTree, parse_policies
+    sched = BatchSchedule(((1, 1, 1),), 1)
+    chain, tree = parse_policies("tree:3:1:4,tree:5:4:8", 1, 8, sched)
+    assert chain == FixedGamma(3) and isinstance(tree, FixedTree) and tree.name == "tree:5:4:8"
+    from src.config import ConfigError
+    with pytest.raises(ConfigError, match="exceeds the K"):
+        parse_policies("tree:2:2:9", 1, 8, sched)

@@ -44,6 +44,22 @@ def survival(tree: Tree, siblings: SiblingVector, alpha) -> np.ndarray:
     return out
 
 
+def survival_rates(tree: Tree, siblings: SiblingVector, rates: np.ndarray) -> np.ndarray:
+    """P(K >= d), d = 1..depth, for top-1 rates by depth rates[A, depth] (a request per row):
+    a node's value is its parent's times a_d (rank 1) or (1 - a_d) r_k (rank k)."""
+    a = np.asarray(rates, dtype=float)
+    shares = siblings.shares
+    values = np.ones((a.shape[0], tree.size))
+    out = np.zeros((a.shape[0], tree.max_depth))
+    for i in range(1, tree.size):
+        d, j = tree.depth[i], tree.rank[i]
+        q = a[:, d - 1] if j == 0 else (1.0 - a[:, d - 1]) * (
+            shares[j - 1] if j - 1 < shares.size else 0.0)
+        values[:, i] = values[:, tree.parent[i]] * q
+        out[:, d - 1] += values[:, i]
+    return out
+
+
 def accepted_from_uniform(u, surv: np.ndarray) -> np.ndarray:
     """K = #{d : u < P(K >= d)} per row (u: one uniform per row of surv)."""
     return (np.asarray(u, dtype=float).reshape(-1, 1) < surv).sum(axis=1)
