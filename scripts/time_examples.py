@@ -31,7 +31,7 @@ from src.doc_blocks import replace_block  # noqa: E402
 from src.reporting import md_table, write_atomic  # noqa: E402
 
 SKIP_FLAGS = ("--help", "--list", "--acceptance-from-vllm", "--acceptance-trace", "--trace")
-SKIP_SUBCOMMANDS = ("measure",)  # needs a GPU and PyTorch
+SKIP_SUBCOMMANDS = ("measure", "measure-moe")  # need a GPU and PyTorch
 
 
 def readme_examples(readme: str) -> list[str]:

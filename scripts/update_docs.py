@@ -18,7 +18,7 @@ sys.path.insert(0, ROOT)
 
 from src.calibration import validation  # noqa: E402
 from src.doc_blocks import readme_hardware_headline, readme_headline, replace_block, seed_comparison  # noqa: E402
-from src.hardware import published_checks  # noqa: E402
+from src.hardware import moe_validation, published_checks  # noqa: E402
 from src.online import blog_check  # noqa: E402
 from src.reporting import write_atomic  # noqa: E402
 
@@ -42,6 +42,8 @@ def blocks(root: str = ROOT, sets: list | None = None, blog: dict | None = None,
                published_checks.magicdec(), blog, published_checks.vllm_v1_eagle3()),
            ("design.md", "blog-check"): blog_check.markdown(
                pd.read_csv(os.path.join(root, "results", "serving_vllm_blog_check.csv"))),
+           ("design.md", "moe-validation"): moe_validation.markdown(
+               pd.read_csv(os.path.join(root, "results", "moe_validation.csv"))),
            ("design.md", "validation"): validation.block(sets=sets)}
     if validation.available(cal_dir):
         out[("design.md", "validation-shared")] = validation.shared_block(sets, cal_dir)

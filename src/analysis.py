@@ -166,6 +166,9 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
     files.update({os.path.join(out_dir, rel): data for rel, data in kept.items()})
     if section is not None:
         summary.append(section)
+    from src.hardware.moe_report import kept_section  # and the moe-study command's section
+    if (moe_section := kept_section(out_dir)) is not None:
+        summary.append(moe_section)
     # so is the validation plot (drawn by scripts/update_docs.py from the calibration data)
     from src.calibration.validation import PLOT_PATH
     validation_plot = os.path.join(out_dir, PLOT_PATH)

@@ -39,6 +39,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "recommend": ("src.online.recommend", "whether to speculate, with vLLM and SGLang settings"),
     "measure": ("src.measure.cli", "time real forward steps on your GPU (needs PyTorch)"),
     "calibrate": ("src.calibration.command", "fit the cost model to measured step times of a GPU"),
+    "measure-moe": ("src.measure.moe_cli", "time MoE layers with set routing skew (needs PyTorch)"),
+    "calibrate-moe": ("src.calibration.moe_command", "fit per-expert GEMM terms to MoE rows"),
+    "moe-study": ("src.hardware.moe_cli", "MoE targets against dense twins; MoE validation"),
 }
 
 # StudyConfig field -> its command-line option

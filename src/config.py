@@ -428,10 +428,26 @@ def parse_per_position(name: str, params: Mapping) -> PerPositionAlpha:
     return PerPositionAlpha(out, spread, checked, **text)
 
 
+def alpha_from_acceptance_length(name: str, tau: Any, gamma: Any) -> float:
+    """The i.i.d. per-token rate a whose chain of `gamma` drafts has mean accept length `tau`
+    (bonus token included): tau = (1 - a^(gamma+1)) / (1 - a), increasing in a, by bisection."""
+    k = _number(f"{name}.gamma", gamma, integer=True)
+    if not 1 <= k <= MAX_GAMMA:
+        raise ConfigError(f"{name}.gamma", f"must be an integer in 1..{MAX_GAMMA}, got {gamma}")
+    t = _number(f"{name}.tau", tau)
+    if not 1.0 < t < k + 1:
+        raise ConfigError(f"{name}.tau", f"must lie strictly between 1 and gamma + 1 = {k + 1}, "
+                                         f"got {tau}")
+    lo, hi = 0.0, 1.0
+    for mid in ((lo + hi) / 2 for _ in range(200)):  # reads lo, hi as the body rebinds them
+        lo, hi = (mid, hi) if sum(mid ** i for i in range(k + 1)) < t else (lo, mid)
+    return check_alpha(f"{name}.tau", round((lo + hi) / 2, 12))
+
+
 def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
     """A TOML table {kind = "point"|"normal"|"uniform"|"beta"|"mixture"|"per_position", ...} ->
     distribution of per-request acceptance."""
-    kinds = ("point", "normal", "uniform", "beta", "mixture", "per_position")
+    kinds = ("point", "normal", "uniform", "beta", "mixture", "per_position", "acceptance_length")
     if not isinstance(table, Mapping) or table.get("kind") not in kinds:
         raise ConfigError(f"{name}.kind", f"expected one of: {', '.join(kinds)}")
     kind = table["kind"]
@@ -439,6 +455,9 @@ def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
     if kind == "point":
         check_keys(name, params, ("value",))
         return PointAlpha(check_alpha(f"{name}.value", params["value"]))
+    if kind == "acceptance_length":  # a published mean accept length of a chain of `gamma` drafts
+        check_keys(name, params, ("tau", "gamma"))
+        return PointAlpha(alpha_from_acceptance_length(name, params["tau"], params["gamma"]))
     if kind == "normal":
         check_keys(name, params, ("mean", "std"))
         std = _number(f"{name}.std", params["std"])

@@ -7,7 +7,11 @@
 One row per (batch, positions): batch sequences, each verifying `positions` positions (1 = plain
 decode, gamma + 1 = a speculative verification) with `context` tokens already in the KV cache.
 Columns: batch, positions, tokens, total_ms, layers_non_attention_ms (= vidur's
-forward_ms_non_attention), attention_ms, lm_head_ms, communication_ms, overhead_ms, bound.
+forward_ms_non_attention), attention_ms, lm_head_ms, communication_ms, overhead_ms, bound,
+distinct_experts (expected distinct routed experts each MoE layer reads in the pass; empty for a
+dense model: a verification of t positions reads up to t times the experts of a decode step) and
+vs_decode (total_ms / the total_ms of the same batch at 1 position: the verification premium).
+--model takes a preset id or a path to a Hugging Face config.json.
 Bad input: one line `error: --flag: what is allowed` on stderr, exit status 2.
 """
 from __future__ import annotations
@@ -28,9 +32,11 @@ from src.costmodel import (
 )
 
 COLUMNS = ("batch", "positions", "tokens", "total_ms", "layers_non_attention_ms", "attention_ms",
-           "lm_head_ms", "communication_ms", "overhead_ms", "bound")
+           "lm_head_ms", "communication_ms", "overhead_ms", "bound", "distinct_experts",
+           "vs_decode")
 # CostModelInputError field names -> the command-line flag that sets them
-FLAG_OF_FIELD = {"gpu": "--gpu", "model": "--model", "tp": "--tp", "batch": "--batch",
+FLAG_OF_FIELD = {"gpu": "--gpu", "model": "--model", "tp": "--tp", "ep": "--ep",
+                 "batch": "--batch",
                  "positions": "--positions", "context": "--context", "presets": "--presets",
                  "batch/context": "--batch/--context"}
 
@@ -59,8 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "and exit")
     ap.add_argument("--gpu", help="GPU preset id, e.g. h100-sxm (required; --list shows all)")
     ap.add_argument("--model",
-                    help="model preset id, e.g. llama-3.1-8b (required; --list shows all)")
+                    help="model preset id, e.g. llama-3.1-8b or qwen3-30b-a3b, or a path to a "
+                    "Hugging Face config.json (required; --list shows the ids)")
     ap.add_argument("--tp", default="1", help="tensor-parallel degree (default 1)")
+    ap.add_argument("--ep", default="1",
+                    help="expert-parallel degree of a MoE model's experts: 1 (default: TP over "
+                    "each expert's FFN, as engines shard by default) or the --tp value "
+                    "(experts spread over the GPUs; must divide the routed experts)")
     ap.add_argument("--batch", default="1", help="comma-separated batch sizes (default 1)")
     ap.add_argument("--positions", default="1",
                     help="comma-separated positions per sequence: 1 = decode, gamma+1 = verify")
@@ -85,12 +96,24 @@ def preset_listing(preset_paths: list[str]) -> str:
               f"{g.dense_bf16_tflops:g} dense BF16 TFLOP/s"
               for k, g in sorted(presets.gpus.items())]
     lines += ["", "models (--model; scenario.target, scenario.draft):"]
-    lines += [f"  {k:<16} {m.hf_name}, {m.total_params / 1e9:.2f} B parameters, {m.n_layers} layers"
+    width = max(16, *(len(k) for k in presets.models))
+    lines += [f"  {k:<{width}} {m.hf_name}, {_params_text(m)}, {m.n_layers} layers"
               for k, m in sorted(presets.models.items())]
     lines += ["", "engine profiles (--engine; scenario.engine_profiles):"]
     lines += [f"  {k:<16} {e.description}"
               for k, e in sorted(load_engine_profiles(extra_paths=preset_paths).items())]
     return "\n".join(lines) + "\n"
+
+
+def _params_text(m) -> str:
+    if m.architecture == "eagle3":  # its embedding is the target's
+        own = m.total_params - m.vocab_size * m.hidden_size
+        return f"EAGLE-3 head (a draft: scenario.draft), {own / 1e9:.2f} B own parameters"
+    text = f"{m.total_params / 1e9:.2f} B parameters"
+    if m.n_routed_experts:
+        text += (f" ({m.active_params / 1e9:.2f} B active, {m.n_routed_experts} experts top-"
+                 f"{m.experts_per_token})")
+    return text
 
 
 def _rows(args) -> list[dict]:
@@ -105,6 +128,9 @@ def _rows(args) -> list[dict]:
     context = _int_list("--context", args.context, 0)
     if len(context) != 1:
         raise ConfigError("--context", "one integer >= 0 is allowed")
+    ep = _int_list("--ep", args.ep, 1)
+    if len(ep) != 1:
+        raise ConfigError("--ep", "one integer >= 1 is allowed")
     presets = load_presets(args.presets)
     gpu = presets.gpu(args.gpu)
     model = presets.model(args.model)
@@ -117,24 +143,31 @@ def _rows(args) -> list[dict]:
         profile = profiles[args.engine]
         engine = HardwareCostModel.from_presets(args.gpu, args.model, tp=tp,
                                                 preset_paths=args.presets,
-                                                engine=profile)
+                                                engine=profile, ep=ep[0])
     rows = []
     for b in batches:
-        for t in positions:
+        decode_ms = None
+        for t in sorted(set(positions) | {1}):
             # the engine's implementation (kernel counts, attention kernel) shapes the physics
             r = forward_pass_breakdown(gpu, model, tp, b, t, context[0], presets.params,
                                        presets.allreduce, engine=profile,
-                                       attention_fits=presets.attention)
+                                       attention_fits=presets.attention, ep=ep[0])
             overhead = r.overhead_ms + r.launch_ms
             if engine is not None:  # the profile's overhead of this target pass (with launches)
                 overhead = float(engine.target_pass_parts(
                     np.ones((1, b), bool), t, np.full((1, b), context[0]))[1][0])
-            rows.append({"batch": b, "positions": t, "tokens": r.tokens,
-                         "total_ms": r.total_ms - r.overhead_ms - r.launch_ms + overhead,
+            total = r.total_ms - r.overhead_ms - r.launch_ms + overhead
+            decode_ms = total if t == 1 else decode_ms
+            if t not in positions:
+                continue
+            rows.append({"batch": b, "positions": t, "tokens": r.tokens, "total_ms": total,
                          "layers_non_attention_ms": r.layers_non_attention_ms,
                          "attention_ms": r.attention_ms, "lm_head_ms": r.lm_head_ms,
                          "communication_ms": r.communication_ms, "overhead_ms": overhead,
-                         "bound": r.bound})
+                         "bound": r.bound,
+                         "distinct_experts": r.distinct_experts if model.n_routed_experts
+                         else "", "vs_decode": total / decode_ms})
+    rows.sort(key=lambda row: (batches.index(row["batch"]), positions.index(row["positions"])))
     return rows
 
 
@@ -143,6 +176,8 @@ def format_table(rows: list[dict], as_csv: bool) -> str:
         return f"{v:.3f}" if isinstance(v, float) else str(v)
 
     cells = [[cell(r[c]) for c in COLUMNS] for r in rows]
+    if not as_csv:  # a dense model has no experts: "-" keeps the table's columns whole
+        cells = [[v if v != "" else "-" for v in row] for row in cells]
     if as_csv:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")

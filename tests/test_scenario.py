@@ -117,7 +117,7 @@ def test_unknown_gpu_and_models(tmp_path):
     _raises("scenario.target", _write(tmp_path, GOOD.replace('"llama-3.1-8b"', '"gpt-5"')),
             "unknown 'gpt-5'; allowed: ")
     _raises("scenario.draft", _write(tmp_path, GOOD.replace("llama-3.2-1b", "tiny")),
-            "allowed: eagle, ngram, self, ")
+            "allowed: eagle, eagle3, mtp, ngram, self, ")
     _raises("scenario.engine_profiles", _write(tmp_path, GOOD + 'engine_profiles = ["fast"]\n'),
             "allowed: ideal, pytorch-eager, pytorch-graphs, sglang, sglang-spec-v2, vllm-2024, "
             "vllm-v1")

@@ -29,7 +29,9 @@ def test_table_has_one_row_per_batch_and_positions(capsys):
     assert [(r[0], r[1], r[2]) for r in rows] == [
         ("1", "1", "1"), ("1", "5", "5"), ("8", "1", "8"), ("8", "5", "40"), ("64", "1", "64"),
         ("64", "5", "320")]
-    assert all(r[-1] in ("memory", "compute") for r in rows)
+    bound = stepcalc.COLUMNS.index("bound")
+    assert all(r[bound] in ("memory", "compute") for r in rows)
+    assert all(r[stepcalc.COLUMNS.index("distinct_experts")] == "-" for r in rows)  # dense
     assert len({len(line) for line in lines}) == 1  # aligned
 
 

@@ -96,3 +96,75 @@ def _time_ms(text: str, line: int) -> float:
         raise CalibrationInputError(f"median_ms (line {line})",
                                     f"{text} is not a time; allowed: a finite number of ms > 0")
     return value
+
+
+# ------------------------------------------------------------------------------------------------
+# MoE layer rows (`python run.py measure-moe`, src/measure/moe_plan.py), what = moe_layer: one
+# timed pass of `layers` MoE blocks of batch x positions tokens, fitted by `calibrate-moe`
+# (src/calibration/moe_fit.py). Columns beyond the dense format's:
+#     tokens             batch x positions
+#     layers             MoE blocks in the timed pass, >= 1
+#     hidden, experts, top_k, expert_ffn, shared_experts   the block's shape (config.json)
+#     routing_skew       Zipf exponent of expert popularity the routing was drawn with (0 uniform)
+#     distinct_experts   mean over the blocks of the distinct experts the pass touched, > 0
+#     max_expert_rows    mean over the blocks of the most rows one expert received
+# ------------------------------------------------------------------------------------------------
+MOE_WHAT = "moe_layer"
+MOE_COLUMNS = ("model", "mode", "what", "batch", "positions", "tokens", "layers", "hidden",
+               "experts", "top_k", "expert_ffn", "shared_experts", "routing_skew",
+               "distinct_experts", "max_expert_rows", "median_ms")
+
+
+def read_moe_measurements(path: str, flag: str = "--measurements") -> pd.DataFrame:
+    """The moe_layer rows of a `measure-moe` CSV, checked (columns present, sizes integers in
+    range, top_k <= experts, distinct experts between 1 and min(experts, tokens x top_k), times
+    finite and > 0). Raises CalibrationInputError naming the problem."""
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise CalibrationInputError(flag, f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise CalibrationInputError(flag, f"{path} is a folder; expected a CSV file") from None
+    except UnicodeDecodeError:
+        raise CalibrationInputError(flag, f"{path} is not text; expected a CSV file") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "no columns"
+        raise CalibrationInputError(flag, f"{path} is not a CSV file ({reason})") from None
+    missing = [c for c in MOE_COLUMNS if c not in df.columns]
+    if missing:
+        raise CalibrationInputError(
+            flag, f"{path} lacks column(s) {', '.join(missing)}; required: "
+                  f"{', '.join(MOE_COLUMNS)} (the rows `python run.py measure-moe` writes)")
+    df = df[df["what"].str.strip() == MOE_WHAT][list(MOE_COLUMNS)].copy()
+    if df.empty:
+        raise CalibrationInputError(flag, f"{path} has no rows with what = {MOE_WHAT}")
+    for column, minimum in (("batch", 1), ("positions", 1), ("tokens", 1), ("layers", 1),
+                            ("hidden", 1), ("experts", 1), ("top_k", 1), ("expert_ffn", 1),
+                            ("shared_experts", 0)):
+        df[column] = [_integer(column, text, minimum, i + 2)
+                      for i, text in zip(df.index, df[column])]
+    for i, row in zip(df.index, df.itertuples(index=False)):
+        if row.top_k > row.experts:
+            raise CalibrationInputError(f"top_k (line {i + 2})",
+                                        f"{row.top_k} > experts {row.experts}")
+    df["median_ms"] = [_time_ms(text, i + 2) for i, text in zip(df.index, df["median_ms"])]
+    for column in ("routing_skew", "distinct_experts", "max_expert_rows"):
+        df[column] = [_number(column, text, i + 2) for i, text in zip(df.index, df[column])]
+    most = [min(e, t * k) for e, t, k in zip(df["experts"], df["tokens"], df["top_k"])]
+    for i, d, m in zip(df.index, df["distinct_experts"], most):
+        if not 1 <= d <= m:
+            raise CalibrationInputError(
+                f"distinct_experts (line {i + 2})",
+                f"{d:g} is not between 1 and min(experts, tokens x top_k) = {m}")
+    return df.reset_index(drop=True)
+
+
+def _number(column: str, text: str, line: int) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise CalibrationInputError(f"{column} (line {line})",
+                                    f"'{text}' is not a finite number >= 0")
+    return value

@@ -12,6 +12,12 @@ draft passes. Files, one idea each:
     allreduce.py tensor-parallel all-reduce: NCCL and vLLM's / SGLang's custom kernels
     attention.py attention kernels as tiles of work on the GPU's multiprocessors
     hardware.py  HardwareCostModel: physics + engine overhead, the hardware CostModel
+    passload.py  PassLoad and StepBreakdown, the value types of its per-step calls
+    drafts.py    draft kinds (model, eagle, eagle3, mtp, ngram, self) and memory footprints
+    moe.py       Mixture-of-Experts routing: distinct experts a pass touches
+    formats.py   number formats (BF16, FP8, FP8 block, MXFP4, NVFP4) and tensor-core rates
+    shapes.py    shapes of MoE, MLA, sliding-window and EAGLE-3 models (GEMMs, params, KV)
+    variants.py  pass coefficients of those shapes (the hook in roofline.pass_coefficients)
 
 Every public name is importable from `src.costmodel`.
 """
@@ -25,6 +31,7 @@ from src.costmodel.allreduce import (
     custom_allreduce_supported,
     load_custom_allreduce,
 )
+from src.costmodel.drafts import DRAFT_KIND_FAMILY, DraftSpec
 from src.costmodel.engines import (
     DRAFT_KINDS,
     ENGINE_PROFILES_FILE,
@@ -34,8 +41,16 @@ from src.costmodel.engines import (
     load_engine_profiles,
 )
 from src.costmodel.flat import CostModel, FlatCostModel
-from src.costmodel.hardware import DraftSpec, HardwareCostModel, StepBreakdown
+from src.costmodel.formats import FORMATS, KV_CACHE_FORMATS, WEIGHT_FORMATS, NumberFormat
+from src.costmodel.hardware import HardwareCostModel
 from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
+from src.costmodel.moe import (
+    DEFAULT_ROUTING_LOCALITY,
+    ROUTING_MODELS,
+    expected_distinct_experts,
+    simulate_distinct_experts,
+)
+from src.costmodel.passload import PassLoad, StepBreakdown
 from src.costmodel.presets import (
     BUILTIN_PRESET_FILES,
     BYTES_PER_VALUE,
@@ -66,6 +81,9 @@ from src.costmodel.roofline import (
 )
 
 __all__ = [
+    "DEFAULT_ROUTING_LOCALITY", "DRAFT_KIND_FAMILY", "FORMATS", "KV_CACHE_FORMATS",
+    "NumberFormat", "PassLoad", "ROUTING_MODELS", "WEIGHT_FORMATS", "expected_distinct_experts",
+    "simulate_distinct_experts",
     "ALLREDUCE_IMPLEMENTATIONS", "CUSTOM_ALLREDUCE_MAX_BYTES", "AllReduceCost",
     "CustomAllReduceParams", "allreduce_cost", "custom_allreduce_supported",
     "load_custom_allreduce",

@@ -21,7 +21,8 @@ from src.costmodel.presets import (
 )
 
 ENGINE_PROFILES_FILE = PRESETS_DIR / "engines.toml"
-DRAFT_KINDS = ("model", "eagle", "ngram", "self")  # how drafts are made (hardware.DraftSpec)
+# how drafts are made (drafts.DraftSpec)
+DRAFT_KINDS = ("model", "eagle", "eagle3", "mtp", "ngram", "self")
 # attention_kernel values: the GPU's roofline, a kernel fitted on that GPU (src/costmodel/
 # attention.py; `python run.py calibrate`), or the faster of the fitted ones per pass. A GPU
 # without a fit for the named kernel falls back to its roofline attention.
@@ -107,7 +108,7 @@ class EngineProfile:
     ngram_one_call_per_step: bool = False
     # greedy decode steps: CPU work overlapped with the GPU (asynchronous scheduling)
     cpu_overlap_decode: bool = False
-    # draft kinds ("model", "eagle", "ngram", "self") whose speculative steps overlap CPU and GPU
+    # draft kinds (DRAFT_KINDS) whose speculative steps overlap CPU and GPU
     cpu_overlap_draft_kinds: tuple[str, ...] = ()
     # tensor-parallel all-reduce: "nccl" or "custom" (src/costmodel/allreduce.py)
     allreduce: str = "nccl"

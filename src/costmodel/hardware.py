@@ -12,10 +12,18 @@ from typing import Iterable
 
 import numpy as np
 
-from src.costmodel.engines import DRAFT_KINDS, EngineProfile, engine_profile
+from src.costmodel.drafts import (
+    STATEFUL_DRAFT_KINDS,
+    DraftSpec,
+    draft_network,
+    kind_listed,
+    target_footprint,
+)
+from src.costmodel.engines import EngineProfile, engine_profile
 from src.costmodel.memory import memory_needed_bytes, memory_usable_bytes, raise_does_not_fit
+from src.costmodel.moe import expected_distinct_experts
+from src.costmodel.passload import PassLoad, StepBreakdown
 from src.costmodel.presets import (
-    BYTES_PER_VALUE,
     AllReduceFit,
     AttentionKernelFit,
     CostModelInputError,
@@ -32,103 +40,9 @@ from src.costmodel.roofline import (
     pass_coefficients,
     pass_components_s,
     pass_time_table_ms,
+    window_context_tokens,
 )
-
-
-@dataclass(frozen=True)
-class DraftSpec:
-    """How draft tokens are produced.
-
-    kind "model": a stand-alone draft model (`model`) on `tp` GPUs (its own weights and KV cache;
-    it shares GPU 0 with the target). kind "eagle": an EAGLE-style head - one decoder layer of the
-    target's shape plus a 2h -> h fc, fed the target's hidden states, sharing the target's LM head,
-    run at the target's TP. kind "ngram": prompt lookup on the host (engine's ngram_pass_cpu_ms
-    per pass). kind "self": self-speculation (MagicDec, Chen et al. 2024): the target network
-    itself at the target's TP, no extra weights, attending to a compressed KV cache of at most
-    `kv_budget_tokens` tokens per sequence (StreamingLLM-style sink + window).
-
-    kv_budget_tokens (kinds model, eagle, self; None = full context): each draft pass reads at
-    most this many cached tokens per sequence, min(context, budget), and the draft keeps at most
-    this many tokens of KV per sequence.
-    """
-
-    kind: str = "model"  # "model", "eagle", "ngram" or "self"
-    model: ModelSpec | None = None  # the draft network for kinds "model" and "self"
-    tp: int = 1  # TP degree of the draft network
-    kv_budget_tokens: int | None = None  # cap on the draft's KV per sequence; None = no cap
-
-
-@dataclass(frozen=True)
-class StepBreakdown:
-    """Times of one speculative step at a uniform batch (every sequence at the same context), ms,
-    split into GPU physics and engine overhead (`HardwareCostModel.step_breakdown`)."""
-
-    batch: int  # active sequences S
-    gamma: int  # drafts per step
-    context_len_tokens: int  # cached tokens per sequence before the step
-    decode_physics_ms: float  # T_AR physics: one greedy target pass (1 position)
-    decode_overhead_ms: float  # T_AR engine overhead
-    verify_physics_ms: float  # T_V physics: one target pass over gamma + 1 positions
-    verify_overhead_ms: float  # T_V engine overhead
-    draft_physics_ms: float  # gamma x T_D physics: all gamma draft passes of the step
-    draft_overhead_ms: float  # engine overhead of the gamma draft passes (CPU + catch-up)
-
-    @property
-    def decode_ms(self) -> float:
-        return self.decode_physics_ms + self.decode_overhead_ms
-
-    @property
-    def verify_ms(self) -> float:
-        return self.verify_physics_ms + self.verify_overhead_ms
-
-    @property
-    def draft_ms(self) -> float:
-        return self.draft_physics_ms + self.draft_overhead_ms
-
-    def speedup(self, tokens_per_step: float) -> float:
-        """MagicDec's batched form: Omega T_AR / (gamma T_D + T_V), tokens_per_step = Omega."""
-        return tokens_per_step * self.decode_ms / (self.draft_ms + self.verify_ms)
-
-
-@dataclass(frozen=True)
-class PassLoad:
-    """What a pass's time depends on, per replication (mask calls) or per simulated step (totals).
-
-    A pass costs the same for any sequences with the same count and summed context (every term
-    of the model is linear in the per-sequence contexts), except the reads of a draft KV cache
-    capped at b tokens, which need sum_i min(ctx_i + shift, b). From masks those are computed; in
-    totals form the caller supplies them for the one gamma it prices.
-    """
-
-    n_seqs: np.ndarray  # active sequences
-    sum_ctx: np.ndarray  # their summed context (tokens cached before the pass)
-    max_seqs: int  # largest n_seqs the lookup tables must cover
-    active: np.ndarray | None = None  # [R, B] mask and contexts, when known per sequence
-    context: np.ndarray | None = None
-    capped_mid_ctx: np.ndarray | None = None  # totals form: sum_i min(ctx_i + (gamma - 1) / 2, b)
-    capped_start_ctx: np.ndarray | None = None  # totals form: sum_i min(ctx_i, b)
-
-    @classmethod
-    def from_masks(cls, active, context_len_tokens) -> "PassLoad":
-        return cls(np.count_nonzero(active, axis=1), (context_len_tokens * active).sum(axis=1),
-                   active.shape[1], active, context_len_tokens)
-
-    @classmethod
-    def from_totals(cls, n_seqs, sum_ctx, capped_mid_ctx=None, capped_start_ctx=None) -> "PassLoad":
-        n_seqs = np.asarray(n_seqs)
-        return cls(n_seqs, np.asarray(sum_ctx), int(n_seqs.max(initial=0)),
-                   capped_mid_ctx=capped_mid_ctx, capped_start_ctx=capped_start_ctx)
-
-    def capped_ctx(self, budget: int, shift) -> np.ndarray:
-        """sum over active sequences of min(ctx + shift, budget) (shift: scalar or [R])."""
-        if self.active is not None:
-            grown = self.context + (np.asarray(shift, dtype=float)).reshape(-1, 1)
-            return (np.minimum(grown, budget) * self.active).sum(axis=1)
-        given = self.capped_start_ctx if np.all(np.asarray(shift) == 0) else self.capped_mid_ctx
-        if given is None:
-            raise ValueError("a draft KV budget needs the capped context sums (src/serving.py "
-                             "records them per step)")
-        return given
+from src.costmodel.variants import check_ep
 
 
 @dataclass(frozen=True)
@@ -154,6 +68,7 @@ class HardwareCostModel:
     allreduce: tuple[AllReduceFit, ...] = ()
     attention_fits: tuple[AttentionKernelFit, ...] = ()  # fitted attention kernels (Presets)
     time_unit: str = "ms"
+    ep: int = 1  # expert-parallel degree of the target's MoE layers (1 = TP over the expert FFN)
     _target_c: PassCoefficients = field(init=False, repr=False, compare=False)
     _draft_c: PassCoefficients | None = field(init=False, repr=False, compare=False)
     _weight_bytes_gpu0: float = field(init=False, repr=False, compare=False)
@@ -171,11 +86,10 @@ class HardwareCostModel:
         # its implementation (kernel counts, attention kernel, launches) shapes the physics too
         ar = {"allreduce_implementation": self.engine.allreduce, "engine": self.engine,
               "attention_fits": self.attention_fits}
+        check_ep(self.target, self.ep, self.tp)
         set_(self, "_target_c", pass_coefficients(self.gpu, self.target, self.tp, p,
-                                                  self.allreduce, **ar))
-        weight = self.target.weight_bytes / self.tp
-        kv = self.target.kv_bytes_per_token / self.tp
-        per_seq = 0.0
+                                                  self.allreduce, ep=self.ep, **ar))
+        weight, kv, per_seq = target_footprint(self.target, self.tp)
         d = self.draft
         budget = d.kv_budget_tokens
         if budget is not None:
@@ -183,23 +97,9 @@ class HardwareCostModel:
             if d.kind == "ngram":
                 raise CostModelInputError(
                     "draft_kv_budget_tokens", "an n-gram draft has no KV cache; allowed: a draft "
-                    "model, eagle or self")
-        if d.kind == "model":
-            if d.model is None:
-                raise CostModelInputError("draft", "kind 'model' needs a draft model preset")
-            check_tp(d.model, d.tp, "draft_tp")
-            set_(self, "_draft_c", pass_coefficients(self.gpu, d.model, d.tp, p, self.allreduce,
-                                                     **ar))
-            weight += d.model.weight_bytes / d.tp
-            draft_kv = d.model.kv_bytes_per_token / d.tp
-        elif d.kind == "eagle":
-            h = self.target.hidden_size
-            set_(self, "_draft_c", pass_coefficients(
-                self.gpu, self.target, self.tp, p, self.allreduce, n_layers=1,
-                extra_gemms=[(2 * h, h)], **ar))
-            weight += (self.target.layer_params / self.tp + 2 * h * h) * BYTES_PER_VALUE
-            draft_kv = self.target.kv_bytes_per_token / self.target.n_layers / self.tp
-        elif d.kind == "self":
+                    "model, eagle, eagle3, mtp or self")
+        draft_per_seq = 0.0
+        if d.kind == "self":
             if d.model is not None and d.model != self.target:
                 raise CostModelInputError("draft", "kind 'self' drafts with the target itself")
             if d.tp != self.tp:
@@ -208,23 +108,26 @@ class HardwareCostModel:
                     f"got {d.tp}; allowed: {self.tp}")
             set_(self, "_draft_c", self._target_c)
             # no extra weights; without a budget the draft reads the target's own KV cache
-            draft_kv = self.target.kv_bytes_per_token / self.tp if budget is not None else 0.0
+            draft_kv = kv if budget is not None else 0.0
         elif d.kind == "ngram":
             set_(self, "_draft_c", None)
             draft_kv = 0.0
-        else:
-            raise CostModelInputError(
-                "draft", f"unknown kind '{d.kind}'; allowed: {', '.join(DRAFT_KINDS)}")
+        else:  # a network of its own: model, eagle, eagle3, mtp (drafts.py)
+            c, draft_weight, draft_kv, draft_per_seq = draft_network(
+                self.gpu, self.target, self.tp, d, p, self.allreduce, ar)
+            set_(self, "_draft_c", c)
+            weight += draft_weight
         if budget is None:
             kv += draft_kv
+            per_seq += draft_per_seq
         else:  # a capped draft cache holds at most `budget` tokens per sequence
-            per_seq = draft_kv * budget
+            per_seq += draft_kv * budget
         set_(self, "_weight_bytes_gpu0", weight)
         set_(self, "_kv_bytes_per_token_gpu0", kv)
         set_(self, "_kv_bytes_per_seq_gpu0", per_seq)
         need = memory_needed_bytes(weight, kv, 0)
         if need > memory_usable_bytes(self.gpu, p):
-            raise_does_not_fit(self.gpu, p, self._what(), float(need), weight, 0)
+            raise_does_not_fit(self.gpu, p, self._what(), float(need), weight, 0, self.target)
 
     @classmethod
     def from_presets(
@@ -239,35 +142,55 @@ class HardwareCostModel:
         preset_paths: Iterable[str | Path] = (),
         params: CostModelParams | None = None,
         draft_kv_budget_tokens: int | None = None,
+        ep: int = 1,
     ) -> "HardwareCostModel":
-        """Build from preset ids. draft: a model id (stand-alone draft), "eagle", "ngram", "self"
-        (self-speculation: draft_tp is taken as tp) or None (= "ngram"). params: overrides the
-        loaded fitted parameters. engine: an EngineProfile or a profile name of
+        """Build from preset ids (or paths to Hugging Face config.json files). draft: a model id
+        (a stand-alone draft, or an EAGLE-3 head where its preset says architecture "eagle3"),
+        "eagle", "eagle3" (a head derived from the target), "mtp" (the target's MTP module),
+        "ngram", "self" (self-speculation: draft_tp is taken as tp) or None (= "ngram"). ep:
+        expert-parallel degree of the MoE layers (1 = TP over the expert FFN, or = tp). params:
+        overrides the loaded fitted parameters. engine: an EngineProfile or a profile name of
         src/presets/engines.toml (or of a preset file)."""
         preset_paths = tuple(preset_paths)
         presets = load_presets(preset_paths)
         gpu_spec = presets.gpu(gpu)
         target_spec = presets.model(target, "target")
+        budget = draft_kv_budget_tokens
         if draft is None or draft == "ngram":
-            draft_spec = DraftSpec(kind="ngram", kv_budget_tokens=draft_kv_budget_tokens)
-        elif draft == "eagle":
-            draft_spec = DraftSpec(kind="eagle", tp=tp, kv_budget_tokens=draft_kv_budget_tokens)
+            draft_spec = DraftSpec(kind="ngram", kv_budget_tokens=budget)
+        elif draft in ("eagle", "eagle3", "mtp"):
+            draft_spec = DraftSpec(kind=draft, tp=tp, kv_budget_tokens=budget)
         elif draft == "self":
-            draft_spec = DraftSpec(kind="self", model=target_spec, tp=tp,
-                                   kv_budget_tokens=draft_kv_budget_tokens)
+            draft_spec = DraftSpec(kind="self", model=target_spec, tp=tp, kv_budget_tokens=budget)
         else:
-            draft_spec = DraftSpec(kind="model", model=presets.model(draft, "draft"), tp=draft_tp,
-                                   kv_budget_tokens=draft_kv_budget_tokens)
+            spec = presets.model(draft, "draft")
+            if spec.architecture == "eagle3":
+                draft_spec = DraftSpec(kind="eagle3", model=spec, tp=tp, kv_budget_tokens=budget)
+            else:
+                draft_spec = DraftSpec(kind="model", model=spec, tp=draft_tp,
+                                       kv_budget_tokens=budget)
         if isinstance(engine, str):
             engine = engine_profile(engine, extra_paths=preset_paths)
         return cls(gpu=gpu_spec, target=target_spec, tp=tp, draft=draft_spec,
                    params=presets.params if params is None else params,
-                   allreduce=presets.allreduce, engine=engine, attention_fits=presets.attention)
+                   allreduce=presets.allreduce, engine=engine, attention_fits=presets.attention,
+                   ep=ep)
 
     def _what(self) -> str:
         d = self.draft
         name = d.model.model_id if d.kind == "model" else d.kind
-        return f"{self.target.model_id} at tp={self.tp} with draft {name}"
+        ep = f", ep={self.ep}" if self.ep > 1 else ""
+        return f"{self.target.model_id} at tp={self.tp}{ep} with draft {name}"
+
+    def distinct_experts(self, n_seqs, positions_per_seq):
+        """Expected distinct routed experts each MoE layer of the target reads in one pass of
+        n_seqs sequences x positions_per_seq positions (arrays broadcast; 0 for a dense target):
+        moe.expected_distinct_experts under the target's routing model."""
+        r = self._target_c.moe
+        if r is None:
+            return np.zeros(np.broadcast(np.asarray(n_seqs), np.asarray(positions_per_seq)).shape)
+        return expected_distinct_experts(r.n_experts, r.top_k, n_seqs, positions_per_seq,
+                                         r.locality)
 
     def kv_fits(self, batch: int, tokens_per_seq: int) -> tuple[bool, float, float]:
         """(fits, needed GB, usable GB) per GPU for `batch` sequences of `tokens_per_seq` cached
@@ -336,6 +259,12 @@ class HardwareCostModel:
             (c.attn_read_per_ctx_token_s + c.attn_per_new_token_s) * 1e3) * tokens
         compute_ms = (c.attn_compute_per_pair_s * 1e3) * (
             positions_per_seq * sum_ctx + tokens * ((positions_per_seq + 1) * 0.5))
+        if c.attn_window_tokens:  # sliding-window layers: min(C, S W) cached tokens read
+            window_ctx = window_context_tokens(c, n_seqs, sum_ctx)
+            memory_ms = memory_ms + (c.attn_window_read_per_ctx_token_s * 1e3) * (
+                window_ctx + tokens)
+            compute_ms = compute_ms + (c.attn_window_compute_per_pair_s * 1e3) * (
+                positions_per_seq * window_ctx + tokens * ((positions_per_seq + 1) * 0.5))
         ratio = compute_ms / np.maximum(memory_ms, 1e-300) + 1e-300
         return memory_ms * np.exp(np.log1p(np.exp(p * np.log(ratio))) * (1.0 / p))
 
@@ -384,7 +313,7 @@ class HardwareCostModel:
     def _target_pass_parts(self, load: PassLoad, positions_per_seq):
         physics, cpu, gpu = self._target_parts(load, positions_per_seq)
         e = self.engine
-        overlap_spec = self.draft.kind in e.cpu_overlap_draft_kinds
+        overlap_spec = kind_listed(self.draft.kind, e.cpu_overlap_draft_kinds)
         if not (e.cpu_overlap_decode or overlap_spec):
             return physics, cpu + gpu
         t = np.asarray(positions_per_seq)
@@ -414,7 +343,7 @@ class HardwareCostModel:
         t = gamma + 1
         physics, cpu, gpu = self._target_parts(load, t, check_fits)
         e = self.engine
-        overlap_spec = self.draft.kind in e.cpu_overlap_draft_kinds
+        overlap_spec = kind_listed(self.draft.kind, e.cpu_overlap_draft_kinds)
         draft_parts = None
         if not (e.cpu_overlap_decode or overlap_spec):
             overhead = cpu + gpu
@@ -435,7 +364,7 @@ class HardwareCostModel:
         if not with_draft:
             return target, np.zeros_like(target)
         d_phys, d_cpu, d_gpu = draft_parts or self._draft_parts(load, gamma, check_fits)
-        if self.draft.kind in e.cpu_overlap_draft_kinds:
+        if kind_listed(self.draft.kind, e.cpu_overlap_draft_kinds):
             return target, d_phys + d_gpu
         return target, d_phys + (d_cpu + d_gpu)
 
@@ -493,7 +422,7 @@ class HardwareCostModel:
         # extra positions of the first draft pass: all verified ones but one, or a fixed catch-up
         # (a self-speculation draft shares the target's network, whose verification pass already
         # wrote the KV entries the draft's window takes: no catch-up)
-        covers = e.draft_first_pass_covers_verified and self.draft.kind in ("model", "eagle")
+        covers = e.draft_first_pass_covers_verified and self.draft.kind in STATEFUL_DRAFT_KINDS
         catchup = g if covers else np.asarray(e.draft_catchup_positions_per_seq)
         max_catchup = int(np.max(catchup)) if np.size(catchup) else 0
         table = self._table_ms("draft", load.max_seqs, 1 + max_catchup)
@@ -529,7 +458,7 @@ class HardwareCostModel:
 
     def _draft_passes_parts(self, load: PassLoad, gamma):
         physics, cpu, gpu = self._draft_parts(load, gamma)
-        if self.draft.kind in self.engine.cpu_overlap_draft_kinds:
+        if kind_listed(self.draft.kind, self.engine.cpu_overlap_draft_kinds):
             return physics, gpu
         return physics, cpu + gpu
 

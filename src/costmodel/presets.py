@@ -11,6 +11,9 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from src.config import ConfigError, coerce, read_toml
+from src.costmodel import shapes
+from src.costmodel.formats import KV_CACHE_FORMATS, WEIGHT_FORMATS
+from src.costmodel.hf_config import looks_like_config_path, model_fields_from_config
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
 BUILTIN_PRESET_FILES = (
@@ -69,6 +72,13 @@ class GpuSpec:
     # softmax cost of one (query, key) pair in fitted attention kernels, in tensor-core
     # FLOP-equivalents (one exp per pair at the SFU rate; design.md, "Calibration")
     attention_softmax_flops_per_pair: float | None = None
+    # Low-precision tensor cores (datasheet, dense: half the sparsity figure); None = the GPU has
+    # none of that class, and a GEMM in such a format runs upcast to BF16 where the format is in
+    # weight_only_formats, else is refused (src/costmodel/formats.py)
+    dense_fp8_tflops: float | None = None
+    dense_fp4_tflops: float | None = None
+    # comma-separated weight formats the GPU runs by upcasting to BF16 (weight-only kernels)
+    weight_only_formats: str = ""
 
     @property
     def flops_per_s(self) -> float:
@@ -99,6 +109,42 @@ class ModelSpec:
     tied_embeddings: bool  # LM head shares the embedding matrix
     qkv_bias: bool  # biases on Q, K, V
     source: str  # config.json citation
+    # --- Mixture of Experts (0 = dense; src/costmodel/moe.py, design.md "Mixture of Experts")
+    n_routed_experts: int = 0  # E routed experts per MoE layer
+    experts_per_token: int = 0  # k experts each token is routed to
+    moe_intermediate_size: int = 0  # SwiGLU width of one routed (and one shared) expert
+    n_shared_experts: int = 0  # experts every token goes through, in every MoE layer
+    first_k_dense_replace: int = 0  # leading dense layers (FFN intermediate_size) before the MoE
+    routing: str = "locality"  # routing model: "uniform" or "locality" (moe.ROUTING_MODELS)
+    routing_locality_fraction: float | None = None  # rho; None = moe.DEFAULT_ROUTING_LOCALITY
+    # --- attention variants (src/costmodel/shapes.py)
+    attention: str = "gqa"  # "gqa" (incl. MHA) or "mla" (multi-head latent attention)
+    q_lora_rank: int = 0  # MLA: query down-projection rank (0 = direct query projection)
+    kv_lora_rank: int = 0  # MLA: latent KV width cached per token per layer
+    qk_nope_head_dim: int = 0  # MLA: per-head query/key width without rotary
+    qk_rope_head_dim: int = 0  # MLA: rotary key width, cached per token per layer (shared)
+    v_head_dim: int = 0  # MLA: per-head value width
+    sliding_window_tokens: int = 0  # window of the sliding-window layers (0 = none)
+    sliding_window_layers: int = 0  # how many layers use the window (the rest: full attention)
+    attention_sinks: bool = False  # learned per-head sink logits (gpt-oss): no cost modelled
+    # --- number formats (src/costmodel/formats.py): embeddings, LM head and routers stay BF16
+    weight_format: str = "bf16"  # attention, dense FFN and shared-expert weights
+    expert_weight_format: str = ""  # routed-expert weights ("" = weight_format)
+    kv_cache_format: str = "bf16"  # KV cache
+    # --- drafts (hardware.DraftSpec kinds "mtp", "eagle3")
+    mtp_layers: int = 0  # multi-token-prediction modules in the checkpoint (DeepSeek-V3: 1)
+    architecture: str = "decoder"  # "decoder", or "eagle3" for an EAGLE-3 head preset
+    draft_vocab_size: int = 0  # an EAGLE-3 head's own output vocabulary (0 = vocab_size)
+    eagle3_fused_layers: int = 3  # target layers whose hidden states an EAGLE-3 head fuses
+
+    @property
+    def is_plain(self) -> bool:
+        """A dense BF16 Llama-style decoder: the formulas below; anything else (MoE, MLA, sliding
+        windows, other formats, an EAGLE-3 head) goes through src/costmodel/shapes.py."""
+        return (self.n_routed_experts == 0 and self.attention == "gqa"
+                and not self.sliding_window_tokens and self.weight_format == "bf16"
+                and self.expert_weight_format in ("", "bf16") and self.kv_cache_format == "bf16"
+                and self.architecture == "decoder")
 
     @property
     def q_width(self) -> int:
@@ -118,17 +164,31 @@ class ModelSpec:
     @property
     def total_params(self) -> int:
         """All parameters: layers + embedding + final norm + LM head (once if tied)."""
+        if not self.is_plain:
+            return shapes.total_params(self)
         embed = self.vocab_size * self.hidden_size
         head = 0 if self.tied_embeddings else embed
         return self.n_layers * self.layer_params + embed + head + self.hidden_size
 
     @property
     def weight_bytes(self) -> int:
+        """Bytes of all weights (each component in its format: shapes.weight_bytes)."""
+        if not self.is_plain:
+            return shapes.weight_bytes(self)
         return self.total_params * BYTES_PER_VALUE
 
     @property
+    def active_params(self) -> int:
+        """Parameters one token goes through (= total_params for a dense model)."""
+        return self.total_params if self.is_plain else shapes.active_params(self)
+
+    @property
     def kv_bytes_per_token(self) -> int:
-        """KV cache per token, all layers: 2 (K and V) x layers x KV heads x head dim x 2 bytes."""
+        """KV cache per token, all layers: 2 (K and V) x layers x KV heads x head dim x 2 bytes
+        (MLA, sliding windows and FP8 caches: shapes.kv_bytes_per_token, full-attention layers
+        only; the window layers' cache is per sequence: shapes.window_kv_bytes_per_seq)."""
+        if not self.is_plain:
+            return shapes.kv_bytes_per_token(self)
         return 2 * self.n_layers * self.kv_width * BYTES_PER_VALUE
 
 
@@ -197,6 +257,34 @@ class AttentionKernelFit:
     memory_bandwidth_efficiency_fraction: float  # of peak DRAM bandwidth, reading the KV cache
 
 
+def model_from_config(path: str, field_name: str) -> "ModelSpec":
+    """The ModelSpec of a Hugging Face config.json (hf_config.py), checked like a preset; its id
+    is the path. CostModelInputError(field_name, one line) where the file does not do."""
+    try:
+        spec = ModelSpec(model_id=path, **model_fields_from_config(path, field_name))
+        return check_model(spec, path)
+    except CostModelInputError as e:
+        if e.field_name == field_name:
+            raise
+        raise CostModelInputError(field_name, str(e)) from None
+    except ConfigError as e:
+        raise CostModelInputError(field_name, e.allowed) from None
+
+
+class ModelTable(dict):
+    """Model presets by id; a key naming a config.json file (ending in .json) is read from that
+    file on first use, so every `presets.models[...]` and `in presets.models` takes one."""
+
+    def __missing__(self, key):
+        if looks_like_config_path(key):
+            spec = self[key] = model_from_config(key, "model")
+            return spec
+        raise KeyError(key)
+
+    def __contains__(self, key) -> bool:
+        return dict.__contains__(self, key) or looks_like_config_path(key)
+
+
 @dataclass(frozen=True)
 class Presets:
     """Everything the hardware model reads from data files."""
@@ -214,6 +302,12 @@ class Presets:
         return self.gpus[gpu_id]
 
     def model(self, model_id: str, field_name: str = "model") -> ModelSpec:
+        """A preset by id, or the model of a config.json path (model_from_config)."""
+        if looks_like_config_path(model_id) and not dict.__contains__(self.models, model_id):
+            spec = model_from_config(model_id, field_name)
+            if isinstance(self.models, dict):
+                self.models[model_id] = spec
+            return spec
         if model_id not in self.models:
             raise CostModelInputError(
                 field_name, f"unknown model '{model_id}'; known: {', '.join(sorted(self.models))}")
@@ -244,10 +338,55 @@ def _coerce_fields(cls, table_name: str, entry_id: str, raw: Mapping, partial: b
             for name, value in raw.items()}
 
 
+# ModelSpec fields where 0 means "none" (a dense model, no window, no MTP module, ...)
+ZERO_ALLOWED_FIELDS = frozenset((
+    "n_routed_experts", "experts_per_token", "moe_intermediate_size", "n_shared_experts",
+    "first_k_dense_replace", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+    "qk_rope_head_dim", "v_head_dim", "sliding_window_tokens", "sliding_window_layers",
+    "mtp_layers", "draft_vocab_size"))
+MODEL_CHOICES = {"routing": ("uniform", "locality"), "attention": ("gqa", "mla"),
+                 "weight_format": WEIGHT_FORMATS, "expert_weight_format": ("", *WEIGHT_FORMATS),
+                 "kv_cache_format": KV_CACHE_FORMATS, "architecture": ("decoder", "eagle3")}
+
+
+def check_model(m: ModelSpec, where: str) -> ModelSpec:
+    """The cross-field rules of a model preset (one CostModelInputError naming the field)."""
+    for name, allowed in MODEL_CHOICES.items():
+        if getattr(m, name) not in allowed:
+            raise CostModelInputError(f"{where}.{name}", f"unknown {getattr(m, name)!r}; "
+                                      f"allowed: {', '.join(a or '(empty)' for a in allowed)}")
+    E, k = m.n_routed_experts, m.experts_per_token
+    if E or k:
+        if not 1 <= k <= max(E, 1):
+            raise CostModelInputError(f"{where}.experts_per_token", f"{k} with {E} routed "
+                                      f"experts; allowed: 1..{E} (top-k cannot exceed E)")
+        if m.moe_intermediate_size < 1:
+            raise CostModelInputError(f"{where}.moe_intermediate_size",
+                                      "required (> 0) for a MoE model")
+        if m.first_k_dense_replace > m.n_layers:
+            raise CostModelInputError(f"{where}.first_k_dense_replace",
+                                      f"at most n_layers = {m.n_layers}")
+    rho = m.routing_locality_fraction
+    if rho is not None and not 0.0 <= rho < 1.0:
+        raise CostModelInputError(f"{where}.routing_locality_fraction",
+                                  f"{rho} is outside 0..1 (exclusive of 1)")
+    if m.attention == "mla":
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            if getattr(m, name) < 1:
+                raise CostModelInputError(f"{where}.{name}", "required (> 0) for attention mla")
+    if m.sliding_window_layers > m.n_layers or (m.sliding_window_layers
+                                                and not m.sliding_window_tokens):
+        raise CostModelInputError(f"{where}.sliding_window_layers", f"0..{m.n_layers}, and "
+                                  "only with sliding_window_tokens > 0")
+    return m
+
+
 def _check_positive_fields(table_name: str, entry_id: str, values: Mapping) -> None:
     for name, value in values.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not value > 0:
             where = f"{_where(table_name, entry_id)}.{name}"
+            if name in ZERO_ALLOWED_FIELDS and value == 0:
+                continue
             if name.endswith("_fraction") or name.endswith("_ms") or name.endswith("_us"):
                 if value < 0:
                     raise CostModelInputError(where, f"must be >= 0, got {value}")
@@ -315,7 +454,8 @@ def load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
                 attention[(gpu_id, kernel)] = AttentionKernelFit(gpu_id, kernel, **values)
     return Presets(
         gpus={k: GpuSpec(gpu_id=k, **v) for k, v in gpus.items()},
-        models={k: ModelSpec(model_id=k, **v) for k, v in models.items()},
+        models=ModelTable({k: check_model(ModelSpec(model_id=k, **v), f"models.{k}")
+                           for k, v in models.items()}),
         params=replace(CostModelParams(), **params),
         allreduce=tuple(allreduce.values()),
         attention=tuple(attention.values()),
@@ -329,12 +469,17 @@ def check_int(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+def _tp_ok(model: ModelSpec, tp: int) -> bool:
+    kv = model.n_kv_heads
+    return model.n_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+
+
 def check_tp(model: ModelSpec, tp: int, field_name: str = "tp") -> int:
-    """TP must divide the query heads and the KV heads (no KV-head replication is modelled)."""
+    """TP must divide the query heads, and divide the KV heads or be a multiple of them (each
+    GPU then holds one KV head, replicated tp / n_kv_heads times, as vLLM and SGLang do)."""
     tp = check_int(field_name, tp, 1)
-    if model.n_heads % tp or model.n_kv_heads % tp:
-        allowed = [d for d in range(1, model.n_kv_heads + 1)
-                   if model.n_kv_heads % d == 0 and model.n_heads % d == 0]
+    if not _tp_ok(model, tp):
+        allowed = [d for d in range(1, model.n_heads + 1) if _tp_ok(model, d)]
         failing = " and ".join(f"{name}={n}"
                                for name, n in (("n_heads", model.n_heads),
                                                ("n_kv_heads", model.n_kv_heads))

@@ -30,6 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
+from src.costmodel import shapes
 from src.costmodel.allreduce import (
     AllReduceCost,
     CustomAllReduceParams,
@@ -52,6 +53,12 @@ from src.costmodel.presets import (
     ModelSpec,
     check_int,
     check_tp,
+)
+from src.costmodel.variants import (
+    MoeRouting,
+    check_ep,
+    expert_rows_and_multiplicity,
+    pass_shape,
 )
 
 # Kernels in one decoder layer outside attention, as vidur profiles them: input RMSNorm, QKV
@@ -111,6 +118,12 @@ class PassCoefficients:
     comm_custom: AllReduceCost | None = None
     comm_n_allreduce: int = 0  # all-reduces per pass
     comm_bytes_per_token: float = 0.0  # all-reduce message bytes per token (hidden x 2)
+    # --- model variants (variants.py; defaults: a dense model)
+    moe: MoeRouting | None = None  # routing of the MoE layers' routed experts
+    gemm_expert_mask: np.ndarray | None = None  # [G] routed-expert GEMMs (priced per expert)
+    attn_window_tokens: int = 0  # sliding window of the window layers (0 = none)
+    attn_window_read_per_ctx_token_s: float = 0.0  # the window layers' KV read per cached token
+    attn_window_compute_per_pair_s: float = 0.0  # the window layers' compute per pair
 
 
 def kernel_fixed_s(gpu: GpuSpec, params: CostModelParams) -> float:
@@ -142,7 +155,8 @@ def attention_kernel_models(
             out.append(AttentionKernelModel(
                 shape=KERNEL_SHAPES[fit.kernel],
                 n_layers=model.n_layers if n_layers is None else n_layers,
-                heads_kv=model.n_kv_heads / tp, group=model.n_heads / model.n_kv_heads,
+                heads_kv=model.n_kv_heads / min(tp, model.n_kv_heads),
+                group=model.n_heads / model.n_kv_heads,
                 head_dim=model.head_dim, sm_count=gpu.sm_count,
                 peak_flops_per_s=gpu.flops_per_s,
                 peak_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
@@ -167,6 +181,7 @@ def pass_coefficients(
     attention_fits: Sequence[AttentionKernelFit] = (),
     allreduce_implementation: str | None = None,
     custom_allreduce: CustomAllReduceParams | None = None,
+    ep: int = 1,
 ) -> PassCoefficients:
     """Precompute the batch-independent coefficients of one pass (see the module docstring).
 
@@ -198,18 +213,40 @@ def pass_coefficients(
         allreduce_implementation = e.allreduce
     h, q, kv, inter = model.hidden_size, model.q_width, model.kv_width, model.intermediate_size
     B = BYTES_PER_VALUE
-    layer_gemms = [(h, (q + 2 * kv) / tp), (q / tp, h), (h, 2 * inter / tp), (inter / tp, h)]
-    head_gemms = [(h, model.vocab_size / tp)] + [(k, n) for k, n in extra_gemms]
-    K = np.array([k for k, _ in layer_gemms + head_gemms], dtype=float)
-    N = np.array([n for _, n in layer_gemms + head_gemms], dtype=float)
-    count = np.array([L] * len(layer_gemms) + [1] * len(head_gemms), dtype=float)
-    selector = np.zeros((2, len(K)))
-    selector[0, : len(layer_gemms)] = 1.0
-    selector[1, len(layer_gemms):] = 1.0
-    # Elementwise bytes per token per layer: 2 RMSNorms (read + write h), 2 residual adds
-    # (2 reads + 1 write of h) - replicated on every TP rank -, rotary on q and k (read + write),
-    # SiLU-and-multiply (read gate and up, write one) - split by TP.
-    elementwise_values = 4 * h + 6 * h + 2 * (q + kv) / tp + 3 * inter / tp
+    variant = {}
+    if model.is_plain and tp <= model.n_kv_heads:
+        layer_gemms = [(h, (q + 2 * kv) / tp), (q / tp, h), (h, 2 * inter / tp), (inter / tp, h)]
+        head_gemms = [(h, model.vocab_size / tp)] + [(k, n) for k, n in extra_gemms]
+        K = np.array([k for k, _ in layer_gemms + head_gemms], dtype=float)
+        N = np.array([n for _, n in layer_gemms + head_gemms], dtype=float)
+        count = np.array([L] * len(layer_gemms) + [1] * len(head_gemms), dtype=float)
+        selector = np.zeros((2, len(K)))
+        selector[0, : len(layer_gemms)] = 1.0
+        selector[1, len(layer_gemms):] = 1.0
+        # Elementwise bytes per token per layer: 2 RMSNorms (read + write h), 2 residual adds
+        # (2 reads + 1 write of h) - replicated on every TP rank -, rotary on q and k (read +
+        # write), SiLU-and-multiply (read gate and up, write one) - split by TP.
+        elementwise_values = 4 * h + 6 * h + 2 * (q + kv) / tp + 3 * inter / tp
+        layer_elementwise = L * elementwise_values * B / bw
+        Bw, fl_g, head_index, extra_kernels = B, fl, len(layer_gemms), 0.0
+        attn_read = L * 2 * kv / tp * B / bw
+        attn_new = L * (2 * kv / tp + 2 * q / tp) * B / bw
+        attn_pair = L * 4 * q / tp / fl
+    else:  # MoE, MLA, sliding windows, other formats, EAGLE-3 heads (variants.py)
+        sh = pass_shape(gpu, model, tp, n_layers, extra_gemms, ep)
+        K, N, count, selector = sh.K, sh.N, sh.count, sh.selector
+        Bw, head_index, extra_kernels = sh.weight_bytes_per_value, sh.head_index, sh.extra_kernels
+        fl_g = sh.peak_flops_per_s * _gpu_value(gpu, params, "compute_efficiency_fraction")
+        layer_elementwise = sh.elementwise_values * B / bw
+        kv_read = sh.kv_values_per_token_layer * sh.kv_bytes_per_value / bw
+        attn_read = sh.full_layers * kv_read
+        attn_new = (sh.full_layers + sh.window_layers) * sh.new_token_values_per_layer * B / bw
+        attn_pair = sh.full_layers * sh.pair_flops_per_layer / fl
+        variant = dict(moe=sh.routing, gemm_expert_mask=sh.expert_mask,
+                       attn_window_tokens=sh.window_tokens if sh.window_layers else 0,
+                       attn_window_read_per_ctx_token_s=sh.window_layers * kv_read,
+                       attn_window_compute_per_pair_s=sh.window_layers * sh.pair_flops_per_layer
+                       / fl)
     n_allreduce = 2 * L if tp > 1 else 0
     ar_latency_s, ar_bus_bytes_per_s = allreduce_coefficients(gpu, tp, params, allreduce)
     comm_custom = None
@@ -218,18 +255,24 @@ def pass_coefficients(
         comm_custom = ar if ar.custom else None
     head_kernels = e.kernels_per_pass + len(extra_gemms)
     n_kernels = L * (e.kernels_per_layer + e.attention_kernels_per_layer) + head_kernels
+    n_kernels += extra_kernels
     if tp > 1:
         n_kernels += n_allreduce
+    # fitted attention kernels model BF16 GQA caches read in full; other caches: the roofline
+    attn_kernels = attention_kernel_models(gpu, model, tp, params, e.attention_kernel,
+                                           attention_fits, n_layers=L) if (
+        model.attention == "gqa" and not variant.get("attn_window_tokens")
+        and model.kv_cache_format == "bf16") else ()
     return PassCoefficients(
-        gemm_weight_s=count * K * N * B / bw,
+        gemm_weight_s=count * K * N * Bw / bw,
         gemm_mem_per_token_s=count * (K + N) * B / bw,
-        gemm_compute_per_token_s=count * 2 * K * N / fl,
+        gemm_compute_per_token_s=count * 2 * K * N / fl_g,
         gemm_selector=selector,
-        layer_elementwise_per_token_s=L * elementwise_values * B / bw,
-        layer_fixed_s=L * e.kernels_per_layer * kfix,
-        attn_read_per_ctx_token_s=L * 2 * kv / tp * B / bw,
-        attn_per_new_token_s=L * (2 * kv / tp + 2 * q / tp) * B / bw,
-        attn_compute_per_pair_s=L * 4 * q / tp / fl,
+        layer_elementwise_per_token_s=layer_elementwise,
+        layer_fixed_s=(L * e.kernels_per_layer + extra_kernels) * kfix,
+        attn_read_per_ctx_token_s=attn_read,
+        attn_per_new_token_s=attn_new,
+        attn_compute_per_pair_s=attn_pair,
         attn_fixed_s=L * e.attention_kernels_per_layer * kfix,
         head_elementwise_per_token_s=2 * h * B / bw,
         head_fixed_s=head_kernels * kfix,
@@ -239,15 +282,14 @@ def pass_coefficients(
         overhead_fixed_s=overhead_fixed_ms * 1e-3,
         overhead_per_seq_s=overhead_per_seq_ms * 1e-3,
         sharpness_p=_gpu_value(gpu, params, "roofline_sharpness_p"),
-        gemm_weight_small_s=count * K * N * B / bw_small,
-        gemm_weight_gemv_s=count * K * N * B / bw_gemv,
+        gemm_weight_small_s=count * K * N * Bw / bw_small,
+        gemm_weight_gemv_s=count * K * N * Bw / bw_gemv,
         gemm_n=N,
         gemm_wave_tile=(gpu.gemm_wave_tile or 0) if gpu.sm_count else 0,
         sm_count=gpu.sm_count or 0,
-        head_gemm_index=len(layer_gemms),
+        head_gemm_index=head_index,
         verify_fixed_s=L * e.verification_extra_kernels_per_layer * kfix,
-        attn_kernels=attention_kernel_models(gpu, model, tp, params, e.attention_kernel,
-                                             attention_fits, n_layers=L),
+        attn_kernels=attn_kernels,
         n_kernels=float(n_kernels),
         n_kernels_verify_extra=L * e.verification_extra_kernels_per_layer,
         cuda_graphs=e.cuda_graphs,
@@ -257,6 +299,7 @@ def pass_coefficients(
         comm_custom=comm_custom,
         comm_n_allreduce=n_allreduce,
         comm_bytes_per_token=h * B,
+        **variant,
     )
 
 
@@ -277,17 +320,37 @@ def attention_terms_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
     compute_s = c.attn_compute_per_pair_s * (
         positions_per_seq * sum_context_tokens + n_seqs
         * (positions_per_seq * (positions_per_seq + 1) / 2))
+    if c.attn_window_tokens:  # window layers read at most W cached tokens per sequence
+        window_ctx = window_context_tokens(c, n_seqs, sum_context_tokens)
+        memory_s = memory_s + c.attn_window_read_per_ctx_token_s * (window_ctx + T)
+        compute_s = compute_s + c.attn_window_compute_per_pair_s * (
+            positions_per_seq * window_ctx + n_seqs
+            * (positions_per_seq * (positions_per_seq + 1) / 2))
     return memory_s, compute_s
 
 
-def gemm_terms_s(c: PassCoefficients, rows):
+def window_context_tokens(c: PassCoefficients, n_seqs, sum_context_tokens):
+    """Cached tokens the sliding-window layers read, summed over the sequences: sum_i min(ctx_i,
+    W), taken as min(C, S W) from the sums (exact where every context is >= W or every one is
+    <= W; design.md, "Attention variants")."""
+    return np.minimum(np.asarray(sum_context_tokens, dtype=float),
+                      np.asarray(n_seqs, dtype=float) * c.attn_window_tokens)
+
+
+def gemm_terms_s(c: PassCoefficients, rows, group=None, grouped=None):
     """(memory_s [G, ...], compute_s [G, ...]) of every GEMM of a pass whose GEMMs have `rows`
     rows (an array [G, ...] or broadcastable), each with its M-dependent weight bandwidth and,
-    where the GPU has a wave tile, its compute time scaled by the wave quantisation."""
+    where the GPU has a wave tile, its compute time scaled by the wave quantisation. group
+    ([G, ...], optional): GEMMs run as one grouped kernel of that many problems (the routed
+    experts of a MoE layer: fused_moe tiles all experts in one launch), so the waves count the
+    tiles of the whole group; grouped ([G, ...] bool): those GEMMs are tiled kernels whatever
+    their rows (fused_moe's BLOCK_SIZE_M >= 16), never the matrix-vector kernel of a 1-row GEMM,
+    so up to 16 rows they stream at the small-GEMM bandwidth."""
     shape_g = (-1,) + (1,) * (np.ndim(rows) - 1)
     weight = c.gemm_weight_s.reshape(shape_g)
     if c.gemm_weight_small_s is not None:
-        weight = np.where(rows <= 1, c.gemm_weight_gemv_s.reshape(shape_g),
+        gemv = rows <= 1 if grouped is None else (rows <= 1) & ~grouped
+        weight = np.where(gemv, c.gemm_weight_gemv_s.reshape(shape_g),
                           np.where(rows <= SMALL_GEMM_MAX_ROWS,
                                    c.gemm_weight_small_s.reshape(shape_g), weight))
     memory = weight + c.gemm_mem_per_token_s.reshape(shape_g) * rows
@@ -295,6 +358,8 @@ def gemm_terms_s(c: PassCoefficients, rows):
     if c.gemm_wave_tile:
         tile = c.gemm_wave_tile
         tiles = np.ceil(rows / tile) * np.ceil(c.gemm_n.reshape(shape_g) / tile)
+        if group is not None:
+            tiles = tiles * group
         compute = compute * np.where(
             tiles > 0, np.ceil(tiles / c.sm_count) * c.sm_count / np.maximum(tiles, 1), 1.0)
     return memory, compute
@@ -346,7 +411,16 @@ def pass_components_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
     rows = np.broadcast_to(T, (G,) + T.shape).copy()
     if prefill:
         rows[c.head_gemm_index] = S
-    mem_g, comp_g = gemm_terms_s(c, rows)
+    distinct = None
+    if c.moe is not None:  # routed experts: D touched experts per layer, T k / D rows each
+        expert_rows, waited, distinct = expert_rows_and_multiplicity(c.moe, S, t)
+        mask = c.gemm_expert_mask.reshape((-1,) + (1,) * T.ndim)
+        rows = np.where(mask, expert_rows, rows)
+        per_pass = np.where(mask, waited, 1.0)
+        mem_g, comp_g = gemm_terms_s(c, rows, group=np.maximum(per_pass, 1.0), grouped=mask)
+        mem_g, comp_g = mem_g * per_pass, comp_g * per_pass
+    else:
+        mem_g, comp_g = gemm_terms_s(c, rows)
     gemm = np.tensordot(c.gemm_selector, _pnorm(mem_g, comp_g, p), axes=1)  # [2, ...]
     attn_mem, attn_comp = attention_terms_s(c, S, t, C)
     head_tokens = S if prefill else T
@@ -366,6 +440,8 @@ def pass_components_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
     }
     gpu = out["layers_non_attention"] + out["attention"] + out["lm_head"] + out["communication"]
     out["launch"] = launch_overhead_s(c, gpu, t)
+    if distinct is not None:  # per MoE layer, all GPUs together
+        out["distinct_experts"] = distinct
     return out
 
 
@@ -404,6 +480,7 @@ class PassBreakdown:
     total_ms: float
     bound: str  # "memory" or "compute": the larger of the summed roofline terms
     launch_ms: float = 0.0  # CPU launch cost beyond the GPU time (engines without CUDA graphs)
+    distinct_experts: float = 0.0  # expected distinct routed experts per MoE layer (0: dense)
 
 
 def forward_pass_breakdown(
@@ -419,6 +496,7 @@ def forward_pass_breakdown(
     engine: EngineProfile | None = None,
     attention_fits: Sequence[AttentionKernelFit] = (),
     prefill: bool = False,
+    ep: int = 1,
 ) -> PassBreakdown:
     """One target pass of `batch` sequences x `positions_per_seq` positions, each with
     `context_len_tokens` tokens already cached. Raises CostModelInputError when the inputs are bad
@@ -430,21 +508,27 @@ def forward_pass_breakdown(
     batch = check_int("batch", batch, 1)
     positions_per_seq = check_int("positions", positions_per_seq, 1)
     context_len_tokens = check_int("context", context_len_tokens, 0)
+    check_ep(model, check_int("ep", ep, 1), tp)
     kv_tokens = batch * (context_len_tokens + positions_per_seq)
     weight_bytes = model.weight_bytes / tp
-    need = float(memory_needed_bytes(weight_bytes, model.kv_bytes_per_token / tp, kv_tokens))
+    if model.is_plain and tp <= model.n_kv_heads:
+        need = float(memory_needed_bytes(weight_bytes, model.kv_bytes_per_token / tp, kv_tokens))
+    else:  # MLA caches are replicated over TP; sliding-window layers hold W tokens per sequence
+        div = shapes.kv_tp_divisor(model, tp)
+        need = float(memory_needed_bytes(weight_bytes, model.kv_bytes_per_token / div, kv_tokens)
+                     + batch * shapes.window_kv_bytes_per_seq(model) / div)
     if need > memory_usable_bytes(gpu, params):
         raise_does_not_fit(gpu, params, f"{model.model_id} at tp={tp}", need, weight_bytes,
-                           kv_tokens)
+                           kv_tokens, model)
     c = pass_coefficients(
         gpu, model, tp, params, allreduce,
         overhead_fixed_ms=params.step_cpu_fixed_ms if include_step_overhead else 0.0,
         overhead_per_seq_ms=params.step_cpu_per_seq_ms if include_step_overhead else 0.0,
-        engine=engine, attention_fits=attention_fits,
+        engine=engine, attention_fits=attention_fits, ep=ep,
     )
     comp = pass_components_s(c, np.array([batch]), positions_per_seq,
                              np.array([batch * context_len_tokens]), prefill=prefill)
-    ms = {k: float(v[0]) * 1e3 for k, v in comp.items()}
+    ms = {k: float(v[0]) * 1e3 for k, v in comp.items() if k != "distinct_experts"}
     parts = ("layers_non_attention", "attention", "lm_head", "communication", "overhead",
              "launch")
     return PassBreakdown(
@@ -457,4 +541,5 @@ def forward_pass_breakdown(
         total_ms=sum(ms[k] for k in parts),
         bound="compute" if ms["compute"] > ms["memory"] else "memory",
         launch_ms=ms["launch"],
+        distinct_experts=float(comp["distinct_experts"][0]) if "distinct_experts" in comp else 0.0,
     )

@@ -33,9 +33,13 @@ from src.costmodel import (
     load_engine_profiles,
     load_presets,
 )
+from src.costmodel.hf_config import looks_like_config_path
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
-SPECIAL_DRAFTS = ("eagle", "ngram", "self")  # draft values that are not model presets
+# draft values that are not model presets (eagle3: a head derived from the target; mtp: the
+# target's own multi-token-prediction module; src/costmodel/drafts.py)
+SPECIAL_DRAFTS = ("eagle", "eagle3", "mtp", "ngram", "self")
+TARGET_TP_DRAFTS = ("eagle", "eagle3", "mtp", "self")  # drafts that run at the target's tp
 SCENARIO_KEYS = ("name", "description", "gpu", "target", "draft", "tp", "draft_tp",
                  "engine_profiles", "draft_kv_budget_tokens", "memory_reserve_fraction",
                  "acceptance_source", "presets")
@@ -136,20 +140,29 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     if gpu not in presets.gpus:
         raise ConfigError("scenario.gpu",
                           f"unknown '{gpu}'; allowed: {', '.join(sorted(presets.gpus))}")
-    target = _string("target", table["target"])
+    target = _model_path(_string("target", table["target"]), source_path)
     if target not in presets.models:
-        raise ConfigError("scenario.target",
-                          f"unknown '{target}'; allowed: {', '.join(sorted(presets.models))}")
+        raise ConfigError("scenario.target", f"unknown '{target}'; allowed: "
+                          f"{', '.join(sorted(presets.models))}, or a config.json path")
+    _resolve_model(presets, target, "target")
     draft = _string("draft", table["draft"])
+    if draft not in SPECIAL_DRAFTS:
+        draft = _model_path(draft, source_path)
     if draft not in presets.models and draft not in SPECIAL_DRAFTS:
         allowed = ", ".join((*SPECIAL_DRAFTS, *sorted(presets.models)))
-        raise ConfigError("scenario.draft", f"unknown '{draft}'; allowed: {allowed}")
+        raise ConfigError("scenario.draft",
+                          f"unknown '{draft}'; allowed: {allowed}, or a config.json path")
+    if draft not in SPECIAL_DRAFTS and _resolve_model(presets, draft, "draft").architecture \
+            == "eagle3":  # an EAGLE-3 head preset runs at the target's tp, like "eagle3"
+        draft_is_head = True
+    else:
+        draft_is_head = draft in TARGET_TP_DRAFTS
     tp = _positive_int("tp", table.get("tp", 1))
     try:
         check_tp(presets.model(target), tp)
     except CostModelInputError as e:
         raise ConfigError("scenario.tp", e.allowed) from None
-    if draft in ("eagle", "self"):
+    if draft_is_head:
         draft_tp = _positive_int("draft_tp", table.get("draft_tp", tp))
         if draft_tp != tp:
             raise ConfigError("scenario.draft_tp",
@@ -210,6 +223,21 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     check_memory(scenario)
     check_tree_engines(scenario, "study.trees")
     return scenario
+
+
+def _model_path(value: str, source_path: str | None) -> str:
+    """A target/draft naming a config.json is taken from the scenario's folder when relative."""
+    if not looks_like_config_path(value) or Path(value).is_absolute() or not source_path:
+        return value
+    return str(Path(source_path).parent / value)
+
+
+def _resolve_model(presets, model_id: str, key: str):
+    """The ModelSpec of a preset id or config.json (its errors under scenario.<key>)."""
+    try:
+        return presets.model(model_id, key)
+    except CostModelInputError as e:
+        raise ConfigError(f"scenario.{key}", e.allowed) from None
 
 
 def _preset_paths(value: Any, source_path: str | None) -> tuple[str, ...]:

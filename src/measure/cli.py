@@ -241,7 +241,10 @@ def parse_request(argv: list[str]) -> MeasureRequest:
         if model_id not in presets.models:
             raise UsageError(f"{flag}: unknown model '{model_id}'; known: "
                              f"{', '.join(sorted(presets.models))}")
-        spec = presets.models[model_id]
+        try:  # a preset id or a config.json path (read on first use)
+            spec = presets.models[model_id]
+        except CostModelInputError as exc:
+            raise UsageError(f"{flag}: {exc.allowed}") from None
         if spec.n_heads % spec.n_kv_heads:
             raise UsageError(f"{flag}: {model_id} has {spec.n_heads} heads, not a multiple of its "
                              f"{spec.n_kv_heads} KV heads")

@@ -127,7 +127,7 @@ def _check_draft(args) -> None:
         raise ConfigError("--draft", "'self' needs a draft KV budget, which recommend has no "
                                      "option for (use serve with a scenario file); allowed: eagle, "
                                      "ngram or a model preset id")
-    if args.draft not in models and args.draft not in ("eagle", "ngram"):
+    if args.draft not in models and args.draft not in ("eagle", "eagle3", "mtp", "ngram"):
         raise ConfigError("--draft", f"unknown '{args.draft}'; allowed: eagle, ngram or a model "
                                      f"preset ({', '.join(sorted(models))})")
     if args.draft in models and args.target in models:
@@ -168,9 +168,13 @@ def build(args):
     rates = parse_rates("--rate", args.rate) if args.rate is not None else None
     batches = _ints("--batch", args.batch, 1, max_seqs) if args.batch is not None else None
     preset = workload_preset(args.workload or "sharegpt")
-    if args.draft == "eagle" and not args.draft_model_path:
-        raise ConfigError("--draft-model-path", "--draft eagle needs the EAGLE head's repository "
-                                                "(e.g. yuhuili/EAGLE-LLaMA3.1-Instruct-8B)")
+    from src.costmodel import load_presets
+    from src.hardware.moe_report import draft_kind  # eagle3 / mtp drafts (MoE study)
+    if draft_kind(args.draft, load_presets().models) in ("eagle", "eagle3") and not (
+            args.draft_model_path):
+        raise ConfigError("--draft-model-path", f"--draft {args.draft} needs the EAGLE head's "
+                                                "repository (e.g. yuhuili/EAGLE-LLaMA3.1-"
+                                                "Instruct-8B)")
     cfg = ServeConfig(
         scenario=scenario, engine_profile=engine, rates_per_s=rates or (1.0,),
         policies="none,schedule,fixed", workload=preset.name, prompt_len=preset.prompt_len,
@@ -205,14 +209,17 @@ def schedule_at(cfg, context: int, context_flag: str = "--context"):
 
 def vllm_config(cfg, schedule, draft_path: str | None) -> dict:
     """The --speculative-config object (vllm/config/speculative.py field names)."""
+    from src.costmodel import load_presets
+    from src.hardware import moe_report
     sc = cfg.scenario
     out: dict = {}
     if sc.draft == "ngram":
         out.update(method="ngram", prompt_lookup_max=4, prompt_lookup_min=2)
-    elif sc.draft == "eagle":
-        out.update(method="eagle", model=draft_path)
+    elif (kind := moe_report.draft_kind(sc.draft, load_presets().models)) != "model":
+        out.update(method=moe_report.VLLM_METHOD[kind])  # eagle, eagle3; mtp: the target's layers
+        if kind != "mtp":
+            out["model"] = draft_path
     else:
-        from src.costmodel import load_presets
         out.update(method="draft_model",
                    model=draft_path or load_presets().models[sc.draft].hf_name)
         if sc.draft_tp != 1:
@@ -224,7 +231,12 @@ def vllm_config(cfg, schedule, draft_path: str | None) -> dict:
 
 def sglang_flags(cfg, gamma: int, draft_path: str | None) -> str:
     sc = cfg.scenario
-    kind = "ngram" if sc.draft == "ngram" else "eagle" if sc.draft == "eagle" else "model"
+    from src.costmodel import load_presets
+    from src.hardware.moe_report import draft_kind
+    from src.hardware.moe_report import sglang_flags as eagle_family_flags
+    kind = "ngram" if sc.draft == "ngram" else draft_kind(sc.draft, load_presets().models)
+    if kind in ("eagle3", "mtp"):  # EAGLE3 with the head; DeepSeek MTP: EAGLE, no draft path
+        return eagle_family_flags(kind, draft_path, gamma)
     flags = [f"--speculative-algorithm {SGLANG_ALGORITHM[kind]}"]
     if kind == "ngram":
         # SGLang's NGRAM handler sets speculative_eagle_topk = speculative_ngram_max_bfs_breadth
@@ -235,7 +247,6 @@ def sglang_flags(cfg, gamma: int, draft_path: str | None) -> str:
         flags += ["--speculative-ngram-max-bfs-breadth 1",
                   f"--speculative-num-draft-tokens {gamma + 1}"]
         return " ".join(flags)
-    from src.costmodel import load_presets
     path = draft_path or load_presets().models[sc.draft].hf_name
     flags.append(f"--speculative-draft-model-path {path}")
     # EAGLE/STANDALONE with topk 1: server_args sets num_draft_tokens = num_steps + 1, a chain.

@@ -1,0 +1,91 @@
+"""`python run.py moe-study`: the MoE scenarios' answers against their dense twins, and the
+validation against published MoE measurements.
+
+    python run.py moe-study [--out DIR] [--no-plots] [--scenario FILE ...]
+
+Writes OUT/results/moe_study.csv (one row per scenario, target, quality mode, batch and gamma),
+OUT/results/moe_validation.csv, OUT/plots/moe_speedup_vs_batch.png and the MoE section of
+OUT/results/summary.txt (the rest of the file, and every other output, is kept). The default run
+(`python run.py`) keeps this section and these files. Bad input: one line, exit status 2.
+"""
+from __future__ import annotations
+
+import sys
+
+from src.config import ConfigError, OneLineArgumentParser
+
+RESULTS = ("results/moe_study.csv", "results/moe_validation.csv")
+# Hugging Face repositories of the draft heads the printed engine settings name (MTP needs none:
+# its layers ship in the target's checkpoint). The head each scenario's acceptance came from.
+HEAD_REPOSITORIES = {
+    "moe-qwen3-30b-a3b-eagle3-h100": "zhuyksir/EAGLE3-Qwen3-30B-A3B-DenseHead",
+    "moe-qwen3-235b-a22b-eagle3-8xh100": "nebius/EAGLE3-Qwen3-235B-A22B-Instruct-2507",
+    "moe-gpt-oss-120b-eagle3-h200": "Dogacel/specdrift-gpt-oss-120b-eagle3",
+    "moe-gpt-oss-120b-eagle3-b200": "Dogacel/specdrift-gpt-oss-120b-eagle3",
+    "moe-mixtral-8x7b-eagle-2xh100": "yuhuili/EAGLE-mixtral-instruct-8x7B",
+}
+
+# Where the head was trained for a sibling checkpoint of the preset's (same config.json shapes),
+# the printed settings name that checkpoint: the acceptance came from it.
+TARGET_REPOSITORIES = {
+    "moe-qwen3-235b-a22b-eagle3-8xh100": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8",
+    "moe-mixtral-8x7b-eagle-2xh100": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+}
+
+
+def build_parser():
+    p = OneLineArgumentParser(prog="run.py moe-study", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=".", help="folder whose results/ and plots/ get the outputs "
+                                              "(default: the repository)")
+    p.add_argument("--no-plots", action="store_true", help="write the numbers only")
+    p.add_argument("--scenario", action="append", default=None,
+                   help="a MoE scenario file (repeatable; default: configs/scenarios/moe-*.toml)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from src.hardware.moe_study import moe_scenario_paths
+    from src.hardware.scenario import load_scenario
+    from src.outputs import prepare, publish
+    try:
+        prepare(args.out)
+        paths = args.scenario or moe_scenario_paths()
+        scenarios = [load_scenario(p) for p in paths]
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from src.costmodel import load_presets
+    from src.hardware import moe_report, moe_validation
+    from src.hardware.moe_plots import PLOT_NAME, plot_moe_speedup
+    from src.hardware.moe_study import run_moe_scenario
+    from src.online.report import existing_outputs
+    from src.reporting import csv_bytes
+    studies = []
+    for sc in scenarios:
+        print(f"moe-study: {sc.name}", file=sys.stderr)
+        studies.append(run_moe_scenario(sc))
+    validation = moe_validation.validation_table()
+    section = moe_report.summary_section(studies, load_presets().models, HEAD_REPOSITORIES,
+                                         TARGET_REPOSITORIES,
+                                         moe_validation.summary_lines(validation))
+    files = existing_outputs(args.out)
+    summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
+    import pandas as pd
+    files["results/summary.txt"] = moe_report.replace_section(summary, section).encode()
+    files["results/moe_study.csv"] = csv_bytes(pd.concat([s.rows for s in studies],
+                                                         ignore_index=True))
+    files["results/moe_validation.csv"] = csv_bytes(validation)
+    if args.no_plots:
+        files.pop(f"plots/{PLOT_NAME}", None)
+    else:
+        files[f"plots/{PLOT_NAME}"] = plot_moe_speedup(studies)
+    publish(args.out, files)
+    print(f"moe-study: wrote {args.out}/results/summary.txt (MoE section), "
+          f"{', '.join(RESULTS)}" + ("" if args.no_plots else f", plots/{PLOT_NAME}"),
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

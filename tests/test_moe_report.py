@@ -1,0 +1,120 @@
+"""The MoE section's engine settings, its place in summary.txt, and the acceptance_length mode."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from src.config import ConfigError, PointAlpha, parse_alpha_distribution
+from src.hardware import moe_report
+from src.hardware.schedules import schedule_ranges
+
+
+def test_acceptance_length_mode_inverts_the_chain_formula():
+    """tau = (1 - a^(g+1)) / (1 - a): SpecForge #339's 1.86 at gamma 3 is a = 0.4945."""
+    mode = parse_alpha_distribution("m", {"kind": "acceptance_length", "tau": 1.86, "gamma": 3})
+    assert isinstance(mode, PointAlpha)
+    a = mode.value
+    assert sum(a ** i for i in range(4)) == pytest.approx(1.86, abs=1e-9)
+    assert a == pytest.approx(0.4945, abs=1e-4)
+    # one draft token: tau = 1 + a exactly (SGLang PR #3582: ~1.9 -> 0.9)
+    one = parse_alpha_distribution("m", {"kind": "acceptance_length", "tau": 1.9, "gamma": 1})
+    assert one.value == pytest.approx(0.9, abs=1e-12)
+
+
+@pytest.mark.parametrize("table, field", [
+    ({"kind": "acceptance_length", "tau": 4.5, "gamma": 3}, "m.tau"),
+    ({"kind": "acceptance_length", "tau": 1.0, "gamma": 3}, "m.tau"),
+    ({"kind": "acceptance_length", "tau": 2.0, "gamma": 0}, "m.gamma"),
+    ({"kind": "acceptance_length", "tau": 2.0}, "m"),
+])
+def test_acceptance_length_mode_refuses_bad_values(table, field):
+    with pytest.raises(ConfigError) as exc:
+        parse_alpha_distribution("m", table)
+    assert str(exc.value).startswith(field)
+
+
+def _best(gammas, speedups):
+    batches = [1, 2, 4, 8, 16, 32]
+    return pd.DataFrame({"batch_size": batches, "gamma": [max(g, 1) for g in gammas],
+                         "schedule_gamma": gammas, "speedup": speedups})
+
+
+def test_vllm_config_names_and_schedule():
+    best = _best([3, 3, 2, 1, 0, 0], [1.6, 1.5, 1.3, 1.1, 0.95, 0.9])
+    cfg = moe_report.vllm_config("eagle3", "org/head", best)
+    assert cfg["method"] == "eagle3" and cfg["model"] == "org/head"
+    assert cfg["num_speculative_tokens"] == 3
+    assert cfg["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 7, 2], [8, 15, 1],
+                                                            [16, 32, 0]]
+    assert cfg["num_speculative_tokens_per_batch_size"] == schedule_ranges(
+        best.batch_size.tolist(), best.schedule_gamma.tolist(), 32)
+    mtp = moe_report.vllm_config("mtp", None, best)
+    assert mtp["method"] == "mtp" and "model" not in mtp  # vLLM loads the target's MTP layers
+    json.dumps(mtp)
+    assert moe_report.vllm_config("eagle3", "x", _best([0] * 6, [0.9] * 6)) is None
+
+
+def test_sglang_flags_per_draft_kind():
+    assert moe_report.sglang_flags("eagle3", "org/head", 2) == (
+        "--speculative-algorithm EAGLE3 --speculative-draft-model-path org/head "
+        "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3")
+    # DeepSeek MTP: SGLang's EAGLE worker (NEXTN is rewritten to EAGLE), draft path defaulted to
+    # the model path for DeepseekV3ForCausalLM, so none is given
+    assert moe_report.sglang_flags("mtp", None, 1) == (
+        "--speculative-algorithm EAGLE --speculative-num-steps 1 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 2")
+
+
+def test_section_is_replaced_in_place_and_kept(tmp_path):
+    section = f"{moe_report.SECTION_BEGIN}\nbody one\n{moe_report.SECTION_END}"
+    text = moe_report.replace_section("study part\n", section)
+    assert text == f"study part\n\n{section}\n"
+    again = moe_report.replace_section(text + "\nlater part\n", section.replace("one", "two"))
+    assert "body two" in again and "body one" not in again and again.endswith("later part\n")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "summary.txt").write_text(again)
+    assert moe_report.kept_section(str(tmp_path)) == section.replace("one", "two")
+    assert moe_report.kept_section(str(tmp_path / "nothing")) is None
+
+
+def test_recommend_prints_eagle3_and_mtp_settings_the_engines_accept():
+    from tests.helpers import run_captured
+    base = ["recommend", "--gpu", "h100-sxm", "--target", "qwen3-30b-a3b-fp8", "--draft",
+            "qwen3-30b-a3b-eagle3", "--acceptance", "0.5", "--batch", "1,8"]
+    rc, out, err = run_captured(base)
+    assert rc == 2 and err.startswith("error: --draft-model-path: --draft qwen3-30b-a3b-eagle3 "
+                                      "needs the EAGLE head's repository")
+    rc, out, err = run_captured(base + ["--draft-model-path", "org/head"])
+    assert rc == 0, err
+    vllm = json.loads(out.split("--speculative-config '", 1)[1].split("'", 1)[0])
+    assert vllm["method"] == "eagle3" and vllm["model"] == "org/head"
+    assert "--speculative-algorithm EAGLE3 --speculative-draft-model-path org/head" in out
+    rc, out, err = run_captured(["recommend", "--gpu", "h200", "--target", "deepseek-v3",
+                                 "--draft", "mtp", "--tp", "8", "--acceptance", "0.875",
+                                 "--batch", "1,8"])
+    assert rc == 0, err
+    vllm = json.loads(out.split("--speculative-config '", 1)[1].split("'", 1)[0])
+    assert vllm["method"] == "mtp" and "model" not in vllm
+    assert "--speculative-algorithm EAGLE --speculative-num-steps" in out
+    assert "--speculative-draft-model-path" not in out
+
+
+def test_a_study_run_keeps_the_moe_section_and_files(tmp_path):
+    """The default run rewrites summary.txt: the moe-study section and outputs stay."""
+    import os
+
+    import run
+    section = f"{moe_report.SECTION_BEGIN}\nthe MoE answers\n{moe_report.SECTION_END}"
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "summary.txt").write_text(f"old study\n\n{section}\n")
+    (tmp_path / "results" / "moe_study.csv").write_text("a\n1\n")
+    fast = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_study.toml")
+    code = run.main(["--batch-sizes", "1,8", "--gammas", "1,2", "--serving-modes",
+                     "continuous_refill", "--quiet", "--no-plots", "--scenario", "reference",
+                     "--config", fast, "--out", str(tmp_path)])
+    assert code == 0
+    summary = (tmp_path / "results" / "summary.txt").read_text()
+    assert "old study" not in summary and summary.rstrip().endswith(section)
+    assert (tmp_path / "results" / "moe_study.csv").read_text() == "a\n1\n"
