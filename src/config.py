@@ -1,8 +1,7 @@
 """Study configuration: frozen dataclasses, validated once at the edge.
 
-Everything a run depends on lives in one `StudyConfig`. It is built from defaults, then a TOML file
-(`--config`), then command-line options, in that order; `build_config` checks every field and
-raises `ConfigError` naming the field and what is allowed. Nothing downstream re-validates.
+One `StudyConfig` holds everything a run depends on: defaults, then a TOML file (`--config`), then
+options; `build_config` checks every field (`ConfigError` names it). Nothing downstream re-checks.
 """
 from __future__ import annotations
 
@@ -15,22 +14,19 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, Union
 
-from src.trees.shape import TreeShape, TreeShapeError, parse_shapes
-from src.trees.siblings import SEQUOIA_VECTOR, SiblingError, parse_vector
+from src.trees import config_rules as tr
 
 QUALITY_MODES = ("homogeneous_good", "homogeneous_mid", "heterogeneous", "bimodal")
 SERVING_MODES = ("static_batch", "continuous_refill")
 VERIFICATION_POLICIES = ("ragged", "lockstep")
 
-# vLLM's largest default max_num_seqs-scale batch; beyond is not a serving batch
-MAX_BATCH_SIZE = 4096
+MAX_BATCH_SIZE = 4096  # vLLM's largest default max_num_seqs-scale batch; beyond is no serving batch
 MAX_GAMMA = 64  # no engine speculates deeper; acceptance^65 is ~0 for any alpha < 0.95
 ALPHA_CLIP = (0.001, 0.999)  # sampled alphas are clipped here so every request has 0 < alpha < 1
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """argparse's formatter, wrapping at spaces only: ids such as homogeneous_mid or h100-sxm and
-    paths are never split across lines."""
+    """argparse's formatter, wrapping at spaces only (ids like h100-sxm, paths: never split)."""
 
     def _split_lines(self, text, width):
         return textwrap.wrap(" ".join(text.split()), width, break_long_words=False,
@@ -43,8 +39,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class _StoreOnce(argparse._StoreAction):
-    """argparse's plain store, except that the same option a second time is refused rather than
-    silently replacing the first value."""
+    """argparse's store, refusing the same option a second time (not silently replacing it)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         given = namespace.__dict__.setdefault("_options_given", set())
@@ -197,14 +192,8 @@ class StudyConfig:
     gammas: tuple[int, ...] = setting(
         (1, 2, 4, 6, 8, 12, 16), "draft tokens proposed per step",
         Rule(lambda n, v, m: _int_list(n, v, 1, MAX_GAMMA), f"1..{MAX_GAMMA}"), option=True)
-    trees: tuple[TreeShape, ...] = setting((), "token-tree shapes S:K:N beside the chains of "
-        "--gammas (SGLang's num_steps, eagle_topk, num_draft_tokens; chains are G:1:G+1)", Rule(
-            lambda n, v, m: _tree_rule(n, v, parse_shapes, "S:K:N shapes, e.g. 5:4:8"),
-            "S:K:N,... with N - 1 <= K + (S - 1) K^2"), option=True)
-    sibling_vector: tuple[float, ...] = setting(SEQUOIA_VECTOR, "Sequoia acceptance vector p_1, "
-        "p_2, ... of the ranked children (trees use the shares p_k / (1 - p_1))", Rule(
-            lambda n, v, m: _tree_rule(n, v, parse_vector, "rates p_1, p_2, ..."),
-            "p_1, then p_2 >= p_3 >= ... >= 0, sum <= 1"))
+    trees: tuple = setting((), tr.TREES_HELP, Rule(*tr.TREES), option=True)  # src/trees/
+    sibling_vector: tuple = setting(tr.SEQUOIA_VECTOR, tr.SIBLINGS_HELP, Rule(*tr.SIBLINGS))
     quality_modes: tuple[str, ...] = setting(
         QUALITY_MODES, "draft-quality modes to run",
         Rule(lambda n, v, m: _name_list(n, v, tuple(m)), "the default quality modes or ones "
@@ -312,14 +301,6 @@ def _int_list(name: str, value: Any, low: int, high: int) -> tuple[int, ...]:
             raise ConfigError(name, f"{n} is listed twice; give each value once")
         out.append(n)
     return tuple(sorted(out))
-
-
-def _tree_rule(name: str, value: Any, parse: Callable, what: str):
-    """A list field checked by src/trees (shapes, the sibling vector)."""
-    try:
-        return parse(list_items(name, value, what))
-    except (TreeShapeError, SiblingError) as e:
-        raise ConfigError(name, str(e)) from None
 
 
 def _name_list(name: str, value: Any, known: tuple[str, ...]) -> tuple[str, ...]:
