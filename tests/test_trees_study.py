@@ -216,3 +216,25 @@ def test_a_chain_written_as_a_tree_policy_is_the_fixed_gamma():
     from src.config import ConfigError
     with pytest.raises(ConfigError, match="exceeds the K"):
         parse_policies("tree:2:2:9", 1, 8, sched)
+
+
+def test_moe_tree_verification_is_the_target_pass_of_its_tokens():
+    """An MoE target's tree verification is its target pass over the B x N tokens (the experts
+    they touch included), plus only the engine's tree extras (none for the ideal engine)."""
+    ideal = HardwareCostModel.from_presets("h100-sxm", "qwen3-30b-a3b-fp8",
+                                           draft="qwen3-30b-a3b-eagle3", engine="ideal")
+    n, ctx = np.array([1, 8, 32]), np.array([2000, 16000, 64000])
+    for s in ("3:2:6", "4:4:16", "6:8:32"):
+        shape = parse_shape(s)
+        assert np.array_equal(verify_ms(ideal, shape, n, ctx),
+                              ideal.target_pass_time_totals(n, ctx, shape.tokens))
+    # more tokens touch more experts: at batch 1 the 32-token tree costs more than 4 tokens
+    # by more than a dense 8B's does (weights of the touched experts are read once per pass)
+    dense = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="eagle",
+                                           engine="ideal")
+    one, c = np.array([1]), np.array([2000])
+
+    def growth(cost):
+        return float(verify_ms(cost, parse_shape("6:8:32"), one, c)[0]
+                     / verify_ms(cost, parse_shape("2:2:4"), one, c)[0])
+    assert growth(ideal) > growth(dense)
