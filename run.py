@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 
-from src import cli
+from src import cli, outputs
 from src.config import ConfigError
 
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 130, 143
@@ -102,10 +102,11 @@ def study(plan: cli.RunPlan, state: dict) -> None:
             background.kill()
     say("writing outputs: results and summary")
     try:
-        paths = analysis.write_outputs(plan.out, cfg, reference, comparison, cost, hardware,
-                                       after_commit=lambda: state.update(published=True),
-                                       quiet=plan.quiet, rendered=rendered, plots=plan.plots,
-                                       trees=reference_trees)
+        with outputs.locked(plan.out, stderr_line):  # the kept files are read under the lock
+            paths = analysis.write_outputs(plan.out, cfg, reference, comparison, cost, hardware,
+                                           after_commit=lambda: state.update(published=True),
+                                           quiet=plan.quiet, rendered=rendered, plots=plan.plots,
+                                           trees=reference_trees)
     except OSError as e:
         raise WriteFailed(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}") from None
     where = (f"{plan.out}/results and {plan.out}/plots" if plan.plots

@@ -114,7 +114,7 @@ def config_from_args(args: argparse.Namespace, measured: dict | None = None) -> 
     if args.config:
         raw = load_toml(args.config)
         try:
-            cfg = build_config(raw, cfg)
+            cfg = build_config(raw, cfg, toml=True)
         except ConfigError as e:
             raise ConfigError(f"--config {args.config}", str(e)) from None
     overrides = {f: getattr(args, f) for f in OPTION_FIELDS if getattr(args, f) is not None}

@@ -1,32 +1,34 @@
 """Study configuration: frozen dataclasses, validated once at the edge.
 
-One `StudyConfig` holds everything a run depends on: defaults, then a TOML file (`--config`), then
-options; `build_config` checks every field (`ConfigError` names it). Nothing downstream re-checks.
+Everything a run depends on lives in one `StudyConfig`. It is built from defaults, then a TOML file
+(`--config`), then command-line options, in that order; `build_config` checks every field and
+raises `ConfigError` naming the field and what is allowed. Nothing downstream re-validates.
 """
 from __future__ import annotations
 
 import argparse
-import copy
-import functools
 import math
 import textwrap
-import tomllib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, Union
 
+from src.errors import ConfigError
+from src.input_files import read_text_file, read_toml  # noqa: F401 (the readers' home here)
 from src.trees import config_rules as tr
 
 QUALITY_MODES = ("homogeneous_good", "homogeneous_mid", "heterogeneous", "bimodal")
 SERVING_MODES = ("static_batch", "continuous_refill")
 VERIFICATION_POLICIES = ("ragged", "lockstep")
 
-MAX_BATCH_SIZE = 4096  # vLLM's largest default max_num_seqs-scale batch; beyond is no serving batch
+# vLLM's largest default max_num_seqs-scale batch; beyond is not a serving batch
+MAX_BATCH_SIZE = 4096
 MAX_GAMMA = 64  # no engine speculates deeper; acceptance^65 is ~0 for any alpha < 0.95
 ALPHA_CLIP = (0.001, 0.999)  # sampled alphas are clipped here so every request has 0 < alpha < 1
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """argparse's formatter, wrapping at spaces only (ids like h100-sxm, paths: never split)."""
+    """argparse's formatter, wrapping at spaces only: ids such as homogeneous_mid or h100-sxm and
+    paths are never split across lines."""
 
     def _split_lines(self, text, width):
         return textwrap.wrap(" ".join(text.split()), width, break_long_words=False,
@@ -39,7 +41,8 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 class _StoreOnce(argparse._StoreAction):
-    """argparse's store, refusing the same option a second time (not silently replacing it)."""
+    """argparse's plain store, except that the same option a second time is refused rather than
+    silently replacing the first value."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         given = namespace.__dict__.setdefault("_options_given", set())
@@ -63,15 +66,6 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
-
-
-class ConfigError(ValueError):
-    """Bad user input. str() is one line: '<field>: <what is allowed>'."""
-
-    def __init__(self, field_name: str, allowed: str):
-        super().__init__(f"{field_name}: {allowed}")
-        self.field_name = field_name
-        self.allowed = allowed
 
 
 @dataclass(frozen=True)
@@ -122,7 +116,7 @@ class BetaAlpha:
 
 @dataclass(frozen=True)
 class MixtureAlpha:
-    weights: tuple[float, ...]  # mixture weights, normalised to sum 1
+    weights: tuple[float, ...]  # mixture weights, summing to 1 (within 1e-6; renormalised)
     components: tuple["AlphaDistribution", ...]  # one distribution per weight
 
 
@@ -250,6 +244,8 @@ def _number(name: str, value: Any, *, integer: bool = False,
                 raise error(name, f"expected {kind}, got {value!r}") from None
         else:
             raise error(name, f"expected a number, got {value!r}")
+    if integer and isinstance(value, float):  # TOML's 1.0 is a float: an int field wants 1
+        raise error(name, f"expected an integer, got {value!r}")
     if integer and (not float(value).is_integer()):
         raise error(name, f"expected an integer, got {value!r}")
     if not math.isfinite(float(value)):
@@ -425,6 +421,9 @@ def alpha_from_acceptance_length(name: str, tau: Any, gamma: Any) -> float:
     return check_alpha(f"{name}.tau", round((lo + hi) / 2, 12))
 
 
+WEIGHT_SUM_TOLERANCE = 1e-6  # mixture weights: room for decimals such as 1/3 written 0.333333
+
+
 def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
     """A TOML table {kind = "point"|"normal"|"uniform"|"beta"|"mixture"|"per_position", ...} ->
     distribution of per-request acceptance."""
@@ -470,6 +469,9 @@ def parse_alpha_distribution(name: str, table: Any) -> AlphaDistribution:
     if any(w < 0 for w in ws) or sum(ws) <= 0:
         raise ConfigError(f"{name}.weights", "weights must be >= 0 with a positive sum")
     total = sum(ws)
+    if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:  # a typo would otherwise be renormalised away
+        raise ConfigError(f"{name}.weights", f"weights {weights} sum to {total:g}; allowed: "
+                          f"weights that sum to 1 (within {WEIGHT_SUM_TOLERANCE:g})")
     components = tuple(parse_alpha_distribution(f"{name}.components[{i}]", c)
                        for i, c in enumerate(comps))
     for i, component in enumerate(components):
@@ -510,47 +512,6 @@ def parse_length_distribution(name: str, table: Any) -> LengthDistribution:
     return LognormalLength(median, sigma, low, high)
 
 
-@functools.lru_cache(maxsize=64)
-def _parse_toml(data: bytes) -> dict:
-    """tomllib's parse of a file's bytes, kept by content: the presets are read many times per run
-    (every cost model built reads them), and tomllib is pure Python (~0.5 ms a file)."""
-    return tomllib.loads(data.decode("utf-8"))
-
-
-def read_text_file(path, field_name: str, expected: str) -> str:
-    """A UTF-8 text file's contents; ConfigError(field_name, ...) saying why it cannot be read and
-    what was expected ("a CSV file") when it is missing, a folder, not text or unreadable."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise ConfigError(field_name, f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError(field_name, f"{path} is a folder; expected {expected}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(field_name, f"{path} is not UTF-8 text; expected {expected}") from None
-    except OSError as e:
-        raise ConfigError(field_name, f"cannot read {path} ({e.strerror})") from None
-
-
-def read_toml(path, field_name: str, error: type[ConfigError] = ConfigError) -> dict:
-    """A TOML file as a dict; error(field_name, ...) when it cannot be read or parsed. The one
-    TOML reader of the project: configs, scenarios, presets and engine profiles all come here."""
-    try:
-        with open(path, "rb") as f:
-            return copy.deepcopy(_parse_toml(f.read()))  # a copy: callers may change theirs
-    except FileNotFoundError:
-        raise error(field_name, f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise error(field_name, f"{path} is a folder; expected a TOML file") from None
-    except OSError as e:
-        raise error(field_name, f"cannot read {path} ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise error(field_name, f"{path} is not UTF-8 text; expected a TOML file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise error(field_name, f"{path} is not valid TOML ({e})") from None
-
-
 def load_toml(path: str) -> dict:
     return read_toml(path, "--config")
 
@@ -559,16 +520,34 @@ RULES: dict[str, Rule] = {f.name: f.metadata["rule"] for f in fields(StudyConfig
                           if f.metadata["rule"] is not None}
 
 
-def build_config(overrides: Mapping[str, Any], base: StudyConfig | None = None) -> StudyConfig:
+def _check_toml_list(name: str, value: Any, kind: str, default: tuple) -> None:
+    """A list field in TOML must be a TOML list (a string '1,2' is the command line's form, a
+    likely mistake in a file), of integers where the field holds integers."""
+    example = ", ".join(f'"{v}"' if isinstance(v, str) else str(v) for v in default[:2])
+    if not isinstance(value, list):
+        raise ConfigError(name, f"expected a TOML list, e.g. {name} = [{example}], got {value!r}")
+    if kind == "tuple[int, ...]":
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int):
+                raise ConfigError(name, f"expected a list of integers, got {item!r} in {value!r}")
+
+
+def build_config(overrides: Mapping[str, Any], base: StudyConfig | None = None,
+                 toml: bool = False) -> StudyConfig:
     """Apply raw overrides (from TOML or the command line) to `base`, validating each field.
 
     Keys are StudyConfig field names; `alpha_modes` is a table of new or redefined quality modes.
-    """
+    `toml`: the values come from a TOML file, so a list field must be a TOML list (the command
+    line's '1,2' is text)."""
     cfg = base or StudyConfig()
     known = tuple(f.name for f in fields(StudyConfig))
     for key in overrides:
         if key not in known:
             raise ConfigError(key, f"unknown configuration key; allowed: {', '.join(known)}")
+    if toml:
+        for f in fields(StudyConfig):
+            if f.name in overrides and str(f.type).startswith("tuple["):
+                _check_toml_list(f.name, overrides[f.name], str(f.type), getattr(cfg, f.name))
     new: dict[str, Any] = {}
     alpha_modes = dict(cfg.alpha_modes)
     if "alpha_modes" in overrides:

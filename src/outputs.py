@@ -15,21 +15,35 @@ staged folders in by rename:
     4. remove the journal                        the commit point: the new set is final
     5. remove the previous and staging folders
 
+A run holds OUT's lock (`locked`: fcntl.flock on the folder itself, so no lock file is left
+behind) from reading the files it keeps, through the swap: two runs into one OUT swap one after
+the other, and each keeps what the other published, read at that moment, not before it simulated.
+A run that finds OUT locked says so once and waits up to LOCK_WAIT_S; then it refuses, leaving the
+previous outputs as they were.
+
 SIGINT and SIGTERM wait while steps 2-4 run. A run killed between 2 and 4 (SIGKILL) leaves the
 journal; the next `prepare` rolls the swap back, restoring the whole previous set. ID is the
 process id plus a random suffix; leftovers of processes still running are left alone.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 import secrets
 import shutil
 import signal
+import time
 
 from src.config import ConfigError
 
 OWNED = ("results", "plots")  # the folders under OUT a run swaps
 PREFIX = ".run-"
+# the longest a run waits for another's swap into the same OUT: the swap itself takes well under
+# a second, and what is done under the lock (reading the kept files, rendering the summary and
+# plots that merge them) a few seconds; this leaves room for a machine under load
+LOCK_WAIT_S = 300.0
 
 
 def join_summary(parts) -> str:
@@ -103,6 +117,32 @@ def _check_folder(path: str) -> None:
                                    "choose another --out")
 
 
+# the longest path under OUT a run writes: OUT/.run-previous-PID-HEX.results/ and a file name
+LONGEST_INSIDE = 100
+
+
+def _check_name_lengths(out: str, existing: str) -> None:
+    """Every folder name of OUT within the file system's NAME_MAX (255 bytes on Linux), and OUT
+    short enough for the files inside it within PATH_MAX, so that creating OUT after the
+    simulation cannot fail with 'File name too long'. ConfigError on --out."""
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+        path_max = os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    for name in os.path.abspath(out).split(os.sep):
+        size = len(os.fsencode(name))
+        if size > name_max:
+            raise ConfigError("--out", f"the folder name '{name[:24]}...' is {size} bytes long; "
+                                       f"allowed: at most {name_max} bytes a name (the file "
+                                       "system's limit)")
+    size = len(os.fsencode(os.path.abspath(out)))
+    if size + LONGEST_INSIDE > path_max:
+        raise ConfigError("--out", f"the path is {size} bytes long; allowed: at most "
+                                   f"{path_max - LONGEST_INSIDE} bytes (the file system's "
+                                   f"{path_max} less what a run writes inside it)")
+
+
 def prepare(out: str) -> None:
     """Before simulating: clean up after killed runs, and make sure the outputs can be written.
 
@@ -116,6 +156,7 @@ def prepare(out: str) -> None:
     probe = os.path.abspath(out)
     while not os.path.exists(probe):  # the nearest existing ancestor must be a writable folder
         probe = os.path.dirname(probe)
+    _check_name_lengths(out, probe)
     if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
         raise ConfigError("--out",
                           f"cannot create or write {out} ({probe} is not a writable folder)")
@@ -130,6 +171,38 @@ def prepare(out: str) -> None:
         folder = os.path.join(out, name)
         if os.path.isdir(folder):
             _check_folder(folder)
+
+
+@contextlib.contextmanager
+def locked(out: str, say=None, wait_s: float = LOCK_WAIT_S):
+    """Hold OUT's exclusive lock inside the block (OUT is created if missing). Another run holding
+    it: `say` one line, then wait up to wait_s and raise OSError(EBUSY) naming OUT. The lock is
+    the kernel's (flock on the folder's descriptor): a killed run releases it. A file system that
+    cannot lock runs unlocked, as before."""
+    os.makedirs(out, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        deadline = None
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is None:
+                    deadline = time.monotonic() + wait_s
+                    if say:
+                        say(f"waiting for another run that is writing its outputs into {out}")
+                elif time.monotonic() > deadline:
+                    raise OSError(errno.EBUSY, f"another run kept {out} locked for {wait_s:g} s; "
+                                  "wait for it to finish or choose another --out") from None
+                time.sleep(0.05)
+            except OSError as e:
+                if e.errno in (errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP):
+                    break  # no locks here: unlocked
+                raise
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _write_file(path: str, data: bytes) -> None:

@@ -149,9 +149,15 @@ def _rows(args) -> list[dict]:
         decode_ms = None
         for t in sorted(set(positions) | {1}):
             # the engine's implementation (kernel counts, attention kernel) shapes the physics
-            r = forward_pass_breakdown(gpu, model, tp, b, t, context[0], presets.params,
-                                       presets.allreduce, engine=profile,
-                                       attention_fits=presets.attention, ep=ep[0])
+            with np.errstate(all="ignore"):  # an overflow is refused below, not warned about
+                r = forward_pass_breakdown(gpu, model, tp, b, t, context[0], presets.params,
+                                           presets.allreduce, engine=profile,
+                                           attention_fits=presets.attention, ep=ep[0])
+            if not np.isfinite([r.total_ms, r.attention_ms, r.lm_head_ms]).all():
+                raise ConfigError("--presets" if args.presets else "--gpu",
+                                  f"{args.gpu} with {args.model} gives a step time of "
+                                  f"{r.total_ms} ms at batch {b}, positions {t}: its figures "
+                                  "overflow the cost model; allowed: datasheet-scale figures")
             overhead = r.overhead_ms + r.launch_ms
             if engine is not None:  # the profile's overhead of this target pass (with launches)
                 overhead = float(engine.target_pass_parts(

@@ -1,5 +1,10 @@
 """Small builders and checks shared by the tests."""
 import io
+import json
+import os
+import resource
+import subprocess
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -69,3 +74,40 @@ def run_main(capsys, argv: list[str]) -> Done:
     """run_captured, for tests that hold pytest's capsys (what they printed before is dropped)."""
     capsys.readouterr()
     return run_captured(argv)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHILD = """
+import json, sys
+sys.path.insert(0, "tests")
+from helpers import run_captured
+for argv in json.loads(sys.argv[1]):
+    done = run_captured(argv)
+    print(json.dumps([argv, done.returncode, done.stderr]), flush=True)
+"""
+
+
+def limit_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+
+def run_cases(cases: list[list[str]], timeout_s: float = 240) -> dict:
+    """{tuple(argv): (exit code, stderr)} of `python run.py ARGV` for each case, run_captured in
+    one child process with a 4 GiB address-space limit and a timeout: for inputs that once hung a
+    run or exhausted memory, so a regression fails the test instead of the machine."""
+    try:
+        done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=timeout_s,
+                              preexec_fn=limit_memory)
+        stdout, stderr = done.stdout, done.stderr
+    except subprocess.TimeoutExpired as e:
+        stdout, stderr = [b.decode() if isinstance(b, bytes) else (b or "")
+                          for b in (e.stdout, e.stderr)]
+    results = {}
+    for line in stdout.splitlines():
+        argv, code, err = json.loads(line)
+        results[tuple(argv)] = (code, err)
+    missing = [c for c in cases if tuple(c) not in results]
+    assert not missing, f"hung or crashed at {missing[0]} (stderr: {stderr[-800:]!r})"
+    return results

@@ -31,13 +31,18 @@ def test_parse_arrival():
             parse_arrival(bad)
 
 
-def test_trace_is_sorted_and_checked(tmp_path):
+def test_trace_is_read_in_order_and_checked(tmp_path):
     f = tmp_path / "t.csv"
-    f.write_text("output_tokens,arrival_s,prompt_tokens,alpha\n5,2.0,10,0.5\n7,1.0,20,0.9\n")
+    f.write_text("output_tokens,arrival_s,prompt_tokens,alpha\n5,1.0,10,0.5\n7,2.0,20,0.9\n")
     t = read_trace(str(f))
     np.testing.assert_array_equal(t.arrival_s, [1.0, 2.0])
-    np.testing.assert_array_equal(t.prompt_tokens, [20, 10])
-    np.testing.assert_array_equal(t.alpha, [0.9, 0.5])
+    np.testing.assert_array_equal(t.prompt_tokens, [10, 20])
+    np.testing.assert_array_equal(t.alpha, [0.5, 0.9])
+    # unsorted arrivals were once re-sorted silently: a shuffled file is refused, naming the line
+    f.write_text("arrival_s,prompt_tokens,output_tokens\n0,5,5\n\n2.0,10,5\n1.0,20,7\n")
+    with pytest.raises(ConfigError, match=r"^--trace: .*t.csv line 5: arrival_s 1 comes before "
+                                          r"line 4's 2; allowed: rows sorted by arrival_s"):
+        read_trace(str(f))
     for text, what in (("arrival_s,prompt_tokens,output_tokens\n-1,5,5\n", "arrival_s"),
                        ("arrival_s,prompt_tokens,output_tokens\n0,5,0\n", "output_tokens"),
                        ("arrival_s,prompt_tokens,output_tokens,alpha\n0,5,5,1\n", "alpha"),

@@ -131,7 +131,8 @@ def test_bad_tp(tmp_path):
     _raises("scenario.tp", _write(tmp_path, GOOD + "tp = 3\n"), "allowed: 1, 2, 4, 8")
     _raises("scenario.tp", _write(tmp_path, GOOD + "tp = 0\n"), "integer >= 1")
     _raises("scenario.draft_tp", _write(tmp_path, GOOD.replace("llama-3.2-1b", "qwen2.5-0.5b")
-                                        + "draft_tp = 4\n"), "allowed: 1, 2")
+                                        + "tokenizer_shared = true\ndraft_tp = 4\n"),
+            "allowed: 1, 2")
     _raises("scenario.draft_tp", _write(tmp_path, GOOD.replace("llama-3.2-1b", "eagle")
                                         + "tp = 2\ndraft_tp = 1\n"), "allowed: 2")
 

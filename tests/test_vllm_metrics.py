@@ -177,9 +177,19 @@ GOOD = vllm_metrics_text({(MODEL, "0"): np.array([0, 1, 2, 3, 3, 2, 1, 3])}, 3)
      "appears twice"),
     (GOOD.replace('position="1"', 'position="one"'), "expected a label position=\"0\""),
     (GOOD.replace('position="1"', 'position="4"'), "expected every position 0..4"),
+    (GOOD.replace(f'accepted_tokens_total{{engine="0",model_name="{MODEL}"}} 15.0',
+                  f'accepted_tokens_total{{engine="0",model_name="{MODEL}"}} 30.0'),
+     "vllm:spec_decode_num_accepted_tokens = 30 exceeds vllm:spec_decode_num_draft_tokens = 24"),
+    (GOOD.replace(f'accepted_tokens_total{{engine="0",model_name="{MODEL}"}} 15.0',
+                  f'accepted_tokens_total{{engine="0",model_name="{MODEL}"}} 12.0'),
+     "the per-position counts sum to 15 but vllm:spec_decode_num_accepted_tokens is 12"),
+    (GOOD.replace(f'draft_tokens_total{{engine="0",model_name="{MODEL}"}} 24.0',
+                  f'draft_tokens_total{{engine="0",model_name="{MODEL}"}} 25.0'),
+     "vllm:spec_decode_num_draft_tokens = 25 exceeds drafts x positions = 8 x 3"),
 ], ids=["no-spec-counters", "empty", "rising", "above-drafts", "zero-rate", "malformed",
         "no-per-pos",
-        "duplicate", "bad-position", "gap"])
+        "duplicate", "bad-position", "gap", "accepted-above-drafted", "per-position-sum",
+        "draft-tokens-above-k"])
 def test_bad_metrics_are_one_line_naming_the_problem(tmp_path, text, needle):
     with pytest.raises(ConfigError) as e:
         load_vllm_acceptance(write(tmp_path, "bad.txt", text))
@@ -193,3 +203,15 @@ def test_missing_file_and_bad_option_value(tmp_path):
         load_vllm_acceptance(str(tmp_path / "nope.txt"))
     with pytest.raises(ConfigError, match="expected FILE or BEFORE,AFTER"):
         load_vllm_acceptance("a,b,c")
+
+
+def test_accepted_above_drafted_is_one_line_from_the_command_line(tmp_path):
+    """It once went on to invert a mean acceptance length above gamma + 1: a traceback."""
+    from helpers import run_captured
+    text = GOOD.replace(f'accepted_tokens_total{{engine="0",model_name="{MODEL}"}} 15.0',
+                        f'accepted_tokens_total{{engine="0",model_name="{MODEL}"}} 30.0')
+    done = run_captured(["--acceptance-from-vllm", write(tmp_path, "m.txt", text),
+                         "--out", str(tmp_path / "out"), "--quiet"])
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: --acceptance-from-vllm: ") and "exceeds" in done.stderr
+    assert not (tmp_path / "out").exists()

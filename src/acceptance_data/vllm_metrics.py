@@ -214,6 +214,7 @@ def derive_acceptance(c: SpecDecodeCounters, option: str = OPTION) -> VllmAccept
                                       "least "
                                       "one acceptance at every position (use a longer window)")
         rates.append(counts[i] / counts[i - 1])
+    _check_totals(c, option)
     if all(r == 1.0 for r in rates):
         raise ConfigError(option, f"{c.source}: every draft token was accepted at every position; "
                                   "expected at least one rejection (a longer window)")
@@ -221,6 +222,33 @@ def derive_acceptance(c: SpecDecodeCounters, option: str = OPTION) -> VllmAccept
     return VllmAcceptance(drafts=c.drafts, draft_tokens=c.draft_tokens, accepted_tokens=accepted,
                           accepted_per_position=c.accepted_per_position, rates=tuple(rates),
                           counters=c)
+
+
+SUM_TOLERANCE = 0.01  # per-position sum vs the accepted counter: a scrape is not atomic
+
+
+def _check_totals(c: SpecDecodeCounters, option: str) -> None:
+    """Totals no engine produces: more draft tokens than drafts x positions, more accepted than
+    drafted tokens, or per-position counts that do not sum to the accepted counter (each accepted
+    token is counted at exactly one position; a /metrics scrape is not atomic, so within
+    SUM_TOLERANCE of it)."""
+    k = len(c.accepted_per_position)
+    if c.draft_tokens is not None and c.draft_tokens > c.drafts * k:
+        raise ConfigError(option, f"{c.source}: {DRAFT_TOKENS} = {c.draft_tokens:g} exceeds drafts "
+                                  f"x positions = {c.drafts:g} x {k}; expected at most {k} draft "
+                                  "tokens a draft (counters of one server)")
+    if c.accepted_tokens is None:
+        return
+    if c.draft_tokens is not None and c.accepted_tokens > c.draft_tokens:
+        raise ConfigError(option, f"{c.source}: {ACCEPTED} = {c.accepted_tokens:g} exceeds "
+                                  f"{DRAFT_TOKENS} = {c.draft_tokens:g}; expected accepted <= "
+                                  "drafted tokens (counters of one server and one window)")
+    total = sum(c.accepted_per_position)
+    if abs(total - c.accepted_tokens) > SUM_TOLERANCE * max(c.accepted_tokens, 1.0):
+        raise ConfigError(option, f"{c.source}: the per-position counts sum to {total:g} but "
+                                  f"{ACCEPTED} is {c.accepted_tokens:g}; expected them equal "
+                                  f"within {SUM_TOLERANCE:.0%} (each accepted token counts at "
+                                  "one position): counters of one server and one window")
 
 
 def load_vllm_acceptance(files: str, model_name: str | None = None,
@@ -251,11 +279,6 @@ def describe(acc: VllmAcceptance) -> list[str]:
     unconditional = ", ".join(f"{n / acc.drafts:.3f}" for n in acc.accepted_per_position)
     lines.append(f"  per-position conditional rates a_i: {conditional}")
     lines.append(f"  unconditional P(accepted length >= i): {unconditional}")
-    if abs(sum(acc.accepted_per_position) - acc.accepted_tokens) > 0.01 * max(acc.accepted_tokens,
-                                                                              1):
-        lines.append(f"  note: per-position counts sum to {sum(acc.accepted_per_position):.0f}, "
-                     "not the "
-                     f"accepted-token counter's {acc.accepted_tokens:.0f} (snapshot not atomic?)")
     if acc.short_drafts:
         lines.append(f"  note: {acc.draft_tokens:.0f} draft tokens < drafts x {acc.positions}: "
                      "some drafts were shorter, so a_1 (drafts as its base) is a lower bound")

@@ -241,7 +241,8 @@ def main(argv: list[str]) -> int:
         cal, rows, presets = run(args.measurements, args.gpu, args.attention_kernel,
                                  args.presets)
     except (ConfigError, CalibrationInputError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        field = "--presets" if exc.field_name == "presets" else exc.field_name  # the file itself
+        print(f"error: {field}: {exc.allowed}", file=sys.stderr)
         return 2
     sys.stdout.write(report(cal, rows, presets,
                             " + ".join(Path(m).name for m in args.measurements)))

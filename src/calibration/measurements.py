@@ -19,11 +19,12 @@ calibration is fitted to); the other H200 session beside the project uses it too
 """
 from __future__ import annotations
 
+import io
 import math
 
 import pandas as pd
 
-from src.config import ConfigError
+from src.config import ConfigError, read_text_file
 
 REQUIRED_COLUMNS = ("model", "mode", "what", "attention_backend", "batch", "positions", "context",
                     "median_ms")
@@ -40,15 +41,10 @@ class CalibrationInputError(ConfigError):
 def read_measurements(path: str, known_models, flag: str = "--measurements") -> pd.DataFrame:
     """The rows of a measurement CSV, checked: every required column present, ids known, sizes
     integers in range, times finite and > 0. Raises CalibrationInputError naming the problem."""
+    text = read_text_file(path, flag, "a CSV file", CalibrationInputError)
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise CalibrationInputError(flag, f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise CalibrationInputError(flag, f"{path} is a folder; expected a CSV file") from None
-    except UnicodeDecodeError:
-        raise CalibrationInputError(flag, f"{path} is not text; expected a CSV file") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError) as exc:
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "no columns"
         raise CalibrationInputError(flag, f"{path} is not a CSV file ({reason})") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]

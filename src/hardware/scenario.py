@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
+
 from src.config import (
     ConfigError,
     FixedLength,
@@ -34,6 +36,7 @@ from src.costmodel import (
     load_presets,
 )
 from src.costmodel.hf_config import looks_like_config_path
+from src.input_files import MAX_TOML_BYTES, read_file_bytes
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
 # draft values that are not model presets (eagle3: a head derived from the target; mtp: the
@@ -42,9 +45,47 @@ SPECIAL_DRAFTS = ("eagle", "eagle3", "mtp", "ngram", "self")
 TARGET_TP_DRAFTS = ("eagle", "eagle3", "mtp", "self")  # drafts that run at the target's tp
 SCENARIO_KEYS = ("name", "description", "gpu", "target", "draft", "tp", "draft_tp",
                  "engine_profiles", "draft_kv_budget_tokens", "memory_reserve_fraction",
-                 "acceptance_source", "presets")
+                 "acceptance_source", "presets", "tokenizer_shared")
 REQUIRED_KEYS = ("name", "gpu", "target", "draft")
 DEFAULT_ENGINE_PROFILES = ("ideal", "vllm-v1")
+# keys of a scenario's [serving] table (read by `run.py serve`, src/online/cli.py)
+SERVING_KEYS = ("engine_profile", "rates", "policies", "workload", "arrival", "slo", "requests",
+                "duration_s", "replications", "quality_mode", "alpha", "max_num_seqs",
+                "max_num_batched_tokens", "max_gamma", "schedule")
+# [serving] values TOML must give as these types (a list where a list is meant, an int where an
+# int is meant); the rest are strings, or (alpha, duration_s) numbers, checked by serve
+_SERVING_INTS = ("requests", "replications", "max_num_seqs", "max_num_batched_tokens",
+                 "max_gamma")
+
+
+def check_serving_table(serving: Any) -> None:
+    """A [serving] table's keys are SERVING_KEYS, its counts TOML integers and its rates a list;
+    ConfigError naming serving.KEY. The study checks it too, though only serve reads it."""
+    if not isinstance(serving, Mapping):
+        raise ConfigError("serving", "expected a table")
+    for key, value in serving.items():
+        if key not in SERVING_KEYS:
+            raise ConfigError(f"serving.{key}", f"unknown key; allowed: {', '.join(SERVING_KEYS)}")
+        if key in _SERVING_INTS and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"serving.{key}", f"expected an integer, got {value!r}")
+        if key == "rates" and not isinstance(value, list):
+            raise ConfigError("serving.rates", f"expected a TOML list, e.g. rates = [1, 2, 4], got "
+                                               f"{value!r}")
+
+
+def check_vocabularies(models: Mapping, target: str, draft: str, field: str) -> None:
+    """A draft model must share the target's vocabulary (vLLM refuses the pair otherwise); an
+    eagle head, n-gram or self draft has no vocabulary of its own. `tokenizer_shared` scenarios
+    skip this call. ConfigError naming `field`, with the drafts allowed."""
+    if draft not in models or target not in models:
+        return
+    target_vocab, draft_vocab = models[target].vocab_size, models[draft].vocab_size
+    if draft_vocab != target_vocab:
+        same = [m for m in sorted(models) if models[m].vocab_size == target_vocab and m != target]
+        raise ConfigError(field, f"{draft} has a {draft_vocab}-token vocabulary, {target} "
+                                 f"{target_vocab}: the draft must share the target's vocabulary "
+                                 "(vLLM refuses the pair); allowed: "
+                                 f"{', '.join(['eagle', 'ngram', *same])}")
 
 
 @dataclass(frozen=True)
@@ -117,6 +158,8 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     for key in data:
         if key not in ("scenario", "study", "serving"):  # [serving]: read by `run.py serve`
             raise ConfigError(key, "unknown table; allowed: scenario, study, serving")
+    if "serving" in data:
+        check_serving_table(data["serving"])
     table = data.get("scenario")
     if not isinstance(table, Mapping):
         raise ConfigError("scenario", "missing [scenario] table")
@@ -157,6 +200,11 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
         draft_is_head = True
     else:
         draft_is_head = draft in TARGET_TP_DRAFTS
+    shared = table.get("tokenizer_shared", False)
+    if not isinstance(shared, bool):
+        raise ConfigError("scenario.tokenizer_shared", f"expected true or false, got {shared!r}")
+    if not shared and not draft_is_head:  # a head maps its own vocabulary onto the target's
+        check_vocabularies(presets.models, target, draft, "scenario.draft")
     tp = _positive_int("tp", table.get("tp", 1))
     try:
         check_tp(presets.model(target), tp)
@@ -180,10 +228,13 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     if not isinstance(engines, list) or not engines:
         raise ConfigError("scenario.engine_profiles",
                           f"expected a non-empty list of: {', '.join(sorted(profiles))}")
-    for engine in engines:
+    for i, engine in enumerate(engines):
         if engine not in profiles:
             raise ConfigError("scenario.engine_profiles",
                               f"unknown {engine!r}; allowed: {', '.join(sorted(profiles))}")
+        if engine in engines[:i]:  # each row of the study would come twice
+            raise ConfigError("scenario.engine_profiles", f"{engine!r} is listed twice; give "
+                                                          "each profile once")
     budget = table.get("draft_kv_budget_tokens")
     if budget is not None:
         budget = _positive_int("draft_kv_budget_tokens", budget)
@@ -211,7 +262,7 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
         raise ConfigError("study.draft_cost", "not used by a scenario: the draft's step time comes "
                                               "from scenario.draft on scenario.gpu; remove it")
     try:
-        study = build_config(study_table)
+        study = build_config(study_table, toml=True)
     except ConfigError as e:
         raise ConfigError(f"study.{e.field_name}", e.allowed) from None
     scenario = Scenario(
@@ -252,8 +303,8 @@ def _preset_paths(value: Any, source_path: str | None) -> tuple[str, ...]:
     for text in value:
         path = Path(text).expanduser()
         path = path if path.is_absolute() else base / path
-        if not path.is_file():
-            raise ConfigError("scenario.presets", f"file not found: {path}")
+        if not path.is_file():  # missing, a folder, a FIFO, a device: say which
+            read_file_bytes(path, "scenario.presets", "a TOML file", max_bytes=MAX_TOML_BYTES)
         out.append(str(path))
     return tuple(out)
 
@@ -287,6 +338,17 @@ def check_memory(scenario: Scenario) -> None:
             f"needs {need_gb:.1f} GB per GPU but {scenario.gpu_id} has {usable_gb:.1f} GB usable; "
             f"allowed: batch sizes up to {largest} at these lengths, a larger tp or shorter "
             "prompts")
+    gamma = max(scenario.study.gammas)
+    for b in sorted({1, batch}):  # a preset's figures can overflow the model (1e-300 TFLOP/s)
+        with np.errstate(all="ignore"):
+            step = cost.step_breakdown(b, gamma, tokens - gamma - 1)  # fits: kv_fits said so
+        times = (step.decode_ms, step.verify_ms, step.draft_ms)
+        if not np.isfinite(times).all():
+            raise ConfigError("scenario.presets" if scenario.preset_paths else "scenario.gpu",
+                              f"{scenario.gpu_id} with {scenario.target_model_id} gives step times "
+                              f"of {', '.join(f'{t:g}' for t in times)} ms at batch {b}, gamma "
+                              f"{gamma}: its figures overflow the cost model; allowed: "
+                              "datasheet-scale figures")
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -226,7 +226,8 @@ def parse_request(argv: list[str]) -> MeasureRequest:
     try:
         presets = load_presets(args.presets)
     except CostModelInputError as exc:
-        raise UsageError(f"--presets: {exc}") from None
+        what = exc.allowed if exc.field_name == "presets" else str(exc)  # the file itself
+        raise UsageError(f"--presets: {what}") from None
     if args.estimate_gpu not in presets.gpus:
         raise UsageError(f"--estimate-gpu: unknown GPU '{args.estimate_gpu}'; known: "
                          f"{', '.join(sorted(presets.gpus))}")

@@ -10,20 +10,22 @@ in vLLM's `benchmark_serving` (which sends one, then sleeps an inter-arrival tim
   scale 1 / (k lambda)), mean 1 / lambda, CV > 1 burstier than Poisson (vLLM's benchmark offers
   the same knob as `--burstiness` = k).
 * Trace: a CSV with a header `arrival_s,prompt_tokens,output_tokens` and optionally `alpha` (the
-  request's per-token acceptance probability); rows sorted by arrival time is not required. Times
-  are seconds from the start; the trace is replayed as is, or its times are scaled so that its
+  request's per-token acceptance probability), rows sorted by arrival time (an unsorted file is
+  refused: a shuffled or concatenated trace is a mistake to see, not to re-sort). Times are
+  seconds from the start; the trace is replayed as is, or its times are scaled so that its
   mean rate is each --rates value.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from src.config import ConfigError
+from src.config import ConfigError, read_text_file
 from src.workload import stream
 
 
@@ -73,7 +75,7 @@ def arrival_times(
 
 @dataclass(frozen=True)
 class Trace:
-    """Requests of a trace file, sorted by arrival; alpha is None when the file has no column."""
+    """Requests of a trace file, in arrival order; alpha is None when the file has no column."""
 
     arrival_s: np.ndarray
     prompt_tokens: np.ndarray
@@ -86,13 +88,8 @@ TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 
 def read_trace(path: str) -> Trace:
     """Read and check a trace CSV; ConfigError naming --trace, the line and the column."""
-    try:
-        with open(path, newline="") as fh:
-            rows = list(csv.reader(fh))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(
-            "--trace", f"cannot read {path} as a CSV text file ({e.__class__.__name__})"
-        ) from None
+    text = read_text_file(path, "--trace", "a CSV file")
+    rows = list(csv.reader(io.StringIO(text)))
     if not rows:
         raise ConfigError(
             "--trace",
@@ -108,9 +105,11 @@ def read_trace(path: str) -> Trace:
         )
     index = {c: header.index(c) for c in (*TRACE_COLUMNS, "alpha") if c in header}
     values = {c: [] for c in index}
+    lines = []  # the file line of each request
     for line_no, row in enumerate(rows[1:], start=2):
         if not any(cell.strip() for cell in row):
             continue
+        lines.append(line_no)
         if len(row) < len(header):
             raise ConfigError(
                 "--trace", f"{path} line {line_no}: {len(row)} fields, expected {len(header)}"
@@ -144,8 +143,14 @@ def read_trace(path: str) -> Trace:
             values[column].append(int(value) if integer else value)
     if not values["arrival_s"]:
         raise ConfigError("--trace", f"{path} has a header but no requests")
-    order = np.argsort(np.asarray(values["arrival_s"]), kind="stable")
-    arrays = {c: np.asarray(v)[order] for c, v in values.items()}
+    arrival = np.asarray(values["arrival_s"])
+    back = np.flatnonzero(np.diff(arrival) < 0)
+    if back.size:  # a shuffled or concatenated file: replaying it re-sorted would hide that
+        i = int(back[0])
+        raise ConfigError("--trace", f"{path} line {lines[i + 1]}: arrival_s {arrival[i + 1]:g} "
+                          f"comes before line {lines[i]}'s {arrival[i]:g}; allowed: rows sorted "
+                          "by arrival_s (sort the file)")
+    arrays = {c: np.asarray(v) for c, v in values.items()}
     return Trace(
         arrival_s=arrays["arrival_s"].astype(float),
         prompt_tokens=arrays["prompt_tokens"].astype(np.int64),

@@ -104,14 +104,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=".", help="output folder (default .)")
     args = ap.parse_args(argv)
     from src.online.report import existing_outputs
-    from src.outputs import prepare, publish
+    from src.outputs import locked, prepare, publish
     from src.reporting import csv_bytes
     prepare(args.out)
     df = run()
-    files = existing_outputs(args.out)
-    files["results/serving_vllm_blog_check.csv"] = csv_bytes(df)
-    files["plots/serving_vllm_blog_check.png"] = plot(df)
-    publish(args.out, files)
+    with locked(args.out, print):  # what other commands wrote, read at swap time
+        files = existing_outputs(args.out)
+        files["results/serving_vllm_blog_check.csv"] = csv_bytes(df)
+        files["plots/serving_vllm_blog_check.png"] = plot(df)
+        publish(args.out, files)
     cols = ["check", "rate_per_s", "tpot_p50_speedup", "tpot_p50_speedup_ci_low",
             "tpot_p50_speedup_ci_high", "mean_batch"]
     print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))

@@ -27,24 +27,8 @@ from src.config import (
     list_items,
     read_toml,
 )
+from src.hardware.scenario import SERVING_KEYS, check_serving_table
 
-SERVING_KEYS = (
-    "engine_profile",
-    "rates",
-    "policies",
-    "workload",
-    "arrival",
-    "slo",
-    "requests",
-    "duration_s",
-    "replications",
-    "quality_mode",
-    "alpha",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_gamma",
-    "schedule",
-)
 DEFAULT_RATES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 DEFAULT_POLICIES = "none,fixed,schedule,adaptive,off-above"
 
@@ -222,18 +206,65 @@ def load_serving_scenario(path: str | None):
         return default_hardware_scenario(), {}
     data = dict(read_toml(path, "--scenario"))
     serving = data.pop("serving", {})
-    if not isinstance(serving, Mapping):
-        raise ConfigError("serving", "expected a table")
-    unknown = sorted(set(serving) - set(SERVING_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"serving.{unknown[0]}", f"unknown key; allowed: {', '.join(SERVING_KEYS)}"
-        )
+    check_serving_table(serving)
     try:
         scenario = scenario_from_dict(data, source_path=path)
     except ConfigError as e:
         raise ConfigError(f"--scenario {path}", str(e)) from None
     return scenario, dict(serving)
+
+
+def check_work(rates, requests, duration, replications, n_policies: int, trace) -> None:
+    """Refuse, before anything is allocated, a sweep whose requests a replication (at the highest
+    rate) exceed MAX_REQUESTS_PER_REPLICATION or whose requests simulated together exceed
+    MAX_REQUEST_ROWS (src/online/config.py), naming the largest value that fits. `requests`,
+    `duration`, `replications`: (value, the option or [serving] key that set it)."""
+    from src.online.config import (
+        BYTES_PER_REQUEST_ROW,
+        MAX_REQUEST_ROWS,
+        MAX_REQUESTS_PER_REPLICATION,
+        arrivals_to_draw,
+    )
+    rate, (n_reps, reps_f), (d, d_f) = max(rates), replications, duration
+    if trace is not None:
+        n, field = len(trace.arrival_s), "--trace"
+    elif d is not None:
+        if rate * d > MAX_REQUESTS_PER_REPLICATION:
+            raise ConfigError(d_f, f"{d:g} s of arrivals at {rate:g} requests/s is about "
+                              f"{rate * d:.3g} requests a replication; allowed: at most "
+                              f"{MAX_REQUESTS_PER_REPLICATION} (as --requests), i.e. up to "
+                              f"{_floor3(MAX_REQUESTS_PER_REPLICATION / rate)} s at {rate:g}/s")
+        n, field = arrivals_to_draw(rate, d), d_f
+    else:
+        n, field = requests
+    rows = n_policies * n_reps * n
+    if rows <= MAX_REQUEST_ROWS:
+        return
+    cap_gb = MAX_REQUEST_ROWS * BYTES_PER_REQUEST_ROW / 1e9
+    per_rep = MAX_REQUEST_ROWS // (n_policies * n_reps)  # requests a replication that fit
+    if trace is not None or per_rep < 1:
+        fits = f"--replications up to {max(MAX_REQUEST_ROWS // (n_policies * n), 0)}"
+        field = reps_f if trace is None else field
+    elif d is not None:
+        low, high = 0.0, d  # the longest duration whose drawn arrivals fit
+        for _ in range(60):
+            mid = (low + high) / 2
+            low, high = (mid, high) if arrivals_to_draw(rate, mid) <= per_rep else (low, mid)
+        fits = f"up to {_floor3(low)} s at {rate:g}/s, or fewer --replications"
+    else:
+        fits = f"up to {per_rep} requests, or fewer --replications"
+    raise ConfigError(field, f"{n_policies} policies x {n_reps} replications x {n} requests is "
+                      f"{rows:.3g} requests simulated together (about "
+                      f"{rows * BYTES_PER_REQUEST_ROW / 1e9:.0f} GB); allowed: at most "
+                      f"{MAX_REQUEST_ROWS:.0e} (about {cap_gb:.0f} GB), i.e. {fits}")
+
+
+def _floor3(x: float) -> str:
+    """x rounded down to 3 significant digits, as text."""
+    if x <= 0:
+        return "0"
+    digits = 2 - math.floor(math.log10(x))
+    return f"{math.floor(x * 10**digits) / 10**digits:g}"
 
 
 def drop_ignored(args: argparse.Namespace, serving: Mapping, trace) -> dict:
@@ -356,15 +387,15 @@ def config_from_args(args: argparse.Namespace):
             f"{max_tokens} is smaller than max_num_seqs ({max_num_seqs}); vLLM "
             "requires max_num_batched_tokens >= max_num_seqs",
         )
-    v, f = pick("max_gamma", "max_gamma", 8)
-    max_gamma = _int(f, v, 1, 32)
+    v, max_gamma_f = pick("max_gamma", "max_gamma", 8)
+    max_gamma = _int(max_gamma_f, v, 1, 32)
     from src.online.policies import BatchSchedule, parse_policies
 
     parse_policies(
         policies, 1, max_gamma, BatchSchedule(((1, 1, 1),), 1), 1, field_name=policies_field
     )  # the syntax, before any cost-model work
-    v, f = pick("replications", "replications", 4)
-    replications = _int(f, v, 2, 10_000)
+    v, reps_f = pick("replications", "replications", 4)
+    replications = _int(reps_f, v, 2, 10_000)
     req_v, req_f = pick("requests", "requests", None)
     dur_v, dur_f = pick("duration_s", "duration_s", None)
     requests = _int(req_f, req_v, 1, 10**6) if req_v is not None else (None if dur_v else 500)
@@ -389,6 +420,10 @@ def config_from_args(args: argparse.Namespace):
             rates = parse_rates(rates_f, rates_v)
     else:
         rates = parse_rates(rates_f, rates_v if rates_v is not None else list(DEFAULT_RATES))
+    n_policies = len(parse_policies(policies, 1, max_gamma, BatchSchedule(((1, 1, 1),), 1), 1,
+                                    field_name=policies_field))
+    check_work(rates, (requests, req_f), (duration, dur_f), (replications, reps_f), n_policies,
+               trace)
     if trace is not None:
         workload, prompt_len, output_len = "trace", None, None
         source = f"{os.path.basename(args.trace)}, {len(trace.arrival_s)} requests."
@@ -431,7 +466,11 @@ def config_from_args(args: argparse.Namespace):
         import json
 
         schedule_json = sched_v if isinstance(sched_v, str) else json.dumps(sched_v)
-        parse_schedule_json(schedule_json, sched_f)
+        table = parse_schedule_json(schedule_json, sched_f)
+        top = min(max(k for _, _, k in table.ranges), table.num_speculative_tokens)
+        if top > max_gamma:  # it would run clamped to max_gamma, yet be reported as given
+            raise ConfigError(sched_f, f"gamma {top} exceeds {max_gamma_f} {max_gamma}; allowed: "
+                                       f"gammas up to {max_gamma}, or a larger {max_gamma_f}")
     seed = _int("--seed", args.seed, 0, 2**63 - 1) if args.seed is not None else scenario.study.seed
     cfg = ServeConfig(
         scenario=scenario,
@@ -475,17 +514,25 @@ def main(argv: list[str]) -> int:
         return 2
     from src.online import report
     from src.online.study import benchmark_line, run_serving
-    from src.outputs import publish
+    from src.outputs import locked, publish
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     result = run_serving(cfg, workers=workers, say=say)
-    # OUT/results and OUT/plots are replaced as one set: keep what other commands wrote there
-    files = report.existing_outputs(out)
-    summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
-    new = report.render(result, cfg, summary, plots=not args.no_plots)
-    for stale in report.SWEEP_PLOTS:
-        files.pop(stale, None)
-    files.update(new)
-    publish(out, files)
+    try:
+        # OUT/results and OUT/plots are replaced as one set: keep what other commands wrote there,
+        # read under OUT's lock, so a run that published meanwhile is kept too
+        with locked(out, lambda msg: print(msg, file=sys.stderr)):
+            files = report.existing_outputs(out)
+            summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
+            new = report.render(result, cfg, summary, plots=not args.no_plots)
+            for stale in report.SWEEP_PLOTS:
+                files.pop(stale, None)
+            files.update(new)
+            publish(out, files)
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: --out: could not write the outputs ({where}{e.strerror or e}); previous "
+              "outputs left as they were", file=sys.stderr)
+        return 2
     say(benchmark_line(result))
     say(f"wrote {', '.join(os.path.join(out, k) for k in new)}")
     return 0

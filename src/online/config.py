@@ -50,3 +50,19 @@ class ServeConfig:
         alpha (the quality mode is then not used), else the mode's name."""
         from_trace = self.trace is not None and self.trace.alpha is not None
         return "trace" if from_trace else self.alpha_mode
+
+
+# -- the work a sweep may ask for, bounded before anything is allocated --------------------------
+MAX_REQUESTS_PER_REPLICATION = 1_000_000  # --requests's cap; --duration-s's arrivals too
+# requests simulated together at one rate (policies x replications x requests a replication): the
+# engine keeps about BYTES_PER_REQUEST_ROW of arrays per request (its per-request state, the
+# request table and the copies that build it), so the cap is about 2 GB per worker process
+MAX_REQUEST_ROWS = 10_000_000
+BYTES_PER_REQUEST_ROW = 200
+
+
+def arrivals_to_draw(rate_per_s: float, duration_s: float) -> int:
+    """Arrivals drawn to cover a --duration-s window at a rate: the expected rate x duration with
+    a margin (30%, 10 Poisson standard deviations and 20); those past the window are dropped."""
+    mean = rate_per_s * duration_s
+    return int(mean * 1.3 + 10 * mean**0.5 + 20)

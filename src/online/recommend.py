@@ -130,15 +130,8 @@ def _check_draft(args) -> None:
     if args.draft not in models and args.draft not in ("eagle", "eagle3", "mtp", "ngram"):
         raise ConfigError("--draft", f"unknown '{args.draft}'; allowed: eagle, ngram or a model "
                                      f"preset ({', '.join(sorted(models))})")
-    if args.draft in models and args.target in models:
-        target_vocab, draft_vocab = models[args.target].vocab_size, models[args.draft].vocab_size
-        if draft_vocab != target_vocab:
-            same = [m for m in sorted(models)
-                    if models[m].vocab_size == target_vocab and m != args.target]
-            raise ConfigError("--draft", f"{args.draft} has a {draft_vocab}-token vocabulary, "
-                                         f"{args.target} {target_vocab}: the draft must share the "
-                                         "target's vocabulary (vLLM refuses the pair); allowed: "
-                                         f"{', '.join(['eagle', 'ngram', *same])}")
+    from src.hardware.scenario import check_vocabularies  # the check scenarios use too
+    check_vocabularies(models, args.target, args.draft, "--draft")
     if args.draft == "ngram":
         for flag, value in (("--draft-model-path", args.draft_model_path),
                             ("--draft-tp", args.draft_tp)):
@@ -300,7 +293,11 @@ def report(args) -> str:
         from src.online.study import run_serving
         cfg = replace(cfg, policies=f"none,schedule,fixed:{sglang_gamma}",
                       schedule_json=json.dumps([list(r) for r in schedule.ranges]))
-        t = run_serving(cfg, workers=None)["table"].set_index(["policy", "rate_per_s"])
+        from src.online.serving_rules import STEADY_WINDOW_E2E, with_steadiness  # serve's rule
+        t = with_steadiness(run_serving(cfg, workers=None)["table"], cfg)
+        t = t.set_index(["policy", "rate_per_s"])
+        bursts = [f"{r:g}/s" for r in rates
+                  if not (t.loc[("schedule", r)].steady_state and t.loc[("none", r)].steady_state)]
         for r in rates:
             row = t.loc[("schedule", r)]
             tpot = 1 / row.tpot_p50_speedup - 1
@@ -346,6 +343,11 @@ def report(args) -> str:
                          "prefill and KV cache and the steps it still speculates in.")
         lines.append("  Below capacity the output throughput follows the offered rate; it shows "
                      "a gain only where the engine saturates.")
+        if bursts:  # as serve marks them (src/online/report.py)
+            lines.append(f"  Bursts, not steady states, at {', '.join(bursts)} (arrival window < "
+                         f"{STEADY_WINDOW_E2E:g}x mean E2E, as serve marks them): these figures "
+                         "hold for such a burst, not for sustained load; more --requests would "
+                         "test one.")
     lines.append("")
     if speculate:
         spec_cfg = vllm_config(cfg, schedule, args.draft_model_path)

@@ -90,6 +90,9 @@ def steady_line(t: pd.DataFrame, rates) -> str:
             f"{rate_label(r)}/s "
             f"({'every policy' if len(ps) == t.policy.nunique() else ', '.join(ps)})"
             for r, ps in sorted(by_rate.items()))
+        if (bad.arrival_window_s >= STEADY_WINDOW_E2E * bad.e2e_mean_s).any():  # too few requests
+            verdict += (f" (fewer than {STEADY_WINDOW_E2E:g} requests a replication are not one at "
+                        "any window)")
     return (
         f"Steady state: a (policy, rate) is one when its arrival window is at least "
         f"{STEADY_WINDOW_E2E:g}x its mean E2E latency (design.md section 15, 'Steady state'); "

@@ -132,5 +132,7 @@ def with_steadiness(table: pd.DataFrame, cfg) -> pd.DataFrame:
     t = table.copy()
     windows = {r: arrival_window_s(cfg, r) for r in t.rate_per_s.unique()}
     t["arrival_window_s"] = t.rate_per_s.map(windows).astype(float)
-    t["steady_state"] = steady_flags(t, windows)
+    # and at least k requests a replication, so start and drain touch at most ~2 / k of them
+    enough = t.requests >= STEADY_WINDOW_E2E * cfg.replications if "requests" in t else True
+    t["steady_state"] = steady_flags(t, windows) & enough
     return t

@@ -22,7 +22,7 @@ from src.config import ConfigError, PerPositionAlpha
 from src.hardware.scenario import max_length_tokens
 from src.online import metrics
 from src.online.arrivals import unit_gaps
-from src.online.config import ServeConfig
+from src.online.config import ServeConfig, arrivals_to_draw
 from src.online.engine import Deployment, Engine, RequestTable, RowGroup
 from src.online.policies import (
     BatchSchedule,
@@ -164,7 +164,7 @@ def _requests_for_rate(cfg: ServeConfig, rate: float, n_policies: int,
             reps.append((arrival, t.prompt_tokens, t.output_tokens, alpha, base.key))
             continue
         if cfg.duration_s is not None:
-            n_max = int(rate * cfg.duration_s * 1.3 + 10 * math.sqrt(rate * cfg.duration_s) + 20)
+            n_max = arrivals_to_draw(rate, cfg.duration_s)  # src/online/config.py bounds it
         else:
             n_max = cfg.requests_per_replication
         gaps = unit_gaps(cfg.seed, cfg.arrival, r, n_max) / rate

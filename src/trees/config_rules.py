@@ -1,10 +1,11 @@
 """The StudyConfig fields of token trees (`trees`, `sibling_vector`): help texts and rules.
 
 src/config.py builds its Rule from (parse, allowed) pairs here; the parse functions import
-src.config only when called, so config.py can import this module (no import loop).
+src.config (list_items) only when called, so config.py can import this module (no import loop).
 """
 from __future__ import annotations
 
+from src.errors import ConfigError
 from src.trees.shape import TreeShapeError, parse_shapes
 from src.trees.siblings import SEQUOIA_VECTOR, SiblingError, parse_vector
 
@@ -17,7 +18,7 @@ SIBLINGS_HELP = ("Sequoia acceptance vector p_1, p_2, ... of the ranked children
 
 
 def _rule(name: str, value, parse, what: str):
-    from src.config import ConfigError, list_items
+    from src.config import list_items  # src.config imports this module
     try:
         return parse(list_items(name, value, what))
     except (TreeShapeError, SiblingError) as e:
