@@ -175,7 +175,14 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
     if os.path.isfile(validation_plot):
         with open(validation_plot, "rb") as f:
             files[validation_plot] = f.read()
-    files[os.path.join(out_dir, "results", "summary.txt")] = join_summary(summary).encode()
+    from src.online.blog_check import with_summary_block
+    from src.online.schedule_note import with_schedule_note
+    text = with_schedule_note(join_summary(summary))
+    blog = kept.get("results/serving_vllm_blog_check.csv")  # kept: say what it found
+    if blog is not None:
+        import io
+        text = with_summary_block(text, pd.read_csv(io.BytesIO(blog)))
+    files[os.path.join(out_dir, "results", "summary.txt")] = text.encode()
     files = {os.path.relpath(path, out_dir).replace(os.sep, "/"): data
              for path, data in files.items()}
     return publish(out_dir, files, owns=study_owns, after_commit=after_commit)

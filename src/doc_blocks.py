@@ -85,9 +85,25 @@ def readme_hardware_headline(hw: pd.DataFrame) -> str:
         rows.append([mode, engine]
                     + [f"{sub.loc[b, 'speedup']:.2f}x (g{sub.loc[b, 'gamma']})" for b in batches])
     text = [md_table(["quality mode", "engine"] + [f"B={b}" for b in batches], rows), ""]
+    b_lo, b_hi = batches[0], batches[-1]
+    for (engine, mode), sub in best.groupby(["engine_profile", "quality_mode"], sort=False):
+        if mode != best.quality_mode.iloc[best.speedup.argmax()]:
+            continue  # the mode with the largest gain: where batching costs most
+        sub = sub.set_index("batch_size")
+        text.append(f"- {mode}, {engine}: best-gamma speedup {sub.loc[b_lo, 'speedup']:.2f}x "
+                    f"(gamma {sub.loc[b_lo, 'gamma']}) at B={b_lo}, "
+                    f"{sub.loc[b_hi, 'speedup']:.2f}x (gamma {sub.loc[b_hi, 'gamma']}) at "
+                    f"B={b_hi} ({sub.loc[b_hi, 'speedup'] / sub.loc[b_lo, 'speedup'] - 1:+.0%}).")
+    at_1 = hw[hw.batch_size == b_lo].groupby("engine_profile").greedy_throughput_tokens_per_s.mean()
+    if "ideal" in at_1 and (at_1.drop("ideal") > at_1["ideal"]).any():
+        faster = at_1.drop("ideal").idxmax()
+        text.append(f"- `ideal` is not a lower bound: at B={b_lo} `{faster}`'s greedy decoding "
+                    f"runs {at_1[faster]:.0f} tokens/s against `ideal`'s {at_1['ideal']:.0f} "
+                    "(its fused kernels; `ideal` is zero CPU cost on plain unfused kernels).")
     for s in schedules.schedules(hw):
         if s["quality_mode"] == "homogeneous_mid":
-            text.append(f"- vLLM schedule, homogeneous_mid, {s['engine_profile']}: "
+            text.append(f"- vLLM schedule for this study's fixed batch (summary H3), "
+                        f"homogeneous_mid, {s['engine_profile']}: "
                         f"`{schedules.vllm_config_json(s)}`")
     return "\n".join(text)
 

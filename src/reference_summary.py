@@ -59,6 +59,27 @@ def pick_safe_gamma(sg: pd.DataFrame) -> int:
     return int(sg.worst_speedup.idxmax())
 
 
+def wider_gammas(gammas) -> str:
+    """A --gammas list that extends the grid above its largest gamma G (to 1.5 G and 2 G)."""
+    top = max(int(g) for g in gammas)
+    extra = sorted({int(np.ceil(1.5 * top)), 2 * top} - {top})
+    return ",".join(str(g) for g in sorted({int(g) for g in gammas} | set(extra)))
+
+
+def grid_edge_lines(best: pd.DataFrame, gammas, keys: list[str], indent: str = "   ") -> list[str]:
+    """Lines flagging the cells (rows of `best`, one per group of `keys`) whose best gamma is the
+    grid's largest: the optimum may lie above the grid. [] where none is."""
+    top = max(int(g) for g in gammas)
+    at_top = best[best.gamma == top]
+    if at_top.empty:
+        return []
+    cells = ["/".join(str(getattr(r, k)) for k in keys) for r in at_top.itertuples()]
+    shown = ", ".join(cells[:6]) + (f" and {len(cells) - 6} more" if len(cells) > 6 else "")
+    return [f"{indent}The best gamma is the grid's largest, {top}, at {len(cells)} of {len(best)} "
+            f"cells ({'/'.join(keys)}: {shown}):",
+            f"{indent}the optimum may lie above the grid: try --gammas {wider_gammas(gammas)}."]
+
+
 def x_ci(row) -> str:
     return f"{row.speedup:.2f}x [{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}]"
 
@@ -142,6 +163,10 @@ def summary_text(cfg: StudyConfig, df: pd.DataFrame, comparison: pd.DataFrame,
                                f"{sub.loc[b, 'speedup_ci_high']:.2f}]"
                                for b in batches])
         out.append(table(["quality mode"] + [f"B={b}" for b in batches], rows, "   "))
+    edge = grid_edge_lines(best, gammas, ["quality_mode", "serving_mode", "batch_size"])
+    if edge:
+        out.append("")
+        out += edge
     out.append("")
     at = " and ".join(f"B={b}" for b in ends)
     out.append(f"   Speedup by gamma at {at} (all serving modes); the rows marked 'closed form' "

@@ -181,3 +181,15 @@ def test_a_single_batch_size_gives_a_summary_without_repeats_or_empty_claims(tmp
     assert "the policies agree" not in text  # only batch size 1 makes ragged and lockstep agree
     if "0 of" in text:
         assert "Worst regressions" not in text
+
+
+def test_a_best_gamma_at_the_top_of_the_grid_is_flagged(tmp_path):
+    """Issue 19: `--alpha 0.95 --gammas 1,2` called gamma 2 optimal, silently; the summary now
+    says the optimum may lie above the grid and which --gammas would test it."""
+    args = ["--scenario", "reference", "--alpha", "0.95", "--gammas", "1,2", "--batch-sizes", "1,4",
+            "--quiet", "--no-plots", "--out", str(tmp_path)]
+    assert run.main(args) == 0
+    text = (tmp_path / "results/summary.txt").read_text()
+    section = text.split("\n2. Which gamma is optimal?")[1].split("\n3. ")[0]
+    assert "The best gamma is the grid's largest, 2, at 4 of 4 cells" in section
+    assert "the optimum may lie above the grid: try --gammas 1,2,3,4." in section

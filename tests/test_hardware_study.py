@@ -229,6 +229,10 @@ def test_scenario_run_writes_its_files_and_answers(hardware_run):
         assert cfg["num_speculative_tokens"] == max(k for _, _, k in entries)
     # a kept gamma that is not the best point estimate is reported with CIs that overlap
     assert "switches gamma only where the" in text
+    # what H3's schedules were optimised for, so that a reader can tell them from serve's
+    h3 = text.split("\nH3. ")[1].split("\nH4. ")[0]
+    assert re.search(r"Optimised for: this study's simulated fixed batch \(every request queued at"
+                     r"\s+time 0, prompts", h3)
     for line in text.splitlines():
         if "is within the CI of the best" in line:
             kept, best = re.findall(r"([\d.]+) \[([\d.]+), ([\d.]+)\]", line)
@@ -279,3 +283,25 @@ def test_committed_hardware_results_are_what_the_code_regenerates():
     committed = committed[(committed.scenario == sc.name) & (committed.engine_profile == "vllm-v1")]
     cfg = replace(sc.study, batch_sizes=(16,), gammas=(3,), quality_modes=("bimodal",))
     assert_rows_match(run_grid(cfg, sc.cost_model("vllm-v1")), committed, 1)
+
+
+def test_optimal_gamma_plot_draws_the_gamma_the_h3_schedule_uses():
+    """Issue 19: the plot showed gamma 5 at B=2-4 where the H3 schedule keeps 4. Its cells are
+    now the schedule's gamma, with the best point estimate noted where it differs."""
+    from src.hardware.plots import optimal_gamma_cells
+    sc = default_hardware_scenario()
+    res = pd.read_csv("results/results.csv")
+    hw = {"scenario": sc, "results": res[res.scenario == sc.name],
+          "steady": pd.read_csv("results/hardware_steady_state.csv")}
+    serving = sc.study.serving_modes[-1]
+    sim = hw["results"][hw["results"].serving_mode == serving]
+    modes, batches = list(dict.fromkeys(sim.quality_mode)), sorted(set(sim.batch_size))
+    cells = optimal_gamma_cells(hw)
+    for s in schedules.schedules(sim):
+        grid, labels = cells[s["engine_profile"]]
+        k = modes.index(s["quality_mode"])
+        for x, b in enumerate(batches):
+            gamma = next(g for lo, hi, g in s["ranges"] if lo <= b <= hi)
+            assert grid[k, x] == gamma and labels[k][x].split("\n")[0] == str(gamma)
+        for r in s["within_ci"].itertuples():
+            assert f"best {r.best_gamma}" in labels[k][batches.index(r.batch_size)]

@@ -38,15 +38,35 @@ def check_vllm_shape(cfg: dict) -> None:
     parse_schedule_json(json.dumps(cfg))  # the project's own copy of vLLM's rules
 
 
+# vLLM v0.6.x's speculative-decoding flags (vllm/engine/arg_utils.py, EngineArgs.add_cli_args,
+# v0.6 series) and the v2 block manager switch its spec decode needed before v0.6.2
+V06_FLAGS = {"--speculative-model", "--num-speculative-tokens",
+             "--speculative-draft-tensor-parallel-size", "--speculative-max-model-len",
+             "--speculative-disable-by-batch-size", "--ngram-prompt-lookup-max",
+             "--ngram-prompt-lookup-min", "--use-v2-block-manager", "--tensor-parallel-size"}
+
+
+def vllm_v06_flags(stdout: str) -> dict:
+    """The flags of the printed `vllm serve` line, {flag: value or None}."""
+    line = re.search(r"^  vllm serve \S+ (.*)$", stdout, re.M).group(1)
+    flags, tokens = {}, line.replace("'[ngram]'", "[ngram]").split()
+    for i, tok in enumerate(tokens):
+        if tok.startswith("--"):
+            nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+            flags[tok] = None if nxt is None or nxt.startswith("--") else nxt
+    return flags
+
+
 def test_batch_mode_prints_a_schedule_vllm_accepts_and_sglang_flags():
+    p = run(*BASE, "--acceptance", "0.7", "--engine", "vllm-v1", "--batch", "1,8,64")
+    assert p.returncode == 0, p.stderr
+    cfg = vllm_config(p.stdout)
+    check_vllm_shape(cfg)
+    assert cfg["method"] == "draft_model" and cfg["model"] == "meta-llama/Llama-3.2-1B"
     p = run(*BASE, "--acceptance", "0.7", "--engine", "vllm-2024", "--batch", "1,8,64")
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert out.startswith("Recommendation: speculate while at most")
-    cfg = vllm_config(out)
-    check_vllm_shape(cfg)
-    assert cfg["method"] == "draft_model" and cfg["model"] == "meta-llama/Llama-3.2-1B"
-    assert cfg["num_speculative_tokens_per_batch_size"][-1][2] == 0  # off at large batch
     flags = re.search(r"launch_server .*", out).group(0)
     steps = int(re.search(r"--speculative-num-steps (\d+)", flags).group(1))
     assert "--speculative-algorithm STANDALONE" in flags
@@ -80,7 +100,86 @@ def test_rate_mode_simulates_serving():
     rows = re.findall(r"^\s+(1|24)\s+[\d.]+\s+([+-]\d+)%", p.stdout, re.M)
     change = {r: int(v) for r, v in rows}
     assert change["1"] < 0  # speculation lowers TPOT at a low rate
-    check_vllm_shape(vllm_config(p.stdout))
+    assert set(vllm_v06_flags(p.stdout)) <= V06_FLAGS
+    assert "Schedule optimised for: the steady state (every sequence at the sharegpt " in p.stdout
+
+
+def test_vllm_2024_prints_the_flags_vllm_06_accepts_not_the_v1_json():
+    """The vllm-2024 profile models vLLM v0.6, whose parser has no --speculative-config and no
+    per-batch-size schedule: the printed line uses only v0.6's flags, with
+    --speculative-disable-by-batch-size where speculation stops paying."""
+    p = run(*BASE, "--acceptance", "0.7", "--engine", "vllm-2024", "--batch", "1,8,64")
+    assert p.returncode == 0, p.stderr
+    assert "num_speculative_tokens_per_batch_size" not in p.stdout
+    assert "--speculative-config" not in p.stdout and "draft_model" not in p.stdout
+    assert "vLLM v0.6 (the engine the vllm-2024 profile models" in p.stdout
+    flags = vllm_v06_flags(p.stdout)
+    assert set(flags) <= V06_FLAGS, flags
+    assert flags["--speculative-model"] == "meta-llama/Llama-3.2-1B"
+    last_on = int(re.search(r"speculate while at most (\d+) sequences", p.stdout).group(1))
+    assert flags["--speculative-disable-by-batch-size"] == str(last_on + 1)
+    gamma = int(flags["--num-speculative-tokens"])
+    assert f"gamma {gamma}, the schedule's at batch 1" in p.stdout
+    p = run("--gpu", "h100-sxm", "--target", "llama-3.1-8b", "--draft", "ngram",
+            "--acceptance", "0.7", "--engine", "vllm-2024", "--batch", "1,4")
+    assert p.returncode == 0, p.stderr
+    flags = vllm_v06_flags(p.stdout)
+    assert set(flags) <= V06_FLAGS and flags["--speculative-model"] == "[ngram]"
+    assert int(flags["--ngram-prompt-lookup-max"]) >= int(flags["--ngram-prompt-lookup-min"])
+
+
+def schedule_ranges(stdout: str) -> list:
+    return vllm_config(stdout)["num_speculative_tokens_per_batch_size"]
+
+
+@pytest.mark.parametrize("args, blips", [
+    (["--gpu", "h200", "--target", "llama-3.1-8b", "--draft", "ngram", "--acceptance", "0.5"], 1),
+    (["--gpu", "h200", "--target", "llama-3.1-70b", "--draft", "llama-3.2-1b", "--acceptance",
+      "0.7", "--tp", "2"], 0),
+])
+def test_schedules_do_not_flip_flop_on_flat_objectives(args, blips):
+    """Issue 19's two cases (19 ranges; one-batch blips such as [85,85,1],[86,86,2],[87,1024,1]):
+    at the default 2% tolerance a schedule has fewer ranges than the per-batch best (--tolerance
+    0), a one-batch range only where the model has a step above the tolerance, and
+    every batch size where gamma rises again gets a line saying why."""
+    p = run(*args)
+    assert p.returncode == 0, p.stderr
+    ranges = schedule_ranges(p.stdout)
+    literal = schedule_ranges(run(*args, "--tolerance", "0").stdout)
+    assert len(ranges) < len(literal) and len(ranges) <= 8, (ranges, literal)
+    assert sum(hi == lo for lo, hi, _ in ranges[:-1]) <= blips, ranges
+    for r0, r1 in zip(ranges, ranges[1:]):
+        if r1[2] > r0[2]:
+            assert f"gamma rises from {r0[2]} to {r1[2]} at batch {r1[0]}: " in p.stdout
+    assert "gamma switches only where another is modelled faster by more than 2%" in p.stdout
+
+
+def test_a_rising_gamma_is_explained():
+    """At a 1% tolerance the 70B TP-2 schedule still rises once with batch size: the output says
+    where and why."""
+    p = run("--gpu", "h200", "--target", "llama-3.1-70b", "--draft", "llama-3.2-1b",
+            "--acceptance", "0.7", "--tp", "2", "--tolerance", "0.01")
+    assert p.returncode == 0, p.stderr
+    ranges = schedule_ranges(p.stdout)
+    ups = [(r1[0], r0[2], r1[2]) for r0, r1 in zip(ranges, ranges[1:]) if r1[2] > r0[2]]
+    assert ups
+    for b, g0, g1 in ups:
+        assert re.search(rf"gamma rises from {g0} to {g1} at batch {b}: \S", p.stdout), p.stdout
+
+
+def test_a_best_gamma_at_max_gamma_is_flagged():
+    p = run(*BASE, "--acceptance", "0.95", "--max-gamma", "4", "--batch", "1,8")
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"The best gamma is --max-gamma 4 at batch 1 \(and at \d+ more batch sizes?, "
+                     r"up to \d+\): "
+                     r"the optimum may lie above the grid: try --max-gamma 8\.", p.stdout)
+    p = run(*BASE, "--acceptance", "0.6", "--batch", "1,8")
+    assert "may lie above the grid" not in p.stdout
+
+
+def test_tolerance_outside_its_range_is_one_line():
+    line = one_line_error(run(*BASE, "--acceptance", "0.7", "--tolerance", "2"), "--tolerance")
+    assert "0..0.5" in line
 
 
 @pytest.mark.parametrize("args, field", [
@@ -134,7 +233,7 @@ def sglang_resolved(flags: str) -> dict:
 
 def sglang_flags_of(stdout: str) -> tuple[str, int]:
     line = re.search(r"launch_server --model-path \S+ (.*)", stdout).group(1)
-    gamma = int(re.search(r"gamma (\d+), the best at batch 1", stdout).group(1))
+    gamma = int(re.search(r"gamma (\d+), the schedule's at batch 1", stdout).group(1))
     return line, gamma
 
 

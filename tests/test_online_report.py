@@ -89,14 +89,15 @@ def test_rate_labels_are_integers_or_three_significant_figures():
         "4", "64", "0.5", "3.79", "12.3"]
 
 
-def test_every_section_marks_a_non_steady_cell_and_says_the_realised_rate():
-    rates, policies = [2.0, 32.0], ["none", "fixed:2", "adaptive"]
+def fake_sweep(rates, policies, e2e_mean_s, tpot_ci_high=lambda p, r: 1.1):
+    """A serving table, config and prepared sweep for summary_section (the fields it reads)."""
     rows = []
     for p in policies:
         for r in rates:
             rows.append(dict(policy=p, rate_per_s=r, slo_attainment=1.0,
-                             e2e_mean_s=1.0 if r == 2 else 10.0, requests=2 * int(r * 60) + 4,
-                             tpot_p50_s=0.01, tpot_p50_speedup=1.0, tpot_p50_speedup_ci_high=1.1,
+                             e2e_mean_s=e2e_mean_s(r), requests=2 * int(r * 60) + 4,
+                             tpot_p50_s=0.01, tpot_p50_speedup=1.0,
+                             tpot_p50_speedup_ci_high=tpot_ci_high(p, r),
                              e2e_p50_speedup_ci_high=1.1, goodput_req_s=r * (1.1 if p ==
                              "adaptive" else 1.0), hindsight_best_fixed="fixed:2",
                              gain_over_best_fixed=1.0, ttft_p50_s=0.1, ttft_p99_s=0.2,
@@ -105,17 +106,25 @@ def test_every_section_marks_a_non_steady_cell_and_says_the_realised_rate():
                              output_throughput_tok_s_ci_high=np.nan, mean_batch=1.0,
                              kv_use=0.1, acceptance_rate=0.7, mean_gamma=2.0))
     t = pd.DataFrame(rows)
-    t.loc[t.policy == "adaptive", "tpot_p50_s"] = 0.005
     sc = SimpleNamespace(name="s", target_model_id="t", draft="d", gpu_id="g", tp=1)
     cfg = SimpleNamespace(duration_s=60.0, trace=None, requests_per_replication=None,
                           replications=2, scenario=sc, engine_profile="e", workload="w",
                           workload_source="x.", arrival=SimpleNamespace(label=lambda: "poisson"),
                           alpha_label="m", alpha_mode="m", confidence=0.95,
                           slo_ttft_s=2.0, slo_tpot_s=0.05, slo_attainment_target=0.9,
-                          limits=SimpleNamespace(max_num_seqs=8, max_num_batched_tokens=64))
+                          limits=SimpleNamespace(max_num_seqs=8, max_num_batched_tokens=64),
+                          schedule_json=None, max_gamma=8)
     kv = SimpleNamespace(kv_capacity_blocks=10)
     prep = SimpleNamespace(hazard_profile=None, default_gamma=2, deployments=[kv, kv],
-                           schedule=SimpleNamespace(ranges=((1, 8, 2),), vllm_json=lambda: "{}"))
+                           schedule=SimpleNamespace(ranges=((1, 8, 2),), vllm_json=lambda: "{}"),
+                           mean_context_tokens=300.0)
+    return t, cfg, prep
+
+
+def test_every_section_marks_a_non_steady_cell_and_says_the_realised_rate():
+    rates, policies = [2.0, 32.0], ["none", "fixed:2", "adaptive"]
+    t, cfg, prep = fake_sweep(rates, policies, lambda r: 1.0 if r == 2 else 10.0)
+    t.loc[t.policy == "adaptive", "tpot_p50_s"] = 0.005
     text = summary_section({"table": t, "prepared": prep}, cfg)
     sections = {k: text.split(f"{k}.")[1].split("\n\n")[0] for k in ("S3", "S4", "S6")}
     # 32/s: a 60 s window holds 6 mean E2E latencies of 10 s, not 20: marked wherever it shows
@@ -128,6 +137,31 @@ def test_every_section_marks_a_non_steady_cell_and_says_the_realised_rate():
     # 2 x (2 x 60) + 4 requests over 2 replications of 60 s: 2.03/s realised, not 2
     assert "Realised arrival rate" in text and "2/s: 2.03/s, 32/s: 32.03/s" in text
     assert "capacity" in text and "> 32/s" not in text
+    assert "Schedule optimised for: the steady state at this workload's mean context (300 " in text
+
+
+def test_a_schedule_at_max_gamma_is_flagged():
+    t, cfg, prep = fake_sweep([2.0], ["none", "fixed:2"], lambda r: 1.0)
+    text = summary_section({"table": t, "prepared": prep}, cfg)
+    assert "may lie above" not in text
+    cfg.max_gamma = 2  # the schedule's (1, 8, 2) reaches it
+    text = summary_section({"table": t, "prepared": prep}, cfg)
+    assert ("the best gamma is --max-gamma 2: the optimum may lie above the grid: try "
+            "--max-gamma 4.") in text
+
+
+def test_s2_names_every_rate_where_speculation_is_slower_not_only_from_one_on():
+    """Issue 19: fixed:5 0.78x at 40/s and 0.61x at 48/s, yet S2 said 'never', because the
+    overloaded top rate was faster again. Every significantly slower rate is named now."""
+    rates = [8.0, 40.0, 48.0, 64.0]
+    slow = {("fixed:5", 40.0), ("fixed:5", 48.0)}
+    t, cfg, prep = fake_sweep(rates, ["none", "fixed:2", "fixed:5"], lambda r: 1.0,
+                              lambda p, r: 0.9 if (p, r) in slow else 1.1)
+    text = summary_section({"table": t, "prepared": prep}, cfg)
+    s2 = text.split("S2.")[1].split("\n\n")[0]
+    row = next(line for line in s2.splitlines() if line.strip().startswith("fixed:5"))
+    assert row.split(None, 1)[1].startswith("40/s, 48/s ")
+    assert "fixed:2  never in the grid" in s2
 
 
 

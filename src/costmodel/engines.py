@@ -54,7 +54,7 @@ class EngineProfile:
     whole GPU-physics pass time: the catch-up pass (the draft re-reading the tokens committed in
     the previous step that its KV cache lacks) is GPU work, but work an ideal engine avoids, so it
     is reported as engine overhead. Every term is 0 where S = 0. The `ideal` profile has every
-    term 0 and factor 1: the GPU-physics bound.
+    term 0 and factor 1: zero overhead on the profile's kernels (not a lower bound).
 
     Mechanisms of today's engines (optional in the TOML; the defaults reproduce the above):
         draft_first_pass_covers_verified: the first draft pass of a step runs over all gamma + 1
@@ -136,7 +136,7 @@ class EngineProfile:
 
     @property
     def is_ideal(self) -> bool:
-        """True when every overhead term is zero (the GPU-physics bound)."""
+        """True when every overhead term is zero (zero overhead on the profile's kernels)."""
         return (self.step_cpu_fixed_ms == self.step_cpu_per_seq_ms == self.draft_pass_cpu_fixed_ms
                 == self.draft_pass_cpu_per_seq_ms == self.ngram_pass_cpu_ms
                 == self.rejection_sampling_per_position_ms == self.kv_bookkeeping_per_seq_ms == 0.0
@@ -147,7 +147,9 @@ class EngineProfile:
 
 
 IDEAL_ENGINE = EngineProfile(
-    name="ideal", description="no CPU, launch or implementation overhead: the GPU-physics bound",
+    name="ideal",
+    description="zero CPU, launch and scheduling cost on plain unfused kernels (sarathi-serve's, "
+                "CUDA graphs): not a lower bound, fused kernels are faster",
     step_cpu_fixed_ms=0.0, step_cpu_per_seq_ms=0.0, draft_pass_cpu_fixed_ms=0.0,
     draft_pass_cpu_per_seq_ms=0.0, ngram_pass_cpu_ms=0.0, rejection_sampling_per_position_ms=0.0,
     kv_bookkeeping_per_seq_ms=0.0, draft_catchup_positions_per_seq=0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from src.hardware.schedules import resolved_gammas
 from src.metrics import best_gamma
 from src.reporting import (
     FONT_PT,
@@ -27,41 +28,61 @@ def plot_speedup_vs_batch(hw: dict):
                              "1.0 = no gain)")
 
 
-def plot_optimal_gamma(hw: dict):
-    """The best gamma per (quality mode, batch size) as a labelled grid per engine profile: the
-    simulated pick in each cell, and in brackets the steady-state closed form's where it differs."""
-    plt = pyplot()
+def optimal_gamma_cells(hw: dict) -> dict:
+    """{engine: (gamma grid [mode, batch], labels)} of plot_optimal_gamma: the gamma the H3
+    schedule uses (schedules.resolved_gammas) and, where they differ, the best point estimate and
+    the steady-state closed form's pick."""
     sim, steady = hw["results"], hw["steady"]
-    serving = hw["scenario"].study.serving_modes[-1]
-    best = best_gamma(sim[sim.serving_mode == serving],
-                      ["engine_profile", "quality_mode", "serving_mode", "batch_size"])
-    modes, engine_names = ordered(sim, "quality_mode"), ordered(sim, "engine_profile")
-    batches = sorted(set(best.batch_size))
-    top = int(max(best.schedule_gamma.max(), 1))
-    cmap = plt.get_cmap("YlGnBu", top + 1)
-    fig, axes = plt.subplots(1, len(engine_names),
-                             figsize=(0.75 * len(batches) * len(engine_names) + 4.5,
-                                                            0.55 * len(modes) + 1.9),
-                             squeeze=False, layout="constrained")
-    for i, e in enumerate(engine_names):
-        ax = axes[0, i]
+    sim = sim[sim.serving_mode == hw["scenario"].study.serving_modes[-1]]
+    modes, batches = ordered(sim, "quality_mode"), sorted(set(sim.batch_size))
+    out = {}
+    for e in ordered(sim, "engine_profile"):
         grid = np.zeros((len(modes), len(batches)), dtype=int)
         labels = [["" for _ in batches] for _ in modes]
         for k, m in enumerate(modes):
-            sub = best[(best.engine_profile == e)
-                       & (best.quality_mode == m)].set_index("batch_size")
+            res = resolved_gammas(sim[(sim.engine_profile == e)
+                                      & (sim.quality_mode == m)]).set_index("batch_size")
             st = steady[(steady.engine_profile == e) & (steady.quality_mode == m)
                         & steady.mean_context]
             closed = best_gamma(st, ["batch_size"]).set_index("batch_size").schedule_gamma
             for x, b in enumerate(batches):
-                g = int(sub.loc[b, "schedule_gamma"])
+                g, pick = int(res.loc[b, "gamma"]), int(res.loc[b, "best_gamma"])
                 grid[k, x] = g
-                same = b not in closed.index or int(closed[b]) == g
-                labels[k][x] = str(g) if same else f"{g} ({int(closed[b])})"
+                notes = [f"best {pick}"] if pick != g else []
+                if b in closed.index and int(closed[b]) != g:
+                    notes.append(f"closed form {int(closed[b])}")
+                labels[k][x] = "\n".join([str(g)] + notes)
+        out[e] = (grid, labels)
+    return out
+
+
+def plot_optimal_gamma(hw: dict):
+    """The gamma the H3 schedule uses per (quality mode, batch size) as a labelled grid per
+    engine profile (schedules.resolved_gammas: a switch only where the CIs separate); under it,
+    where they differ, the best point estimate of the simulation ("best") and the steady-state
+    closed form's pick ("closed form")."""
+    plt = pyplot()
+    sim = hw["results"]
+    serving = hw["scenario"].study.serving_modes[-1]
+    sim = sim[sim.serving_mode == serving]
+    modes, engine_names = ordered(sim, "quality_mode"), ordered(sim, "engine_profile")
+    batches = sorted(set(sim.batch_size))
+    cells = optimal_gamma_cells(hw)
+    best = best_gamma(sim, ["engine_profile", "quality_mode", "batch_size"])
+    top = int(max(best.schedule_gamma.max(), 1))
+    cmap = plt.get_cmap("YlGnBu", top + 1)
+    fig, axes = plt.subplots(1, len(engine_names),
+                             figsize=(0.85 * len(batches) * len(engine_names) + 4.5,
+                                                            0.7 * len(modes) + 2.1),
+                             squeeze=False, layout="constrained")
+    for i, e in enumerate(engine_names):
+        ax = axes[0, i]
+        grid, labels = cells[e]
         im = ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=top + 0.5, aspect="auto")
         for k in range(len(modes)):
             for x in range(len(batches)):
-                ax.text(x, k, labels[k][x], ha="center", va="center", fontsize=FONT_PT + 1,
+                ax.text(x, k, labels[k][x], ha="center", va="center",
+                        fontsize=FONT_PT + 1 if "\n" not in labels[k][x] else FONT_PT - 1,
                         color="white" if grid[k, x] > top / 2 else "black",
                         in_layout=False)  # inside its cell: the layout need not measure it
         ax.set_xticks(range(len(batches)), [str(b) for b in batches])
@@ -69,10 +90,11 @@ def plot_optimal_gamma(hw: dict):
         ax.set_xlabel("batch size (concurrent sequences)")
         ax.set_title(f"engine: {e}", fontsize=FONT_PT + 1)
     fig.colorbar(im, ax=axes, ticks=range(top + 1), shrink=0.9,
-                 label="optimal gamma (draft tokens per step; 0 = speculation off)")
-    fig.suptitle(f"{hw['scenario'].name}: optimal gamma by batch size ({serving}, simulated; in "
-                 "brackets: "
-                 "the steady-state closed form's pick where it differs)", fontsize=FONT_PT + 2)
+                 label="gamma of the H3 schedule (0 = speculation off)")
+    fig.suptitle(f"{hw['scenario'].name}: the gamma the H3 schedule uses by batch size ({serving}, "
+                 "simulated; a switch only where the 95% CIs separate).\nUnder it, where they "
+                 "differ: 'best' = the best point estimate (within the CI of the schedule's), "
+                 "'closed form' = the steady-state pick", fontsize=FONT_PT + 2)
     return fig
 
 

@@ -15,6 +15,7 @@ from src.costmodel import IDEAL_ENGINE, PRESETS_DIR, load_engine_profiles, load_
 from src.hardware import schedules
 from src.metrics import best_gamma
 from src.mode_comparison import comparison_lines
+from src.reference_summary import grid_edge_lines
 from src.reporting import describe_alpha, describe_length, ordered, table
 
 PARAMS_FILE = PRESETS_DIR / "costmodel_params.toml"
@@ -183,6 +184,8 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
                             f"B={', '.join(map(str, below))}")
             out.append(f"   {e}, {m}: {s[batches[0]]:.2f}x at B={batches[0]} -> "
                        f"{s[batches[-1]]:.2f}x at B={batches[-1]}; {verdict}.")
+    out += grid_edge_lines(best[best.serving_mode == serving], sorted(sim.gamma.unique()),
+                           ["engine_profile", "quality_mode", "batch_size"])
     out.append("")
 
     out.append("H2. Crossover batch size: the smallest simulated batch at which speculation is "
@@ -217,7 +220,14 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
                "(else the smallest one)")
     out.append(f"    while that gamma's {cfg.confidence:.0%} CI overlaps the best gamma's; a line "
                "says where it is not the best point")
-    out.append("    estimate (design.md, section 11):")
+    out.append("    estimate (design.md, section 11).")
+    out += textwrap.wrap(
+        "Optimised for: this study's simulated fixed batch (every request queued at time 0, "
+        f"prompts {describe_length(cfg.prompt_len)}, outputs {describe_length(cfg.output_len)}, "
+        f"mean context {hw['mean_context']:.0f} tokens during decoding, decode only), per "
+        "acceptance mode; `serve` and `recommend` optimise for their own context and load (the "
+        "serving section compares its schedule with this one):", 100,
+        initial_indent="    ", subsequent_indent="    ")
     for s in schedules.schedules(sim):
         if s["serving_mode"] != serving:
             continue

@@ -98,6 +98,66 @@ def markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+BLOCK_BEGIN = "=== THE SERVING MODEL AGAINST THE vLLM BLOG (python -m src.online.blog_check) ==="
+BLOCK_END = "=== END vLLM BLOG CHECK ==="
+# the reproduction rule: the blog's figure inside the simulated 95% CI widened by 15% of the
+# figure (the tolerance of the fixed-batch check, design.md 'Published checks')
+TOLERANCE = 0.15
+
+
+def summary_block(df: pd.DataFrame) -> str:
+    """summary.txt's block on the committed check: per setup, the blog's QPS-1 and high-QPS
+    speedups against the simulated ones (1/s; the highest rate), whether each is reproduced, and
+    whether the highest rate is a steady state (arrival window >= 20 mean E2E latencies)."""
+    from src.online.serving_rules import STEADY_WINDOW_E2E
+    lines = [BLOCK_BEGIN,
+             "TPOT p50 speedup of fixed:5 over none (vllm-2024 profile, Llama-3-70B on 4x H100; "
+             f"'reproduced' = the blog's figure inside the 95% CI widened by {TOLERANCE:.0%}):"]
+    misses = []
+    for check, g in df.groupby("check", sort=False):
+        g = g.sort_values("rate_per_s")
+        for label, row, blog in (("QPS 1", g.iloc[0], g.blog_speedup_qps1.iloc[0]),
+                                 ("high QPS", g.iloc[-1], g.blog_speedup_high_qps.iloc[0])):
+            lo, hi = row.tpot_p50_speedup_ci_low, row.tpot_p50_speedup_ci_high
+            ok = lo * (1 - TOLERANCE) <= blog <= hi * (1 + TOLERANCE)
+            window = row.requests / row.replications / row.rate_per_s
+            steady = window >= STEADY_WINDOW_E2E * row.e2e_mean_s
+            lines.append(f"  {check}, {label}: blog {blog:.2f}x, model {row.tpot_p50_speedup:.2f}x "
+                         f"[{lo:.2f}, {hi:.2f}] at {row.rate_per_s:g}/s"
+                         + ("" if steady else f" (a burst of {window:.0f} s, not a steady state)")
+                         + (": reproduced" if ok else ": NOT reproduced"))
+            if not ok and blog < 1.0 < hi * (1 + TOLERANCE):
+                misses.append(f"{check} at {label} ({row.tpot_p50_speedup:.2f}x where the blog "
+                              f"measured {1 / blog:.1f}x slower)")
+    lines.append("  NOT reproduced: the model is known to miss there; do not read its figure as "
+                 "what the engine does (design.md, 'The vLLM blog as a rate curve', says why).")
+    for miss in misses:
+        lines.append(f"  In particular {miss}: not evidence that speculation is harmless at peak.")
+    lines.append(BLOCK_END)
+    return "\n".join(lines)
+
+
+def with_summary_block(summary: str, df: pd.DataFrame | None) -> str:
+    """`summary` with its blog-check block replaced by summary_block(df) (appended where it has
+    none; removed where df is None)."""
+    from src.outputs import join_summary
+    if BLOCK_BEGIN in summary and BLOCK_END in summary:
+        head, rest = summary.split(BLOCK_BEGIN, 1)
+        summary = join_summary([head, rest.split(BLOCK_END, 1)[1]])
+    return summary if df is None else join_summary([summary, summary_block(df)])
+
+
+def block_last(summary: str) -> str:
+    """`summary` with its blog-check block (if any) moved to the end, where every writer puts it,
+    so that summary.txt is the same bytes whichever command ran last."""
+    if BLOCK_BEGIN not in summary or BLOCK_END not in summary:
+        return summary
+    from src.outputs import join_summary
+    head, rest = summary.split(BLOCK_BEGIN, 1)
+    body, tail = rest.split(BLOCK_END, 1)
+    return join_summary([head, tail, BLOCK_BEGIN + body + BLOCK_END])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m src.online.blog_check",
                                  description=__doc__.splitlines()[0])
@@ -111,6 +171,8 @@ def main(argv=None) -> int:
     with locked(args.out, print):  # what other commands wrote, read at swap time
         files = existing_outputs(args.out)
         files["results/serving_vllm_blog_check.csv"] = csv_bytes(df)
+        summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
+        files["results/summary.txt"] = with_summary_block(summary, df).encode()
         files["plots/serving_vllm_blog_check.png"] = plot(df)
         publish(args.out, files)
     cols = ["check", "rate_per_s", "tpot_p50_speedup", "tpot_p50_speedup_ci_low",

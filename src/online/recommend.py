@@ -31,10 +31,13 @@ from src.config import (
     check_alpha,
     list_items,
 )
+from src.online.gamma_rule import SCHEDULE_TOLERANCE, rises, tolerant_gammas, tops_out
 
 FIELD_FLAGS = {"scenario.gpu": "--gpu", "scenario.target": "--target", "scenario.draft": "--draft",
                "scenario.tp": "--tp", "scenario.draft_tp": "--draft-tp"}
 SGLANG_ALGORITHM = {"model": "STANDALONE", "eagle": "EAGLE", "ngram": "NGRAM"}
+# engine profiles of vLLM before V1: they get v0.6's command-line flags, not V1's JSON
+OLD_VLLM_PROFILES = ("vllm-2024",)
 DEFAULT_REQUESTS = 300
 
 
@@ -71,7 +74,23 @@ def make_parser() -> argparse.ArgumentParser:
                                               "not with --draft ngram)")
     p.add_argument("--requests", help=f"requests per replication, only with --rate "
                                       f"(default {DEFAULT_REQUESTS})")
+    p.add_argument("--tolerance", default=str(SCHEDULE_TOLERANCE),
+                   help="switch gamma only where another is modelled to be better by more than "
+                        f"this fraction (default {SCHEDULE_TOLERANCE:g}; 0 = the best gamma at "
+                        "every batch size)")
     return p
+
+
+def _tolerance(text: str) -> float:
+    """--tolerance: a fraction in 0..0.5."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not 0.0 <= x <= 0.5:
+        raise ConfigError("--tolerance", f"'{text}' is not a fraction in 0..0.5 (e.g. 0.02 for "
+                                         "2%)")
+    return x
 
 
 def _ints(flag: str, text: str, low: int, high: int) -> list[int]:
@@ -176,11 +195,15 @@ def build(args):
         requests_per_replication=_int("--requests", args.requests or DEFAULT_REQUESTS, 10, 100_000),
         replications=3,
         limits=EngineLimits(max_seqs, max(8192, max_seqs)), max_gamma=max_gamma)
+    _tolerance(args.tolerance)
     return cfg, batches, rates, context, alpha
 
 
-def schedule_at(cfg, context: int, context_flag: str = "--context"):
-    """(schedule, gamma per batch, speedup per batch, KV tokens) at one context. A context that
+def schedule_at(cfg, context: int, context_flag: str = "--context",
+                tolerance: float = SCHEDULE_TOLERANCE):
+    """(schedule, gamma per batch, speedup per batch, KV tokens, best gamma per batch) at one
+    context: the schedule's gamma per batch size by src/online/gamma_rule.py (a switch only where
+    the gain exceeds `tolerance`), its speedup, and the untolerated best gamma. A context that
     does not fit one sequence (plus max_gamma + 1 speculative slots) in the KV cache of the
     speculative deployment is refused naming `context_flag`."""
     from src.online.policies import compress_schedule, steady_state_gammas
@@ -194,10 +217,13 @@ def schedule_at(cfg, context: int, context_flag: str = "--context"):
                                         f"on {sc.gpu_id} ({kv} tokens, less {cfg.max_gamma + 1} "
                                         f"speculative slots); allowed: up to "
                                         f"{kv - cfg.max_gamma - 1}")
-    gammas, speedups, _ = steady_state_gammas(deps[1].timer, deps[0].timer,
-                                           np.array([cfg.alpha.value]), context,
-                                           cfg.limits.max_num_seqs, cfg.max_gamma, kv_tokens=kv)
-    return compress_schedule(gammas, max(int(gammas.max()), 1)), gammas, speedups, kv
+    best, _, by_gamma = steady_state_gammas(deps[1].timer, deps[0].timer,
+                                            np.array([cfg.alpha.value]), context,
+                                            cfg.limits.max_num_seqs, cfg.max_gamma, kv_tokens=kv)
+    gammas = tolerant_gammas(by_gamma, tolerance)
+    speedups = by_gamma[gammas, np.arange(gammas.size)]
+    speedups[0] = 1.0
+    return compress_schedule(gammas, max(int(gammas.max()), 1)), gammas, speedups, kv, best
 
 
 def vllm_config(cfg, schedule, draft_path: str | None) -> dict:
@@ -220,6 +246,46 @@ def vllm_config(cfg, schedule, draft_path: str | None) -> dict:
     out["num_speculative_tokens"] = schedule.num_speculative_tokens
     out["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule.ranges]
     return out
+
+
+def _kind(draft: str) -> str:
+    """The draft kind of a --draft value: ngram, or src/hardware/moe_report.draft_kind's (eagle,
+    eagle3, mtp, model)."""
+    if draft == "ngram":
+        return draft
+    from src.costmodel import load_presets
+    from src.hardware.moe_report import draft_kind
+    return draft_kind(draft, load_presets().models)
+
+
+def vllm_v06_flags(cfg, gamma: int, draft_path: str | None, off_above: int | None) -> str:
+    """The vLLM v0.6 command-line flags of one fixed gamma (vllm/engine/arg_utils.py of v0.6.x:
+    --speculative-model, with '[ngram]' for prompt lookup; --num-speculative-tokens;
+    --speculative-draft-tensor-parallel-size; --ngram-prompt-lookup-max/-min;
+    --speculative-disable-by-batch-size, which turns speculation off, for good, for the requests
+    running when the running queue holds at least that many: spec_decode_worker.py
+    `_should_disable_all_speculation`; --use-v2-block-manager). An EAGLE head runs at draft TP 1
+    (vLLM's v0 docs, features/spec_decode, 'EAGLE based draft models', which also say v0 reads
+    EAGLE checkpoints converted to its format). v0.6 has no per-batch-size schedule."""
+    sc = cfg.scenario
+    kind = _kind(sc.draft)
+    # v0.6.0 and v0.6.1 refuse speculation without the v2 block manager; later v0.6 releases
+    # make it the default and still accept the flag
+    if kind == "ngram":
+        flags = ["--speculative-model '[ngram]'", f"--num-speculative-tokens {gamma}",
+                 "--ngram-prompt-lookup-max 4", "--ngram-prompt-lookup-min 2"]
+    else:
+        from src.costmodel import load_presets
+        path = draft_path or load_presets().models[sc.draft].hf_name
+        flags = [f"--speculative-model {path}", f"--num-speculative-tokens {gamma}"]
+        if kind == "model" and sc.draft_tp != 1:
+            flags.append(f"--speculative-draft-tensor-parallel-size {sc.draft_tp}")
+        elif kind != "model" and sc.tp != 1:  # v0 runs EAGLE heads without TP (vLLM docs)
+            flags.append("--speculative-draft-tensor-parallel-size 1")
+    flags.append("--use-v2-block-manager")
+    if off_above is not None:
+        flags.append(f"--speculative-disable-by-batch-size {off_above + 1}")
+    return " ".join(flags)
 
 
 def sglang_flags(cfg, gamma: int, draft_path: str | None) -> str:
@@ -263,7 +329,8 @@ def report(args) -> str:
         context = int(round(mean_length(cfg.prompt_len) + mean_length(cfg.output_len) / 2))
         context_flag = "--workload"  # the context is the workload's mean
     context = context or 2048
-    schedule, gammas, speedups, kv = schedule_at(cfg, context, context_flag)
+    tolerance = _tolerance(args.tolerance)
+    schedule, gammas, speedups, kv, best = schedule_at(cfg, context, context_flag, tolerance)
     fits = max(1, min(cfg.limits.max_num_seqs, kv // (context + cfg.max_gamma + 1)))
     if batches is None and rates is None:
         batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if b <= fits]
@@ -349,17 +416,35 @@ def report(args) -> str:
                          "hold for such a burst, not for sustained load; more --requests would "
                          "test one.")
     lines.append("")
+    lines += schedule_notes(cfg, gammas, best, context, tolerance, rates is not None)
+    lines.append("")
     if speculate:
-        spec_cfg = vllm_config(cfg, schedule, args.draft_model_path)
         model = presets.models[sc.target_model_id].hf_name
         tp_flag = f" --tensor-parallel-size {sc.tp}" if sc.tp > 1 else ""
-        lines.append("vLLM (V1 dynamic speculative decoding; gamma by the number of scheduled "
-                     "requests):")
-        lines.append(f"  vllm serve {model}{tp_flag} --speculative-config "
-                     f"'{json.dumps(spec_cfg)}'")
+        if cfg.engine_profile in OLD_VLLM_PROFILES and _kind(sc.draft) in ("eagle3", "mtp"):
+            lines.append(f"vLLM v0.6 (the engine the {cfg.engine_profile} profile models) has no "
+                         f"{_kind(sc.draft)} method; --engine vllm-v1 prices the engine that "
+                         "has and prints its configuration.")
+        elif cfg.engine_profile in OLD_VLLM_PROFILES:
+            off = last_on if last_on < cfg.limits.max_num_seqs else None
+            lines.append(f"vLLM v0.6 (the engine the {cfg.engine_profile} profile models: one "
+                         f"draft length for every batch, gamma {sglang_gamma}, the schedule's at "
+                         "batch 1; it has no per-batch-size schedule"
+                         + (f"; speculation off while more than {last_on} requests run" if off
+                            else "") + "):")
+            lines.append(f"  vllm serve {model}{tp_flag} "
+                         f"{vllm_v06_flags(cfg, sglang_gamma, args.draft_model_path, off)}")
+            lines.append("  (vLLM V1 takes a gamma per batch size: --engine vllm-v1 prices that "
+                         "engine and prints its configuration)")
+        else:
+            spec_cfg = vllm_config(cfg, schedule, args.draft_model_path)
+            lines.append("vLLM (V1 dynamic speculative decoding; gamma by the number of "
+                         "scheduled requests):")
+            lines.append(f"  vllm serve {model}{tp_flag} --speculative-config "
+                         f"'{json.dumps(spec_cfg)}'")
         lines.append("")
-        lines.append(f"SGLang (one draft length for every batch: gamma {sglang_gamma}, the best at "
-                     "batch 1):")
+        lines.append(f"SGLang (one draft length for every batch: gamma {sglang_gamma}, the "
+                     "schedule's at batch 1):")
         tp_flag = f" --tp {sc.tp}" if sc.tp > 1 else ""
         lines.append(f"  python -m sglang.launch_server --model-path {model}{tp_flag} "
                      f"{sglang_flags(cfg, sglang_gamma, args.draft_model_path)}")
@@ -395,9 +480,81 @@ def report(args) -> str:
         lines.append("  - n-gram drafting: prompt_lookup_max 4, prompt_lookup_min 2 (vLLM requires "
                      "prompt_lookup_max for method ngram); acceptance depends on how much output "
                      "repeats the prompt")
-    lines.append("  - vLLM's dynamic speculative decoding (num_speculative_tokens_per_batch_size) "
-                 "is documented as tested with EAGLE/EAGLE-3 and off for data parallel > 1")
+    if cfg.engine_profile in OLD_VLLM_PROFILES:
+        lines.append("  - vLLM v0.6 scores a step by batch expansion (one one-position sequence "
+                     "per verified position; the MQA scorer of v0.6.3 is off under CUDA graphs), "
+                     "which the profile prices")
+    else:
+        lines.append("  - vLLM's dynamic speculative decoding (num_speculative_tokens_per_batch_"
+                     "size) is documented as tested with EAGLE/EAGLE-3 and off for data parallel "
+                     "> 1")
     return "\n".join(lines)
+
+
+def schedule_notes(cfg, gammas, best, context: int, tolerance: float, simulated: bool) -> list:
+    """What the schedule was optimised for, where its gamma rises with batch size and why, and a
+    flag where the best gamma sits at --max-gamma (the optimum may lie above it)."""
+    workload = (f"the {cfg.workload} workload's mean context, {context} tokens (prompt plus half "
+                "the output)" if simulated else f"{context} tokens of context")
+    lines = [f"Schedule optimised for: the steady state (every sequence at {workload}; no "
+             f"queueing, no prefill), acceptance {cfg.alpha.value:g}; gamma switches only where "
+             f"another is modelled faster by more than {tolerance:.0%} (design.md, "
+             "'recommend')" + ("; the table above then simulates it under load." if simulated
+                               else ".")]
+    for b, g0, g1 in rises(gammas):
+        start = b - 1
+        while start > 1 and gammas[start - 1] == g0:
+            start -= 1
+        lines.append(f"  gamma rises from {g0} to {g1} at batch {b}: "
+                     f"{_rise_reason(cfg, b, g0, g1, start)}")
+    if tops_out(best[1:], cfg.max_gamma):
+        at = np.nonzero(best[1:] >= cfg.max_gamma)[0] + 1
+        more = (f"try --max-gamma {min(2 * cfg.max_gamma, 32)}" if cfg.max_gamma < 32
+                else "32 is the largest recommend considers")
+        lines.append(f"  The best gamma is --max-gamma {cfg.max_gamma} at batch {at[0]}"
+                     + (f" (and at {at.size - 1} more batch size"
+                        + ("s" if at.size > 2 else "") + f", up to {at[-1]})" if at.size > 1
+                        else "")
+                     + f": the optimum may lie above the grid: {more}.")
+    return lines
+
+
+def _rise_reason(cfg, b: int, g0: int, g1: int, start: int = 1) -> str:
+    """Why the modelled speedup of gamma g1 overtakes g0's at batch b: where the target pass of
+    either gamma (batch x (gamma + 1) tokens) crosses, at a batch from `start` (where g0's range
+    begins) up to b, a step of the cost
+    model: vLLM's custom all-reduce kernel switch at TP > 1 (src/costmodel/allreduce.py), the
+    GEMM regime above 16 rows (the calibrated small-GEMM weight bandwidth, src/costmodel/
+    roofline.py `gemm_terms_s`) or a new wave of GEMM output tiles; else a step of the modelled
+    kernels in general."""
+    from src.costmodel.roofline import SMALL_GEMM_MAX_ROWS
+    from src.online.study import deployments
+    cost = deployments(cfg)[1].timer.cost
+    c = getattr(cost, "_target_c", None)
+    batches = np.arange(max(start - 1, 1), b + 1)
+    for g in (g0, g1):
+        tokens = batches * (g + 1)
+        ar = getattr(c, "comm_custom", None)
+        if cost.tp > 1 and ar is not None:
+            algo = ar.algorithm(tokens * c.comm_bytes_per_token)
+            switch = np.nonzero(algo[1:] != algo[:-1])[0]
+            if switch.size:
+                i = int(switch[-1]) + 1
+                return (f"at tp {cost.tp} the target pass of gamma {g} switches all-reduce kernel "
+                        f"({algo[i - 1]} -> {algo[i]}, vLLM's custom all-reduce) at {tokens[i]} "
+                        f"tokens ({batches[i]} sequences x {g + 1} positions), a step in its "
+                        "time")
+        if getattr(c, "gemm_weight_small_s", None) is not None:
+            over = np.nonzero((tokens[:-1] <= SMALL_GEMM_MAX_ROWS)
+                              & (tokens[1:] > SMALL_GEMM_MAX_ROWS))[0]
+            if over.size:
+                i = int(over[-1]) + 1
+                return (f"the target pass of gamma {g} grows past {SMALL_GEMM_MAX_ROWS} tokens "
+                        f"({batches[i]} sequences x {g + 1} positions = {tokens[i]}), where the "
+                        "calibrated GEMMs leave their small-row regime: a step in its time, not a "
+                        "trend")
+    return ("a step in the modelled kernel times at this batch size (GEMM wave quantisation or "
+            "attention splits), not a trend")
 
 
 def main(argv: list[str]) -> int:

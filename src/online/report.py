@@ -12,6 +12,9 @@ import os
 import numpy as np
 import pandas as pd
 
+from src.online.blog_check import block_last
+from src.online.gamma_rule import SCHEDULE_TOLERANCE
+from src.online.schedule_note import SECTION_BEGIN, SECTION_END, with_schedule_note
 from src.online.serving_plots import SWEEP_PLOTS
 from src.online.serving_rules import (
     MARK,
@@ -22,13 +25,10 @@ from src.online.serving_rules import (
     duration_to_steady_s,
     rate_label,
     slo_capacity,
-    stops_paying,
+    slower_rates,
     with_steadiness,
 )
 from src.outputs import join_summary
-
-SECTION_BEGIN = "=== SERVING UNDER LOAD (python run.py serve) ==="
-SECTION_END = "=== END SERVING UNDER LOAD ==="
 
 
 def _fmt(v, digits=2):
@@ -118,6 +118,22 @@ def realised_line(t: pd.DataFrame, rates, replications: int) -> str:
 
 
 
+def schedule_label(cfg, prep) -> str:
+    """What the section's schedule was optimised for (the policy `schedule` runs it)."""
+    if cfg.schedule_json is not None:
+        return ("Schedule optimised for: nothing here; it is the one given (--schedule), "
+                "simulated under load in S1-S6.")
+    top = max([int(k) for *_, k in prep.schedule.ranges] + [int(prep.default_gamma)])
+    edge = (f" At batch 1 or in the schedule the best gamma is --max-gamma {cfg.max_gamma}: the "
+            "optimum may lie above the grid: try --max-gamma "
+            f"{min(2 * cfg.max_gamma, 32)}." if top >= cfg.max_gamma else "")
+    return (f"Schedule optimised for: the steady state at this workload's mean context "
+            f"({prep.mean_context_tokens:.0f} tokens: prompt plus half the output; no queueing, no "
+            f"prefill), acceptance {cfg.alpha_mode}, switching gamma only where another is "
+            f"modelled faster by more than {SCHEDULE_TOLERANCE:.0%} (src/online/gamma_rule.py); "
+            "S1-S6 then simulate it under load (policy 'schedule')." + edge)
+
+
 def summary_section(result: dict, cfg) -> str:
     """The serving section of summary.txt (between SECTION_BEGIN and SECTION_END)."""
     t = result["table"]
@@ -162,6 +178,7 @@ def summary_section(result: dict, cfg) -> str:
         "and this workload's mean context (design.md section 11, 'Steady-state closed form'; "
         "the simulated fixed-batch study, with contexts that grow, can pick a neighbouring gamma "
         f"within its CI); schedule: {prep.schedule.vllm_json()}",
+        schedule_label(cfg, prep),
         "",
     ]
     lines.append("S1. TPOT p50 (ms) by policy and rate; speedup over none in parentheses; "
@@ -176,24 +193,25 @@ def summary_section(result: dict, cfg) -> str:
         rows.append(r)
     lines += [_table(["policy"] + [f"{rate_label(x)}/s" for x in rates], rows), ""]
     lines.append(
-        "S2. Where speculation stops paying (TPOT p50 speedup below 1 with its whole "
-        "interval, from this rate on; " + MARK_LEGEND + " for the policy or none)"
+        "S2. Where speculation is slower than none: every rate at which the policy's p50 "
+        "speedup lies below 1 with its whole interval (not only from a rate on: a faster "
+        "overloaded rate above does not hide one); " + MARK_LEGEND + " for the policy or none, "
+        "so only unmarked rates say what sustained load does"
     )
     rows = []
     for p in policies:
         if p == "none":
             continue
-        s = stops_paying(t, p)
-        s_e2e = stops_paying(t, p, "e2e_p50_speedup")
 
-        def cell(rate):
-            if rate is None:
+        def cell(found):
+            if not found:
                 return "never in the grid"
-            at = t.rate_per_s == rate
-            steady = t[at & t.policy.isin([p, "none"])].steady_state.all()
-            return f"{rate_label(rate)}/s" + ("" if steady else MARK)
+            marks = [t[(t.rate_per_s == r) & t.policy.isin([p, "none"])].steady_state.all()
+                     for r in found]
+            return ", ".join(f"{rate_label(r)}/s" + ("" if ok else MARK)
+                             for r, ok in zip(found, marks))
 
-        rows.append([p, cell(s), cell(s_e2e)])
+        rows.append([p, cell(slower_rates(t, p)), cell(slower_rates(t, p, "e2e_p50_speedup"))])
     lines += [_table(["policy", "TPOT p50", "E2E p50"], rows), ""]
     best_of = fixed_policies_label(policies)
     lines.append(
@@ -330,7 +348,8 @@ def render(result: dict, cfg, existing_summary: str, plots: bool = True) -> dict
     files = {
         "results/serving.csv": t.to_csv(index=False, float_format="%.6g",
                                         lineterminator="\n").encode(),
-        "results/summary.txt": replace_section(existing_summary, section).encode(),
+        "results/summary.txt": block_last(with_schedule_note(
+            replace_section(existing_summary, section))).encode(),
     }
     if plots:
         files.update({name: plot(t, cfg) for name, plot in SWEEP_PLOTS.items()})

@@ -8,15 +8,12 @@ import numpy as np
 import pandas as pd
 
 
-def stops_paying(table: pd.DataFrame, policy: str, key: str = "tpot_p50_speedup") -> float | None:
-    """Lowest rate from which the policy's speedup CI lies wholly below 1 at every higher rate."""
+def slower_rates(table: pd.DataFrame, policy: str, key: str = "tpot_p50_speedup") -> list[float]:
+    """Every rate at which the policy's speedup CI lies wholly below 1 (speculation significantly
+    slower than none there), ascending: a rate between two where it pays counts too, so a faster
+    overloaded rate above cannot hide it (summary S2)."""
     t = table[table.policy == policy].sort_values("rate_per_s")
-    below = (t[f"{key}_ci_high"] < 1.0).to_numpy()
-    rates = t.rate_per_s.to_numpy()
-    for i in range(len(rates)):
-        if below[i:].all():
-            return float(rates[i])
-    return None
+    return [float(r) for r in t.rate_per_s[t[f"{key}_ci_high"] < 1.0]]
 
 
 # a rate is a steady state when its arrival window is at least this many mean end-to-end

@@ -24,6 +24,7 @@ from src.online import metrics
 from src.online.arrivals import unit_gaps
 from src.online.config import ServeConfig, arrivals_to_draw
 from src.online.engine import Deployment, Engine, RequestTable, RowGroup
+from src.online.gamma_rule import tolerant_gammas
 from src.online.policies import (
     BatchSchedule,
     NoSpeculation,
@@ -119,7 +120,9 @@ def prepare(cfg: ServeConfig) -> Prepared:
 
         schedule = parse_schedule_json(cfg.schedule_json)
     else:
-        schedule = compress_schedule(gammas, max(int(gammas.max()), 1))
+        tolerant = tolerant_gammas(by_gamma)  # a switch only where the gain exceeds 2%
+        schedule = compress_schedule(tolerant, max(int(tolerant.max()), 1))
+        speedups = by_gamma[tolerant, np.arange(tolerant.size)]
     # off-above's default N: the largest batch at which the default gamma still beats greedy
     off = np.nonzero(by_gamma[default_gamma, 1:] <= 1.0)[0]
     default_off_above = int(off[0]) if off.size else cfg.limits.max_num_seqs

@@ -1,0 +1,65 @@
+"""The rule that turns a speedup per (gamma, batch size) into a gamma schedule with few ranges.
+
+The steady-state best gamma per batch size (src/online/policies.py, `steady_state_gammas`) is the
+argmax of an objective that is flat near its top and carries small steps of the modelled kernels
+(GEMM waves, attention splits, the all-reduce kernel switch at TP > 1): taken literally it
+flip-flops between neighbouring gammas from one batch size to the next (19 ranges for an n-gram
+draft on an H200). A schedule should switch gamma only where the modelled gain is resolved, so:
+
+    g is admissible at batch b when speedup(g, b) x (1 + tolerance) >= max_g' speedup(g', b)
+
+(gamma 0, no speculation, counts with speedup 1), and the schedule is the fewest ranges of
+consecutive batch sizes such that one gamma is admissible at every batch of its range. Covering
+1..B with the fewest such runs is an interval cover: from the first uncovered batch, take the gamma
+whose admissible run reaches farthest; this greedy choice is optimal (any cover's first range ends
+no later, by induction). Among gammas that reach equally far, the one with the highest mean
+speedup over the range wins, then the smaller gamma. Every batch size so loses at most
+`tolerance` of its best modelled speedup, and no range is shorter than the objective forces.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# 2%: the steps of the modelled kernel times between neighbouring batch sizes are 1-3% of the
+# speedup (the H200 n-gram case of issue 19), well inside the cost model's own error against
+# measured step times (summary.txt, 'cost model'); a gain that small is not a reason to switch
+SCHEDULE_TOLERANCE = 0.02
+
+
+def tolerant_gammas(by_gamma: np.ndarray, tolerance: float = SCHEDULE_TOLERANCE) -> np.ndarray:
+    """Gamma per batch size (index 0 unused) by the module's rule.
+
+    by_gamma: [max_gamma + 1, max_batch + 1] speedup of each gamma (row 0: no speculation, 1.0)
+    at each batch size (column 0 unused), as steady_state_gammas returns it. tolerance >= 0; 0
+    gives the per-batch best (ties to the longest run).
+    """
+    s = np.asarray(by_gamma, float)[:, 1:]
+    s[0] = 1.0
+    n_gamma, n_batch = s.shape
+    ok = s * (1.0 + tolerance) >= s.max(axis=0)[None, :]
+    # run[g, b]: how many consecutive batches from b on admit g
+    run = np.zeros((n_gamma, n_batch + 1), np.int64)
+    for b in range(n_batch - 1, -1, -1):
+        run[:, b] = np.where(ok[:, b], run[:, b + 1] + 1, 0)
+    out = np.zeros(n_batch + 1, np.int64)
+    b = 0
+    while b < n_batch:
+        far = int(run[:, b].max())
+        cands = np.nonzero(run[:, b] == far)[0]
+        means = s[cands, b:b + far].mean(axis=1)
+        g = int(cands[np.argmax(means)])  # argmax: the first (smallest) of equal means
+        out[1 + b:1 + b + far] = g
+        b += far
+    return out
+
+
+def rises(gammas: np.ndarray) -> list[tuple[int, int, int]]:
+    """(batch, gamma before, gamma from there) wherever the schedule's gamma goes up with batch
+    size (index 0 of `gammas` unused)."""
+    g = np.asarray(gammas)
+    return [(b, int(g[b - 1]), int(g[b])) for b in range(2, g.size) if g[b] > g[b - 1]]
+
+
+def tops_out(gammas: np.ndarray, max_gamma: int) -> bool:
+    """Whether the schedule uses the largest gamma considered: the optimum may lie above it."""
+    return int(np.max(gammas)) >= max_gamma
