@@ -1,5 +1,6 @@
-"""The serving engine (src/online/engine.py): exactness of the stretch path, accounting
-identities, preemption, and the checks of the serving model against the fixed-batch study."""
+"""The serving engine (src/online/engine.py): the compiled loop against the numpy engine step by
+step, exactness of the numpy engine's stretch path, accounting identities, preemption, and the
+checks of the serving model against the fixed-batch study."""
 
 from dataclasses import fields, replace
 
@@ -10,26 +11,26 @@ from src.acceptance import hazard_profile
 from src.config import FixedLength
 from src.costmodel import HardwareCostModel
 from src.online.arrivals import ArrivalProcess, arrival_times
-from src.online.counter_rng import request_keys
+from src.online.counter_rng import request_keys, uniform_one, uniform_open_closed
 from src.online.engine import (
+    CompiledEngine,
     Deployment,
     Engine,
     EngineLimits,
     EngineResult,
+    NumpyEngine,
     RequestTable,
     RowGroup,
     percentile_75,
 )
-from src.online.policies import FixedGamma, NoSpeculation
+from src.online.policies import Adaptive, BatchSchedule, FixedGamma, NoSpeculation, OffAbove
 from src.online.steptime import StepTimer, kv_capacity_tokens
 from src.workload import stream
 
 
-def _deployments(engine="vllm-2024", kv_blocks=None):
-    spec = HardwareCostModel.from_presets(
-        "h100-sxm", "llama-3.1-8b", draft="llama-3.2-1b", engine=engine
-    )
-    plain = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="ngram", engine=engine)
+def _deployments(engine="vllm-2024", kv_blocks=None, gpu="h100-sxm"):
+    spec = HardwareCostModel.from_presets(gpu, "llama-3.1-8b", draft="llama-3.2-1b", engine=engine)
+    plain = HardwareCostModel.from_presets(gpu, "llama-3.1-8b", draft="ngram", engine=engine)
     out = []
     for cost, s in ((plain, False), (spec, True)):
         blocks = kv_blocks or kv_capacity_tokens(cost, 64) // 16
@@ -66,7 +67,7 @@ def test_stretches_equal_single_steps():
     """Advancing a row through a stretch of decode steps gives exactly what single steps give
     (same draws, same step times), for greedy and speculative rows."""
     args = _run([NoSpeculation(), FixedGamma(3)], reps=2, n=30, rate=3.0, output=(2, 120))
-    fast = Engine(*args, max_gamma=4).run()
+    fast = Engine(*args, max_gamma=4, compiled=False).run()
     slow = Engine(*args, max_gamma=4, allow_segments=False).run()
     assert fast.steps.sum() == slow.steps.sum()
     np.testing.assert_allclose(fast.finish_s, slow.finish_s, rtol=1e-9)
@@ -160,9 +161,9 @@ def test_one_decode_call_for_both_deployments_gives_the_same_numbers():
     CPU with GPU (the branch where the draft's time enters the target pass)."""
     deps = _deployments("vllm-v1", kv_blocks=150)
     args = _run([NoSpeculation(), FixedGamma(3)], reps=2, n=30, rate=30.0, deps=deps)
-    shared = Engine(*args, max_gamma=4)
+    shared = Engine(*args, max_gamma=4, compiled=False)
     assert shared.decode_host == 1
-    apart = Engine(*args, max_gamma=4)
+    apart = Engine(*args, max_gamma=4, compiled=False)
     apart.decode_host = None
     a, b = shared.run(), apart.run()
     assert a.preemptions.sum() > 0
@@ -182,7 +183,7 @@ def test_per_position_stretches_equal_single_steps_and_equal_steps_are_iid():
     args = _run([NoSpeculation(), FixedGamma(4)], reps=1, n=16, rate=3.0, output=(2, 60))
     profile = hazard_profile((0.79, 0.74, 0.72, 0.73, 0.67), 4)
     pp = _with_profile(args, profile)
-    fast = Engine(*pp, max_gamma=4).run()
+    fast = Engine(*pp, max_gamma=4, compiled=False).run()
     slow = Engine(*pp, max_gamma=4, allow_segments=False).run()
     assert fast.steps.sum() == slow.steps.sum()
     np.testing.assert_array_equal(fast.accepted_drafts, slow.accepted_drafts)
@@ -204,3 +205,86 @@ def test_a_stretch_that_fills_the_kv_cache_stops_there_without_a_memory_error():
     res = Engine(*args, max_gamma=4).run()
     assert np.isfinite(res.finish_s).all()
     assert res.preemptions.sum() > 0
+
+
+def _assert_same(a: EngineResult, b: EngineResult):
+    for f in fields(EngineResult):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if np.asarray(x).dtype.kind in "iub":
+            np.testing.assert_array_equal(x, y, err_msg=f.name)
+        else:
+            np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12, err_msg=f.name)
+
+
+SCHEDULE = BatchSchedule(((1, 3, 4), (4, 8, 2), (9, 64, 1)), 4)
+COMPILED_CASES = {
+    # every policy kind the compiled loop runs, prefill chunks competing for a small budget
+    "policies": dict(policies=[NoSpeculation(), FixedGamma(3), SCHEDULE, Adaptive(4),
+                               OffAbove(3, 2)], n=50, rate=12.0, limits=EngineLimits(64, 512)),
+    # a KV cache that forces preemption and recomputation, on an engine that overlaps CPU/GPU
+    "preemption": dict(policies=[NoSpeculation(), FixedGamma(3), Adaptive(4)], n=40, rate=40.0,
+                       deps=("vllm-v1", 150)),
+    # attention kernels fitted on the H200 (the vllm-v1 profile's `best` kernel)
+    "fitted-kernels": dict(policies=[NoSpeculation(), FixedGamma(3), Adaptive(4)], n=40,
+                           rate=10.0, deps=("vllm-v1", None, "h200")),
+    # the per-position acceptance law (EAGLE's falling rates)
+    "per-position": dict(policies=[FixedGamma(4), Adaptive(4)], n=30, rate=3.0,
+                         profile=(0.79, 0.74, 0.72, 0.73, 0.67)),
+}
+
+
+@pytest.mark.parametrize("case", COMPILED_CASES, ids=str)
+def test_compiled_engine_equals_the_numpy_engine_step_by_step(case):
+    """The compiled loop (src/online/engine_loop.py) gives the numpy engine's single-step numbers:
+    the same steps, draws, preemptions and histograms, times to 1e-9 (the step prices agree to
+    rounding, tests/test_online_step_prices.py)."""
+    kw = dict(COMPILED_CASES[case])
+    profile = kw.pop("profile", None)
+    dep = kw.pop("deps", None)
+    args = _run(kw.pop("policies"), reps=2, deps=dep and _deployments(*dep), **kw)
+    if profile is not None:
+        args = _with_profile(args, hazard_profile(profile, 4))
+    compiled = Engine(*args, max_gamma=4)
+    assert isinstance(compiled, CompiledEngine)
+    a = compiled.run()
+    b = Engine(*args, max_gamma=4, allow_segments=False).run()
+    if case == "preemption":
+        assert a.preemptions.sum() > 0
+    assert a.proposed_drafts.sum() > 0
+    _assert_same(a, b)
+
+
+def test_the_compiled_engine_is_deterministic():
+    args = _run([NoSpeculation(), FixedGamma(3), Adaptive(4)], reps=2, n=40, rate=8.0)
+    a, b = Engine(*args, max_gamma=4).run(), Engine(*args, max_gamma=4).run()
+    for f in fields(EngineResult):
+        np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
+
+
+class _SlotReader:
+    """A policy reading the slots that is not `adaptive`: the compiled loop cannot run it."""
+
+    name = "slot-reader"
+    reads_slot_state = True
+    speculative = True
+
+    def gammas(self, view):
+        return np.where(view.context.max(axis=1) > 300, 1, 3)
+
+
+def test_policies_without_a_compiled_form_run_in_numpy():
+    args = _run([NoSpeculation(), _SlotReader()], reps=1, n=20, rate=4.0)
+    engine = Engine(*args, max_gamma=4)
+    assert isinstance(engine, NumpyEngine)
+    assert engine.run().proposed_drafts[1] > 0
+    with pytest.raises(ValueError, match="compiled engine runs"):
+        Engine(*args, max_gamma=4, compiled=True)
+
+
+def test_compiled_uniforms_are_the_numpy_ones():
+    rng = np.random.default_rng(2)
+    keys = request_keys(rng, 2000)
+    counters = rng.integers(0, 10**9, 2000)
+    ref = uniform_open_closed(keys, counters)
+    got = np.array([uniform_one(k, int(c)) for k, c in zip(keys, counters)])
+    np.testing.assert_array_equal(got, ref)

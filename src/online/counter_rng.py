@@ -11,6 +11,9 @@ a replication's numbers do not depend on which other rows are simulated beside i
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+
+from src.online import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -46,10 +49,29 @@ def accepted_drafts(key: np.ndarray, counter: np.ndarray, alpha: np.ndarray, gam
     being the request's representative rate exp(-s Cbar), src.acceptance),
     K = min(#{i : D_i <= E / -ln alpha}, gamma), so P(K >= i) = alpha^(D_i) = prod_{j <= i} a_j.
     E / -ln alpha is computed as ln U / ln alpha, the same float as the i.i.d. path, so the profile
-    D_i = i gives the i.i.d. K bit for bit. The profile needs at least max(gamma) positions."""
+    D_i = i gives the i.i.d. K bit for bit. The profile needs at least max(gamma) positions.
+
+    The compiled engine (src/online/engine_loop.py) takes the same K from the same U by
+    comparisons, K = #{i <= gamma : U <= alpha^(D_i)} (thresholds exp(D_i ln alpha) computed once
+    per request): the same law, and the same K as here except where U falls within rounding of a
+    threshold (about 1e-16 of the draws)."""
     u = uniform_open_closed(key, counter)
     if hazard_profile is None:
         k = (np.log(u) / np.log(alpha)).astype(np.int64)
     else:
         k = np.searchsorted(hazard_profile, np.log(u) / np.log(alpha), side="right")
     return np.minimum(k, gamma)
+
+
+_G, _A, _B = (np.uint64(x) for x in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+@njit(cache=True)
+def uniform_one(key, counter):
+    """uniform_open_closed of one (uint64 key, int counter): the same integer operations (uint64
+    arithmetic wraps as numpy's does), the same float, for the compiled engine."""
+    z = key + (np.uint64(counter) + np.uint64(1)) * _G
+    z = (z ^ (z >> np.uint64(30))) * _A
+    z = (z ^ (z >> np.uint64(27))) * _B
+    z = z ^ (z >> np.uint64(31))
+    return (np.float64(z >> np.uint64(11)) + 1.0) * 2.0**-53

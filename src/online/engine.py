@@ -1,9 +1,9 @@
 """The serving engine: open-loop arrivals, continuous batching, chunked prefill, paged KV cache.
 
-One simulator for greedy and speculative serving. Many independent rows run side by side as rows
-of [rows, slots] arrays (a row = one replication under one policy at one rate); each row has its
-own clock. What one engine step does, per row (vLLM V1's scheduler, `vllm/v1/core/sched/
-scheduler.py`, in the order it schedules):
+One simulator for greedy and speculative serving. Each row (one replication under one policy at
+one rate) has its own requests, clock and random streams; rows do not interact. What one engine
+step does, per row (vLLM V1's scheduler, `vllm/v1/core/sched/scheduler.py`, in the order it
+schedules):
 
 1. The policy picks gamma for the step from the state at its start (batch = running sequences).
    gamma is capped so the decode/verification positions fit the token budget:
@@ -24,18 +24,34 @@ scheduler.py`, in the order it schedules):
    capped at what it still needs; a sequence whose prompt prefill ends in this step samples its
    first token (its time to first token). Finished requests leave.
 
-Between events nothing changes but the contexts: when a row has no prefill in progress and no
-request it could admit, the engine advances it through a whole stretch of decode steps at once (up
-to the next arrival, the first request to finish, or the KV cache filling up), computing every
-step of the stretch exactly as single steps would (same draws: each request's j-th verification
-uses draw j of its own counter-based stream, src/online/counter_rng.py). This is what makes low
-rates cheap: there, most steps are such stretches.
+Each request's j-th verification uses draw j of its own counter-based stream
+(src/online/counter_rng.py), whatever the policy and however the steps are grouped, so every
+policy sees the same acceptance draws (common random numbers).
+
+Two implementations of this one model:
+* compiled (src/online/engine_compiled.py, engine_loop.py, step_prices.py, kernel_attention.py):
+  numba, row after row, one step at a time; the default wherever it applies (`compiled_supported`:
+  batch-size policies and `adaptive`).
+* numpy (src/online/engine_numpy.py, stretch.py): all rows side by side as [rows, slots] arrays,
+  a stretch of decode steps at once where a row has nothing to admit; the reference, and the
+  engine for what the compiled loop does not run (a policy reading the slots other than
+  `adaptive`). `adaptive` there holds its gamma through a
+  stretch of up to 8 steps; the compiled loop re-decides it every step.
+
+Interface (what src/online/study.py, policies.py, recommend.py and the capacity search call):
+`Engine(requests: RequestTable, groups: [RowGroup], deployments: [Deployment], row_deployment:
+int[rows], limits: EngineLimits, max_gamma, compiled=None, **numpy_options).run(progress=None)
+-> EngineResult`. RowGroup's policy has `gammas(view: PolicyView) -> int[r]`, a
+`reads_slot_state` class flag and `speculative`; `compiled=True` insists on the compiled loop
+(ValueError where it does not apply), False runs numpy (numpy_options: segment_work,
+max_segment_steps, allow_segments).
 
 Times are in ms inside the engine and in seconds at its edges (arrivals, results).
 """
 
 from __future__ import annotations
 
+from src.online.engine_compiled import CompiledEngine, compiled_supported
 from src.online.engine_numpy import NumpyEngine
 from src.online.engine_types import (  # noqa: F401  (the engine's interface)
     ITL_BIN_EDGES_MS,
@@ -48,4 +64,19 @@ from src.online.engine_types import (  # noqa: F401  (the engine's interface)
 )
 from src.online.stretch import percentile_75  # noqa: F401
 
-Engine = NumpyEngine
+
+def Engine(requests: RequestTable, groups: list[RowGroup], deployments: list[Deployment],  # noqa: N802
+           row_deployment, limits: EngineLimits, max_gamma: int, compiled: bool | None = None,
+           **numpy_options):
+    """The engine for these rows: compiled where it applies (and no numpy option is given),
+    else numpy; see the module docstring."""
+    ok = compiled_supported(groups, deployments)
+    if compiled is None:
+        compiled = ok and not numpy_options
+    if compiled:
+        if not ok or numpy_options:
+            raise ValueError("the compiled engine runs batch-size policies and adaptive, "
+                             "without numpy options")
+        return CompiledEngine(requests, groups, deployments, row_deployment, limits, max_gamma)
+    return NumpyEngine(requests, groups, deployments, row_deployment, limits, max_gamma,
+                       **numpy_options)

@@ -3,7 +3,7 @@ every live row per iteration (or a stretch of decode steps, src/online/stretch.p
 
 The reference implementation of the model src/online/engine.py describes, and the engine for
 what the compiled loop (src/online/engine_loop.py) does not price: a policy without a compiled
-form, or an attention kernel fitted on a GPU.
+form (one that reads the slots and is not `adaptive`).
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ class NumpyEngine:
         self.next_new = np.zeros(R, np.int64)
         self.n_pre_wait = np.zeros(R, np.int64)
         self.admit_counter = np.zeros(R, np.int64)
-        self.stat = {k: np.zeros(R) for k in ("steps", "busy", "run_int", "kv_int", "acc", "prop")}
+        self.stat = {k: np.zeros(R) for k in ("steps", "busy", "run_int", "kv_int", "acc", "prop",
+                                                "slot")}
         self.gamma_steps = np.zeros((R, max_gamma + 1))
         self.itl = np.zeros((R, ITL_BIN_EDGES_MS.size - 1))
         self.last_step_ms = np.full(R, 10.0)  # the row's latest step time (stretch lengths)
@@ -487,6 +488,7 @@ class NumpyEngine:
         self.stat["steps"][rows] += 1
         self.stat["busy"][rows] += step_ms
         self.stat["run_int"][rows] += step_ms * n_sched
+        self.stat["slot"][rows] += n_sched
         self.stat["kv_int"][rows] += step_ms * np.minimum(blocks_used, cap) / cap
         has_dec = decoding.any(axis=1)
         np.add.at(self.gamma_steps, (rows[has_dec], g[has_dec]), 1)
@@ -522,6 +524,7 @@ class NumpyEngine:
             steps=self.stat["steps"],
             busy_s=self.stat["busy"] * 1e-3,
             running_integral_s=self.stat["run_int"] * 1e-3,
+            slot_steps=self.stat["slot"],
             kv_integral_s=self.stat["kv_int"] * 1e-3,
             accepted_drafts=self.stat["acc"],
             proposed_drafts=self.stat["prop"],

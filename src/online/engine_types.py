@@ -82,6 +82,7 @@ class EngineResult:
     decode_steps_by_gamma: np.ndarray  # [rows, max_gamma + 1] steps that verified with gamma g
     itl_histogram: np.ndarray  # [rows, len(ITL_BIN_EDGES_MS) - 1] counts of inter-token gaps
     kv_capacity_blocks: np.ndarray
+    slot_steps: np.ndarray | None = None  # [rows] sum over steps of the running sequences
 
 
 @dataclass

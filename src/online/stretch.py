@@ -155,6 +155,7 @@ def advance_stretch(eng, rows, gamma, next_arrival_ms, free_slot) -> None:
     eng.stat["steps"][rows] += n_steps
     eng.stat["busy"][rows] += seg_ms
     eng.stat["run_int"][rows] += seg_ms * n
+    eng.stat["slot"][rows] += n * n_steps
     cap = eng.cap[rows]
     ctx_after = ctx0[:, :, None] + np.minimum(tokens, rem0[:, :, None])
     used = (_ceil_div(ctx_after, bs) * act[:, :, None]).sum(axis=1)  # blocks after each step

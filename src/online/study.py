@@ -244,6 +244,7 @@ def _rate_rows(cfg: ServeConfig, prepared: Prepared, rate: float) -> tuple[list[
         "wall_s": wall,
         "requests": int(np.isfinite(result.arrival_s).sum()),
         "steps": float(result.steps.sum()),
+        "slot_steps": float(result.slot_steps.sum()),  # running sequences x steps
     }
     return rows, {"per_rep": per_rep, "speed": speed}
 
@@ -251,6 +252,17 @@ def _rate_rows(cfg: ServeConfig, prepared: Prepared, rate: float) -> tuple[list[
 def _rates_job(cfg: ServeConfig, prepared: Prepared, rates: list[float]):
     """[(rate, table rows and extras)] for a worker's share of the rates."""
     return [(r, _rate_rows(cfg, prepared, r)) for r in rates]
+
+
+def rate_work(cfg: ServeConfig, rate: float) -> float:
+    """The engine's relative work at one rate, for splitting the rates between processes: about
+    one step per token of each running request alone (1 / batch, batch ~ rate x 1 s of E2E) plus
+    a share per request and step (0.03: ~30 ns per sequence against ~1 us per step in the
+    compiled loop), times the requests (rate x duration, or the fixed count)."""
+    if rate is None or not math.isfinite(rate):  # a trace at its own pace
+        return 1.0
+    n = rate * cfg.duration_s if cfg.duration_s is not None else cfg.requests_per_replication or 1
+    return n * (1.0 / max(rate, 1.0) + 0.03)
 
 
 def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: None) -> dict:
@@ -265,15 +277,15 @@ def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: No
     start = time.perf_counter()
     if workers > 1:
         # one child process per worker, each with a share of the rates of about equal work
-        # (low rates cost the most: many decode steps per request); children die with this
+        # (rate_work); children die with this
         # process (src/processes.py)
         from src.processes import map_in_processes
         loads = [0.0] * workers
         groups: list[list[float]] = [[] for _ in range(workers)]
-        for r in sorted(rates, key=lambda r: -(r ** -0.5)):
+        for r in sorted(rates, key=lambda r: -rate_work(cfg, r)):
             i = loads.index(min(loads))
             groups[i].append(r)
-            loads[i] += r ** -0.5
+            loads[i] += rate_work(cfg, r)
         done = map_in_processes(_rates_job, [(cfg, prepared, g) for g in groups if g], workers)
         by_rate = {r: out for group in done for r, out in group}
         outcomes = [by_rate[r] for r in rates]

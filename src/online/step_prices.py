@@ -1,0 +1,361 @@
+"""Step prices inside the compiled serving loop: the cost model's step_ms and prefill_extra_ms of
+one row's step as scalar numba code (src/online/engine_loop.py calls them).
+
+`pack_prices` reads a deployment's cost model once into arrays: its lookup tables (the
+attention-free part of a decode pass, `HardwareCostModel._table_ms`; each GEMM's roofline time and
+the all-reduce time per token count, for the mixed decode + prefill pass of
+src/costmodel/prefill.py: a step's token count is at most the token budget, so every count it can
+meet is tabled) and the scalars of the formulas computed per step (roofline attention, eager
+launch cost, the engine profile's CPU and overlap rules, the draft passes, the memory check).
+Every table entry is computed by the cost model's own numpy functions; the per-step formulas are
+those of src/costmodel/hardware.py (`_target_parts`, `_draft_parts`, `step_ms`) and
+src/costmodel/prefill.py (`_mixed_ms`) written for one row. They agree with the cost model to
+rounding (tests/test_online_step_prices.py: 1e-9 relative); numba's exp, log and pow may round in
+the last bit differently from numpy's vector loops.
+
+Attention kernels fitted on a GPU (`PassCoefficients.attn_kernels`) are priced by
+src/online/kernel_attention.py.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from src.costmodel.drafts import STATEFUL_DRAFT_KINDS, kind_listed
+from src.costmodel.memory import memory_usable_bytes
+from src.costmodel.roofline import _pnorm, gemm_terms_s
+from src.online import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
+from src.online.kernel_attention import N_KERNEL, fastest_pass_s, pack_kernels
+
+# per-network scalars (row of PriceTables.net)
+(N_READ, N_NEW, N_PAIR, N_P, N_GRAPHS, N_KERNELS, N_KERNELS_VERIFY, N_CPU_LAUNCH, N_GAP,
+ N_LAUNCH_P, N_LAYER_ELEM, N_LAYER_FIXED, N_VERIFY_FIXED, N_HEAD_ELEM, N_HEAD_FIXED, N_ATTN_FIXED,
+ N_PRESENT, N_HEAD_INDEX, N_KERNELS_FITTED, N_WINDOW, N_WINDOW_READ, N_WINDOW_PAIR) = range(22)
+N_NET = 22
+# per-deployment scalars (row of PriceTables.eng)
+(E_CPU_FIXED, E_CPU_PER_SEQ, E_REJECTION, E_KV_BOOK, E_EXPANSION, E_SLOWDOWN, E_OVERLAP_DECODE,
+ E_OVERLAP_SPEC, E_NGRAM_ONE_CALL, E_NGRAM_CPU, E_DRAFT_CPU_FIXED, E_DRAFT_CPU_PER_SEQ, E_COVERS,
+ E_CATCHUP, E_BUDGET, E_WITH_DRAFT, E_WEIGHT_B, E_KV_PER_TOKEN_B, E_KV_PER_SEQ_B, E_USABLE_B) = \
+    range(20)
+N_ENG = 20
+TARGET, DRAFT = 0, 1
+
+
+class PriceTables(NamedTuple):
+    """Every deployment's pricing data, stacked (deployment d at index d)."""
+
+    net: np.ndarray  # [D, 2, N_NET] target / draft scalars
+    eng: np.ndarray  # [D, N_ENG]
+    table: np.ndarray  # [D, 2, S + 1, W] attention-free decode pass ms (+ attention fixed)
+    gemm: np.ndarray  # [D, 2, G, T + 1] each GEMM's pnorm(memory, compute) s at a row count
+    select: np.ndarray  # [D, 2, 2, G] GEMM g in the layers (0) / the LM head (1)
+    comm: np.ndarray  # [D, 2, T + 1] all-reduce s of a pass of that many tokens
+    kernels: np.ndarray  # [D, 2, K, N_KERNEL] fitted attention kernels (N_KERNELS_FITTED each)
+
+
+def compiled_pricing_supported(timer) -> bool:
+    """Whether step_prices prices this StepTimer's steps (every cost model it builds)."""
+    return timer.cost is not None
+
+
+def _net_row(c) -> np.ndarray:
+    v = np.zeros(N_NET)
+    if c is None:
+        return v
+    v[[N_READ, N_NEW, N_PAIR, N_P]] = (c.attn_read_per_ctx_token_s, c.attn_per_new_token_s,
+                                       c.attn_compute_per_pair_s, c.sharpness_p)
+    v[[N_GRAPHS, N_KERNELS, N_KERNELS_VERIFY, N_CPU_LAUNCH, N_GAP, N_LAUNCH_P]] = (
+        float(c.cuda_graphs), c.n_kernels, c.n_kernels_verify_extra, c.cpu_launch_s,
+        c.launch_gap_s, c.launch_overlap_p)
+    v[[N_LAYER_ELEM, N_LAYER_FIXED, N_VERIFY_FIXED, N_HEAD_ELEM, N_HEAD_FIXED, N_ATTN_FIXED]] = (
+        c.layer_elementwise_per_token_s, c.layer_fixed_s, c.verify_fixed_s,
+        c.head_elementwise_per_token_s, c.head_fixed_s, c.attn_fixed_s)
+    v[N_PRESENT] = 1.0
+    v[N_HEAD_INDEX] = c.head_gemm_index
+    v[N_KERNELS_FITTED] = len(c.attn_kernels)
+    v[[N_WINDOW, N_WINDOW_READ, N_WINDOW_PAIR]] = (
+        c.attn_window_tokens, c.attn_window_read_per_ctx_token_s, c.attn_window_compute_per_pair_s)
+    return v
+
+
+def _token_tables(c, max_tokens: int):
+    """(gemm [G, T + 1], select [2, G], comm [T + 1]) of one network: the cost model's own
+    functions at every token count 0..max_tokens (as _mixed_ms evaluates them per step)."""
+    rows = np.broadcast_to(np.arange(max_tokens + 1, dtype=float), (len(c.gemm_weight_s),
+                                                                    max_tokens + 1))
+    mem_g, comp_g = gemm_terms_s(c, rows)
+    gemm = _pnorm(mem_g, comp_g, c.sharpness_p)
+    T = np.arange(max_tokens + 1, dtype=float)
+    if c.comm_custom is None:
+        comm = c.comm_fixed_s + c.comm_per_token_s * T
+    else:
+        comm = c.comm_n_allreduce * c.comm_custom.time_s(T * c.comm_bytes_per_token)
+    return gemm, np.asarray(c.gemm_selector, float), np.asarray(comm, float)
+
+
+def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> PriceTables:
+    """PriceTables of every StepTimer in `timers`, for steps of at most max_seqs decoding
+    sequences, gamma <= max_gamma and max_tokens positions (decode + prefill)."""
+    D = len(timers)
+    nets, engs, tabs, gemms, sels, comms, kerns = [], [], [], [], [], [], []
+    for timer in timers:
+        cost, e = timer.cost, timer.engine
+        draft_c = cost._draft_c  # the cost model's (step_ms uses it for the overlap rule too)
+        catchup = int(e.draft_catchup_positions_per_seq)
+        width = max(max_gamma + 2, catchup + 2)
+        per_net = []
+        for which, c in (("target", timer.target_c), ("draft", draft_c)):
+            if c is None:
+                per_net.append((np.zeros((max_seqs + 1, width)), None))
+                continue
+            table = cost._table_ms(which, max_seqs, width - 1)[: max_seqs + 1, :width]
+            per_net.append((np.array(table), _token_tables(c, max_tokens)))
+        nets.append([_net_row(timer.target_c), _net_row(draft_c)])
+        kerns.append([pack_kernels(c.attn_kernels if c is not None else ())
+                      for c in (timer.target_c, draft_c)])
+        tabs.append([t for t, _ in per_net])
+        gemms.append([x[0] if x else None for _, x in per_net])
+        sels.append([x[1] if x else None for _, x in per_net])
+        comms.append([x[2] if x else np.zeros(max_tokens + 1) for _, x in per_net])
+        v = np.zeros(N_ENG)
+        v[[E_CPU_FIXED, E_CPU_PER_SEQ, E_REJECTION, E_KV_BOOK]] = (
+            e.step_cpu_fixed_ms, e.step_cpu_per_seq_ms, e.rejection_sampling_per_position_ms,
+            e.kv_bookkeeping_per_seq_ms)
+        v[[E_EXPANSION, E_SLOWDOWN, E_OVERLAP_DECODE]] = (
+            float(e.scoring_batch_expansion), e.verification_attention_slowdown_factor,
+            float(e.cpu_overlap_decode))
+        v[E_OVERLAP_SPEC] = float(kind_listed(cost.draft.kind, e.cpu_overlap_draft_kinds))
+        v[[E_NGRAM_ONE_CALL, E_NGRAM_CPU, E_DRAFT_CPU_FIXED, E_DRAFT_CPU_PER_SEQ]] = (
+            float(e.ngram_one_call_per_step), e.ngram_pass_cpu_ms, e.draft_pass_cpu_fixed_ms,
+            e.draft_pass_cpu_per_seq_ms)
+        v[E_COVERS] = float(e.draft_first_pass_covers_verified
+                            and cost.draft.kind in STATEFUL_DRAFT_KINDS)
+        v[E_CATCHUP] = catchup
+        budget = cost.draft_kv_budget_tokens
+        v[E_BUDGET] = -1.0 if budget is None else budget
+        v[E_WITH_DRAFT] = float(timer.speculative)
+        v[[E_WEIGHT_B, E_KV_PER_TOKEN_B, E_KV_PER_SEQ_B]] = (
+            cost._weight_bytes_gpu0, cost._kv_bytes_per_token_gpu0, cost._kv_bytes_per_seq_gpu0)
+        v[E_USABLE_B] = memory_usable_bytes(cost.gpu, cost.params)
+        engs.append(v)
+    W = max(t.shape[1] for pair in tabs for t in pair)
+    G = max(g.shape[0] for pair in gemms for g in pair if g is not None)
+    table = np.zeros((D, 2, max_seqs + 1, W))
+    gemm = np.zeros((D, 2, G, max_tokens + 1))
+    select = np.zeros((D, 2, 2, G))
+    for d in range(D):
+        for n in range(2):
+            t = tabs[d][n]
+            table[d, n, :, : t.shape[1]] = t
+            if gemms[d][n] is not None:
+                gemm[d, n, : gemms[d][n].shape[0]] = gemms[d][n]
+                select[d, n, :, : sels[d][n].shape[1]] = sels[d][n]
+    K = max([k.shape[0] for pair in kerns for k in pair] + [1])
+    kernels = np.zeros((D, 2, K, N_KERNEL))
+    for d in range(D):
+        for n in range(2):
+            kernels[d, n, : kerns[d][n].shape[0]] = kerns[d][n]
+    return PriceTables(np.array(nets), np.array(engs), table, gemm, select, np.array(comms),
+                       kernels)
+
+
+@njit(cache=True)
+def _pnorm2(a, b, p):
+    return (a**p + b**p) ** (1.0 / p)
+
+
+@njit(cache=True)
+def attention_exp_ms(pt, d, net, n, tokens, t, sum_ctx):
+    """HardwareCostModel._attention_pnorm_ms of one pass, ms: the fastest fitted kernel, else
+    the roofline."""
+    c = pt.net[d, net]
+    if c[N_KERNELS_FITTED] > 0:
+        if n <= 0:
+            return 0.0
+        return fastest_pass_s(pt.kernels[d, net], int(c[N_KERNELS_FITTED]), float(n), float(t),
+                              float(sum_ctx), False) * 1e3
+    p = c[N_P]
+    memory = (c[N_READ] * 1e3) * sum_ctx + ((c[N_READ] + c[N_NEW]) * 1e3) * tokens
+    compute = (c[N_PAIR] * 1e3) * (t * sum_ctx + tokens * ((t + 1) * 0.5))
+    if c[N_WINDOW] > 0:  # sliding-window layers: min(C, S W) cached tokens read
+        window_ctx = min(float(sum_ctx), float(n) * c[N_WINDOW])
+        memory = memory + (c[N_WINDOW_READ] * 1e3) * (window_ctx + tokens)
+        compute = compute + (c[N_WINDOW_PAIR] * 1e3) * (t * window_ctx + tokens * ((t + 1) * 0.5))
+    ratio = compute / max(memory, 1e-300) + 1e-300
+    return memory * np.exp(np.log1p(np.exp(p * np.log(ratio))) * (1.0 / p))
+
+
+@njit(cache=True)
+def attention_pow_s(pt, d, net, S, t, C, prefill):
+    """roofline.attention_s of one pass, s: the fastest fitted kernel, else the roofline pnorm
+    of attention_terms_s."""
+    c = pt.net[d, net]
+    if c[N_KERNELS_FITTED] > 0:
+        return fastest_pass_s(pt.kernels[d, net], int(c[N_KERNELS_FITTED]), S, t, C, prefill)
+    T = S * t
+    memory = c[N_READ] * (C + T) + c[N_NEW] * T
+    compute = c[N_PAIR] * (t * C + S * (t * (t + 1) / 2))
+    if c[N_WINDOW] > 0:  # roofline.attention_terms_s's window layers
+        window_ctx = min(C, S * c[N_WINDOW])
+        memory = memory + c[N_WINDOW_READ] * (window_ctx + T)
+        compute = compute + c[N_WINDOW_PAIR] * (t * window_ctx + S * (t * (t + 1) / 2))
+    return _pnorm2(memory, compute, c[N_P])
+
+
+@njit(cache=True)
+def launch_ms(c, gpu_ms, t):
+    """roofline.launch_overhead_s of a pass of gpu_ms GPU time, in ms."""
+    if c[N_GRAPHS] != 0.0:
+        return 0.0
+    gpu_s = gpu_ms * 1e-3
+    if gpu_s <= 0:
+        return 0.0
+    n = c[N_KERNELS] + c[N_KERNELS_VERIFY] * (1.0 if t > 1 else 0.0)
+    total = _pnorm2(gpu_s + n * c[N_GAP], n * c[N_CPU_LAUNCH], c[N_LAUNCH_P])
+    return (total - gpu_s) * 1e3
+
+
+@njit(cache=True)
+def draft_cpu_ms(e, has_draft_net, n, g):
+    """HardwareCostModel._draft_cpu_ms."""
+    if not has_draft_net:
+        calls = (1.0 if g > 0 else 0.0) if e[E_NGRAM_ONE_CALL] != 0.0 else float(g)
+        return calls * e[E_NGRAM_CPU] if n > 0 else 0.0
+    return g * ((e[E_DRAFT_CPU_FIXED] if n > 0 else 0.0) + e[E_DRAFT_CPU_PER_SEQ] * n)
+
+
+@njit(cache=True)
+def draft_parts(pt, d, n, C, g, capped_mid, capped_start):
+    """(physics, cpu, gpu) ms of gamma draft passes (HardwareCostModel._draft_parts); capped_mid
+    / capped_start: sum_i min(ctx_i + (g - 1) / 2, b) and sum_i min(ctx_i, b) (budget b >= 0)."""
+    e = pt.eng[d]
+    c = pt.net[d, DRAFT]
+    has_net = c[N_PRESENT] != 0.0
+    cpu = draft_cpu_ms(e, has_net, n, g)
+    if not has_net:
+        return 0.0, cpu, 0.0
+    tab = pt.table[d, DRAFT]
+    catchup = g if e[E_COVERS] != 0.0 else int(e[E_CATCHUP])
+    budget = e[E_BUDGET]
+    mid_ctx = C + n * ((g - 1) * 0.5) if budget < 0 else capped_mid
+    per_pass = tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n, 1, mid_ctx)
+    physics = g * per_pass
+    gpu = g * launch_ms(c, per_pass, 1)
+    if catchup > 0 and g > 0:
+        ctx0 = C if budget < 0 else capped_start
+        wide = 1 + catchup
+        gpu += (tab[n, wide] - tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n * wide, wide, ctx0)
+                - attention_exp_ms(pt, d, DRAFT, n, n, 1, ctx0))
+    return physics, cpu, gpu
+
+
+@njit(cache=True)
+def step_fits(pt, d, n, C, g):
+    """The cost model's memory check of a step (check_step_fits): weights + KV fit the GPU."""
+    e = pt.eng[d]
+    need = e[E_WEIGHT_B] + e[E_KV_PER_TOKEN_B] * (C + n * (g + 1.0)) + e[E_KV_PER_SEQ_B] * n
+    return need <= e[E_USABLE_B]
+
+
+@njit(cache=True)
+def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
+    """(target_ms, draft_ms) of a step verifying gamma = g drafts of n decoding sequences over C
+    cached tokens: HardwareCostModel.step_ms (StepTimer.decode_ms_totals) for one row."""
+    e = pt.eng[d]
+    c = pt.net[d, TARGET]
+    t = g + 1
+    tokens = n * t
+    attention = attention_exp_ms(pt, d, TARGET, n, tokens, t, C)
+    physics = pt.table[d, TARGET, n, t] + attention
+    verify = t > 1
+    per_seq = e[E_CPU_PER_SEQ]
+    if verify:
+        per_seq += e[E_REJECTION] * t + e[E_KV_BOOK]
+        if e[E_EXPANSION] != 0.0:
+            per_seq += e[E_CPU_PER_SEQ] * (t - 1)
+    cpu = (e[E_CPU_FIXED] if n > 0 else 0.0) + n * per_seq
+    gpu = launch_ms(c, physics, t)
+    if verify and (e[E_EXPANSION] != 0.0 or e[E_SLOWDOWN] != 1.0):
+        engine_attention = attention
+        if e[E_EXPANSION] != 0.0:
+            engine_attention = attention_exp_ms(pt, d, TARGET, tokens, tokens, 1,
+                                                t * C + n * (t * (t - 1) * 0.5))
+        gpu += e[E_SLOWDOWN] * engine_attention - attention
+    overlap_spec = e[E_OVERLAP_SPEC] != 0.0
+    have = False
+    d_phys = d_cpu = d_gpu = 0.0
+    if not (e[E_OVERLAP_DECODE] != 0.0 or overlap_spec):
+        overhead = cpu + gpu
+    else:
+        step_cpu, step_gpu = cpu, physics + gpu
+        if overlap_spec and verify:
+            step_cpu += draft_cpu_ms(e, pt.net[d, DRAFT, N_PRESENT] != 0.0, n, g)
+            if step_cpu > step_gpu:
+                d_phys, d_cpu, d_gpu = draft_parts(pt, d, n, C, g, capped_mid, capped_start)
+                have = True
+                step_gpu += d_phys + d_gpu
+        overlap = overlap_spec if verify else e[E_OVERLAP_DECODE] != 0.0
+        overhead = gpu + (max(step_cpu - step_gpu, 0.0) if overlap else cpu)
+    target = physics + overhead
+    if e[E_WITH_DRAFT] == 0.0:
+        return target, 0.0
+    if not have:
+        d_phys, d_cpu, d_gpu = draft_parts(pt, d, n, C, g, capped_mid, capped_start)
+    if overlap_spec:
+        return target, d_phys + d_gpu
+    return target, d_phys + (d_cpu + d_gpu)
+
+
+@njit(cache=True)
+def mixed_ms(pt, d, net, S, t, C, P, N, Cp, Lp, dec_attention_s):
+    """prefill._mixed_ms of one row: GPU ms of a pass of S sequences x t positions over C cached
+    tokens plus P prompt chunks of N positions over Cp cached tokens, Lp of them ending their
+    prompt; dec_attention_s: the decode part's attention, s."""
+    T = S * t + N
+    if T <= 0:
+        return 0.0
+    L = S * t + Lp
+    c = pt.net[d, net]
+    head = int(c[N_HEAD_INDEX])
+    gemm = pt.gemm[d, net]
+    sel = pt.select[d, net]
+    g0 = 0.0
+    g1 = 0.0
+    for g in range(gemm.shape[0]):
+        f = gemm[g, L] if g == head else gemm[g, T]
+        g0 += sel[0, g] * f
+        g1 += sel[1, g] * f
+    total = g0 + g1
+    chunk_len = N / max(P, 1)
+    multi = (S > 0 and t > 1) or (P > 0 and chunk_len > 1)
+    total += c[N_LAYER_ELEM] * T + c[N_LAYER_FIXED] + (c[N_VERIFY_FIXED] if multi else 0.0)
+    total += c[N_HEAD_ELEM] * L + c[N_HEAD_FIXED]
+    total += dec_attention_s
+    if P > 0:
+        total += attention_pow_s(pt, d, net, float(max(P, 1)), max(chunk_len, 1.0), float(Cp),
+                                 True)
+    total += c[N_ATTN_FIXED]
+    total += pt.comm[d, net, T]
+    return total * 1e3
+
+
+@njit(cache=True)
+def prefill_extra_ms(pt, d, n, g, C, P, N, Cp, Lp):
+    """StepTimer.prefill_extra_ms of one row: what the P prompt chunks (N positions over Cp
+    cached tokens, Lp completing their prompt) add to a step of n sequences verifying g drafts
+    over C cached tokens, the draft network's prefill of the same chunks included (a deployment
+    with its draft: StepTimer.draft_c)."""
+    e = pt.eng[d]
+    t = g + 1
+    att = attention_pow_s(pt, d, TARGET, float(n), float(max(t, 1)), float(C), False) if n > 0 \
+        else 0.0
+    extra = (mixed_ms(pt, d, TARGET, n, t, C, P, N, Cp, Lp, att)
+             - mixed_ms(pt, d, TARGET, n, t, C, 0, 0, 0, 0, att))
+    if P > 0:
+        extra += e[E_CPU_PER_SEQ] * P + (0.0 if n > 0 else e[E_CPU_FIXED])
+    if e[E_WITH_DRAFT] != 0.0 and pt.net[d, DRAFT, N_PRESENT] != 0.0:
+        extra += mixed_ms(pt, d, DRAFT, 0, 1, 0, P, N, Cp, Lp, 0.0)
+    return extra
