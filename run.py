@@ -43,7 +43,7 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
-def study(plan: cli.RunPlan, state: dict) -> None:
+def study(plan: cli.RunPlan, state: dict, executor=None) -> None:
     """Simulate what the plan asks for and publish the outputs; state["published"] turns True once
     the new outputs are final."""
     # heavy imports only now that the input is known to be good
@@ -62,7 +62,8 @@ def study(plan: cli.RunPlan, state: dict) -> None:
     cfg, scenario = plan.cfg, plan.scenario
     reference = comparison = cost = background = rendered = reference_trees = None
     try:
-        if scenario is not None and plan.reference and (os.cpu_count() or 1) > 1:
+        if (scenario is not None and plan.reference and (os.cpu_count() or 1) > 1
+                and executor is None):
             # the hardware scenario runs in a second process beside the reference study (both are
             # single-threaded numpy; every grid point has its own random stream, so this changes
             # nothing)
@@ -74,7 +75,7 @@ def study(plan: cli.RunPlan, state: dict) -> None:
                 "verification)")
             sweep = Sweep(cfg, cost)
             reference = run_grid(cfg, cost, progress=progress_printer(plan.quiet, "reference"),
-                                 sweep=sweep)
+                                 sweep=sweep, executor=executor)
             reference, reference_trees = split_trees(reference)  # trees: src/trees/report.py
             other = "lockstep" if cfg.verification == "ragged" else "ragged"
             companion = comparison_config(cfg)
@@ -83,6 +84,7 @@ def study(plan: cli.RunPlan, state: dict) -> None:
                 f"{grid_points(companion)} grid points, for the summary's comparison")
             comparison = pd.concat([reference[reference.gamma.isin(companion.gammas)],
                                     run_grid(companion, cost, verification=other, sweep=sweep,
+                                             executor=executor,
                                              progress=progress_printer(plan.quiet,
                                                                        f"companion ({other})"))],
                                    ignore_index=True)
@@ -96,7 +98,7 @@ def study(plan: cli.RunPlan, state: dict) -> None:
                 hardware = background.result()
             else:
                 hardware = hardware_job(scenario, plan.quiet, workers=os.cpu_count() or 1,
-                                        plots=plan.plots)
+                                        plots=plan.plots, executor=executor)
     finally:
         if background is not None:
             background.kill()
@@ -134,12 +136,21 @@ def main(argv: list[str] | None = None) -> int:
         # what was derived from measurements, for the user to check
         for line in plan.measured_acceptance:
             print(line)
+        from src.executor import open_executor
         try:
-            study(plan, state)
+            executor = open_executor(plan.dask) if plan.dask else None
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            study(plan, state, executor)
         except WriteFailed as e:
             print(f"error: --out: could not write the outputs ({e}); previous outputs left as they "
                   "were", file=sys.stderr)
             return EXIT_USAGE
+        finally:
+            if executor is not None:
+                executor.close()
         return 0
     except (KeyboardInterrupt, Terminated) as e:
         what = "interrupted" if isinstance(e, KeyboardInterrupt) else "terminated"

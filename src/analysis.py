@@ -169,6 +169,8 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
     from src.hardware.moe_report import kept_section  # and the moe-study command's section
     if (moe_section := kept_section(out_dir)) is not None:
         summary.append(moe_section)
+    from src.plan.report import kept_section as plan_section  # and the plan command's section
+    summary.append(plan_section(out_dir) or "")
     # so is the validation plot (drawn by scripts/update_docs.py from the calibration data)
     from src.calibration.validation import PLOT_PATH
     validation_plot = os.path.join(out_dir, PLOT_PATH)

@@ -37,12 +37,17 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "step-time": ("src.stepcalc", "forward-pass times of real GPUs and models"),
     "serve": ("src.online.cli", "serving under load: request rates, latency percentiles, policies"),
     "recommend": ("src.online.recommend", "whether to speculate, with vLLM and SGLang settings"),
+    "plan": ("src.plan.cli", "capacity planning: SLO capacity and cost of many deployments"),
     "measure": ("src.measure.cli", "time real forward steps on your GPU (needs PyTorch)"),
     "calibrate": ("src.calibration.command", "fit the cost model to measured step times of a GPU"),
     "measure-moe": ("src.measure.moe_cli", "time MoE layers with set routing skew (needs PyTorch)"),
     "calibrate-moe": ("src.calibration.moe_command", "fit per-expert GEMM terms to MoE rows"),
     "moe-study": ("src.hardware.moe_cli", "MoE targets against dense twins; MoE validation"),
 }
+
+DASK_HELP = ("run the work on Dask: local:N (a LocalCluster of N worker processes on 127.0.0.1) "
+             "or a scheduler's address, e.g. tcp://10.0.0.5:8786 (default: "
+             "$DASK_SCHEDULER_ADDRESS, else local processes); same outputs, byte for byte")
 
 # StudyConfig field -> its command-line option
 OPTION_FIELDS: dict[str, str] = {f.name: "--" + f.name.replace("_", "-")
@@ -98,6 +103,7 @@ def make_parser() -> argparse.ArgumentParser:
                    "(default: "
                         "the current folder, or runs/NAME for a scenario file)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--dask", help=DASK_HELP)
     p.add_argument("--no-plots", action="store_true",
                    help="write results/ only, without drawing the plots (they take about half "
                         "the run's CPU); plots an earlier run of the study left in OUT/plots are "
@@ -196,6 +202,7 @@ class RunPlan:
     quiet: bool  # no progress on stderr
     plots: bool = True  # draw the plots (--no-plots: results/ only)
     measured_acceptance: tuple[str, ...] = ()  # what the measured-acceptance options derived
+    dask: str | None = None  # --dask (src/executor.py), checked; None = local processes
 
 
 def parse(argv: list[str]) -> RunPlan:
@@ -208,7 +215,9 @@ def parse(argv: list[str]) -> RunPlan:
     only_scenario = args.scenario not in (None, "reference")
     out = args.out if args.out is not None else (os.path.join("runs", scenario.name)
                                                  if only_scenario else ".")
+    from src.executor import dask_option
+    dask = dask_option(args.dask)
     outputs.prepare(out)
-    return RunPlan(cfg=cfg, scenario=scenario, reference=not only_scenario, out=out,
+    return RunPlan(dask=dask, cfg=cfg, scenario=scenario, reference=not only_scenario, out=out,
                    quiet=args.quiet, plots=not args.no_plots,
                    measured_acceptance=measured.lines)

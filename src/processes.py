@@ -101,11 +101,38 @@ class Background:
             raise WorkerError(value)
         return value
 
+    @property
+    def connection(self):
+        """The end the result arrives on (for multiprocessing.connection.wait)."""
+        return self._receive
+
     def kill(self) -> None:
         """End the child now (no-op if it has finished)."""
         if self._process.is_alive():
             self._process.kill()
         self._process.join()
+
+
+def completed_in_processes(fn: Callable, arg_tuples: list[tuple], workers: int):
+    """Yield (i, fn(*arg_tuples[i])) as each finishes, up to `workers` child processes at a time,
+    each call in its own child (a new one starts as soon as one ends). Children still running when
+    the caller stops iterating (Ctrl-C, an error, a break) are killed."""
+    from multiprocessing.connection import wait
+
+    pending = list(enumerate(arg_tuples))[::-1]
+    running: dict = {}  # connection -> (index, job)
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                i, args = pending.pop()
+                job = Background(fn, *args)
+                running[job.connection] = (i, job)
+            for conn in wait(list(running)):
+                i, job = running.pop(conn)
+                yield i, job.result()
+    finally:
+        for _, job in running.values():
+            job.kill()
 
 
 def map_in_processes(fn: Callable, arg_tuples: list[tuple], workers: int) -> list:

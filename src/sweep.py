@@ -115,19 +115,35 @@ def blocks_to_add(half_width: float, target: float, replications: int, block_rep
     return int(min(max(1, -(-needed // block_reps)), max(room, 1)))
 
 
+def _points_job(cfg: StudyConfig, cost: CostModel, batch_size: int, mode: str, serving: str,
+                verification: str) -> list[dict]:
+    """The rows of one (batch size, mode, serving mode), in a fresh Sweep (an executor's task: the
+    same rows as in a shared one, since every block has its own stream)."""
+    return Sweep(cfg, cost).grid_points(mode, serving, batch_size, draft_shapes(cfg),
+                                        verification)
+
+
 def run_grid(cfg: StudyConfig, cost: CostModel, verification: str | None = None,
-             progress=None, sweep: Sweep | None = None) -> pd.DataFrame:
+             progress=None, sweep: Sweep | None = None, executor=None) -> pd.DataFrame:
     """Sweep every (quality mode, serving mode, batch size, gamma) of cfg; one row per point.
 
     Pass the `sweep` of an earlier call with the same workload and cost model to reuse its
-    requests and greedy runs."""
+    requests and greedy runs. `executor` (src/executor.py, e.g. Dask): each (batch size, mode,
+    serving mode) is one of its tasks instead (the rows are the same; rows are sorted by grid
+    key either way)."""
     verification = verification or cfg.verification
     sweep = sweep or Sweep(cfg, cost)
     points = [(b, m, s) for b in cfg.batch_sizes for m in cfg.quality_modes
               for s in cfg.serving_modes]
     rows = []
     shapes = draft_shapes(cfg)
-    for i, (b, m, s) in enumerate(points):
+    if executor is not None:
+        n = len(shapes)
+        done = (lambda i, v, k, total: progress(k * n, total * n)) if progress else None
+        for out in executor.map(_points_job, [(cfg, cost, b, m, s, verification)
+                                              for b, m, s in points], on_done=done):
+            rows += out
+    for i, (b, m, s) in enumerate(points if executor is None else ()):
         rows += sweep.grid_points(m, s, b, shapes, verification)
         if progress:
             progress(len(rows), len(points) * len(shapes))

@@ -71,7 +71,8 @@ CONFIGS = {
         "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
         "intermediate_size": 18944, "vocab_size": 152064, "tie_word_embeddings": False},
 }
-IDENTITY = ("model_id", "hf_name", "source")
+IDENTITY = ("model_id", "hf_name", "source",
+            "eagle_head_n_kv_heads")  # the published EAGLE head's, not in the target's config
 
 
 def _write(tmp_path, name, data) -> str:
@@ -143,3 +144,21 @@ def test_scenario_target_and_draft_from_config_json(tmp_path):
                                          "draft": "ngram"}})
     assert e.value.field_name == "scenario.target" and "exceeds the 128" in str(e.value)
     assert not isinstance(e.value, CostModelInputError)
+
+
+@pytest.mark.parametrize("draft", ["qwen3-30b-a3b-eagle3", "ngram"])
+def test_recommend_names_the_flag_of_a_bad_config_json(tmp_path, draft):
+    """A bad --target config.json is named --target whatever the draft (a model-preset draft used
+    to report it as 'model:', from the vocabulary check that reads both)."""
+    from tests.helpers import run_captured
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    rc, out, err = run_captured(["recommend", "--gpu", "h100-sxm", "--target", str(bad),
+                                 "--draft", draft, "--acceptance", "0.7"])
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith("error: --target: ") and "is not JSON" in err
+    good = _write(tmp_path, "target", CONFIGS["qwen3-30b-a3b-fp8"])
+    head = _write(tmp_path, "head", {**QWEN3_MOE_30B, "num_experts_per_tok": 200})
+    rc, _, err = run_captured(["recommend", "--gpu", "h100-sxm", "--target", good,
+                               "--draft", head, "--acceptance", "0.7"])
+    assert rc == 2 and err.startswith("error: --draft: ") and "exceeds the 128" in err

@@ -181,6 +181,15 @@ def test_ep_must_divide_the_experts(presets, capsys):
         _model(presets, "h100-sxm", presets.model("llama-3.1-8b"), tp=2, ep=2)
 
 
+def test_ep_on_one_gpu_says_what_to_change(capsys):
+    """--ep 2 at tp 1: the allowed list names one value and what to do, not "1 or 1"."""
+    assert stepcalc.main(["--gpu", "h100-sxm", "--model", "qwen3-30b-a3b", "--ep", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert "allowed: 1 (one GPU: raise --tp to spread the experts)" in err
+    assert "1 or 1" not in err
+
+
 def test_ep_spreads_whole_experts_over_the_gpus(presets):
     m = presets.model("deepseek-v3")
     tp_only = _model(presets, "h200", m, tp=8)
@@ -302,8 +311,12 @@ def test_eagle_head_of_a_moe_target_is_one_dense_layer(presets):
     cost = HardwareCostModel.from_presets("h100-sxm", "mixtral-8x7b", tp=2, draft="eagle",
                                           engine="ideal")
     plain = HardwareCostModel.from_presets("h100-sxm", "mixtral-8x7b", tp=2, engine="ideal")
-    h, inter = 4096, 14336  # attention + a dense SwiGLU of intermediate_size + the 2h -> h fc
-    expected = (h * (4096 + 2 * 1024) + 4096 * h + 2 * h + 3 * h * inter + 2 * h * h) * 2 / 2
+    # attention (32 query and 32 KV heads: the head is full multi-head attention) + a dense
+    # SwiGLU of intermediate_size + the 2h -> h fc: 0.277B parameters, the 0.28B the EAGLE
+    # README lists for yuhuili/EAGLE-mixtral-instruct-8x7B (with Mixtral's 8 KV heads: 0.25B)
+    h, inter = 4096, 14336
+    expected = (h * (4096 + 2 * 4096) + 4096 * h + 2 * h + 3 * h * inter + 2 * h * h) * 2 / 2
+    assert round(expected * 2 / 2 / 1e9, 2) == 0.28
     assert (cost.kv_fits(1, 0)[1] - plain.kv_fits(1, 0)[1]) * 1e9 == pytest.approx(expected)
 
 
@@ -319,3 +332,41 @@ def test_dense_equivalent_has_the_active_size_and_no_verification_premium(preset
     assert cost.distinct_experts(np.array([1, 64]), 4).tolist() == [8.0, 8.0]
     assert _pass_ms(cost, 1, 4) / _pass_ms(cost, 1, 1) < 1.02  # like a dense 8B
     assert _model(presets, "h100-sxm", moe).distinct_experts(1, 4) > 20
+
+
+def test_mixtral_eagle_head_is_full_multi_head_attention(presets):
+    """yuhuili/EAGLE-mixtral-instruct-8x7B has 32 KV heads over Mixtral's 8: its KV cache per
+    token is one layer x 2 (K, V) x 32 / tp heads x 128 x 2 bytes, 4x a head of the target's
+    attention (what vLLM 0.9.2 refused the pair for); a target without the field keeps its own."""
+    from src.costmodel.drafts import DraftSpec, draft_network, eagle_head_from_target
+    mixtral = presets.model("mixtral-8x7b")
+    assert eagle_head_from_target(mixtral).n_kv_heads == 32 and mixtral.n_kv_heads == 8
+    qwen = presets.model("qwen3-30b-a3b")
+    assert eagle_head_from_target(qwen).n_kv_heads == qwen.n_kv_heads
+    gpu = presets.gpu("h100-sxm")
+    _, _, kv, _ = draft_network(gpu, mixtral, 2, DraftSpec(kind="eagle", tp=2), presets.params,
+                                presets.allreduce, {})
+    assert kv == 2 * (32 // 2) * 128 * 2
+
+
+@pytest.mark.parametrize("model, tp, share", [("qwen3-235b-a22b-fp8", 8, 192),
+                                              ("qwen3-30b-a3b-fp8", 4, 192)])
+def test_block_fp8_shards_must_be_whole_blocks(capsys, model, tp, share):
+    """vLLM and SGLang refuse 128x128-block FP8 experts split into shares that are not whole
+    blocks (vllm-project/vllm #17569: 'The output_size of gate's and up's weight = 192 is not
+    divisible by weight quantization block_n = 128'; QwenLM/Qwen3 #1485): one line, exit 2."""
+    assert stepcalc.main(["--gpu", "h200", "--model", model, "--tp", str(tp)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith("error: --tp: ")
+    assert f"is {share}, not a multiple of 128" in err and "ep = tp" in err
+    # expert parallelism keeps each expert whole: the same model then loads
+    assert stepcalc.main(["--gpu", "h200", "--model", model, "--tp", str(tp),
+                          "--ep", str(tp)]) == 0
+    capsys.readouterr()
+
+
+def test_block_fp8_shards_that_divide_load(presets):
+    from src.costmodel.variants import check_block_shards
+    check_block_shards(presets.model("deepseek-v3"), 8)  # 2048/8, 18432/8: whole blocks
+    check_block_shards(presets.model("qwen3-235b-a22b-fp8"), 4)  # 1536/4 = 384 = 3 x 128
+    check_block_shards(presets.model("qwen3-235b-a22b"), 8)  # BF16: no blocks

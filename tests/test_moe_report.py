@@ -118,3 +118,21 @@ def test_a_study_run_keeps_the_moe_section_and_files(tmp_path):
     summary = (tmp_path / "results" / "summary.txt").read_text()
     assert "old study" not in summary and summary.rstrip().endswith(section)
     assert (tmp_path / "results" / "moe_study.csv").read_text() == "a\n1\n"
+
+
+def test_recommend_warns_that_sglang_needs_an_eagle_class_head_config():
+    """SGLang builds a draft from its config.json architecture: an EAGLE head must name
+    LlamaForCausalLMEagle(3) (yuhuili/EAGLE-* name LlamaForCausalLM; sgl-project/sglang PR
+    #33966). Said under the SGLang line for EAGLE heads, not for a stand-alone draft model."""
+    from tests.helpers import run_captured
+    rc, out, err = run_captured(["recommend", "--gpu", "h100-sxm", "--tp", "2", "--target",
+                                 "mixtral-8x7b", "--draft", "eagle", "--draft-model-path",
+                                 "yuhuili/EAGLE-mixtral-instruct-8x7B", "--acceptance", "0.78",
+                                 "--batch", "1,8"])
+    assert rc == 0, err
+    sglang = out.split("SGLang (", 1)[1]
+    assert "must name LlamaForCausalLMEagle" in sglang
+    rc, out, err = run_captured(["recommend", "--gpu", "h100-sxm", "--target", "llama-3.1-8b",
+                                 "--draft", "llama-3.2-1b", "--acceptance", "0.7", "--batch", "1"])
+    assert rc == 0, err
+    assert "LlamaForCausalLMEagle" not in out

@@ -130,3 +130,24 @@ def test_committed_moe_outputs_are_up_to_date(qwen3_study):
     mine = pd.read_csv(io.StringIO(csv_bytes(qwen3_study.rows).decode()), dtype=str)
     subset = committed[committed.scenario == qwen3_study.scenario.name].reset_index(drop=True)
     pd.testing.assert_frame_equal(subset, mine)
+
+
+def test_mixtral_eagle1_head_gets_no_sglang_flags_and_a_vllm_caveat(tmp_path):
+    """yuhuili/EAGLE-mixtral-instruct-8x7B's config.json names LlamaForCausalLM: SGLang would
+    build a plain Llama from it (no LlamaForCausalLMEagle weight mapping), so no SGLang flags are
+    printed, one line says why; vLLM 0.9.2 refused the head (32 KV heads against 8): said under
+    the vLLM line (src/hardware/moe_cli.py ENGINE_NOTES)."""
+    out = tmp_path / "o"
+    rc, _, err = run_captured(["moe-study", "--scenario",
+                               "configs/scenarios/moe-mixtral-8x7b-eagle-2xh100.toml",
+                               "--no-plots", "--out", str(out)])
+    assert rc == 0, err
+    summary = (out / "results" / "summary.txt").read_text()
+    block = summary.split("--- moe-mixtral-8x7b-eagle-2xh100")[1].split("\n\n")[0]
+    assert "sglang.launch_server" not in block
+    sglang = [line for line in block.splitlines() if line.startswith("SGLang")]
+    assert len(sglang) == 1 and "no flags printed" in sglang[0]
+    assert "LlamaForCausalLMEagle" in sglang[0]
+    lines = block.splitlines()
+    vllm = next(i for i, line in enumerate(lines) if line.startswith("vLLM: vllm serve"))
+    assert '"method": "eagle"' in lines[vllm] and "vLLM 0.9.2 refused" in lines[vllm + 1]

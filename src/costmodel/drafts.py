@@ -90,9 +90,11 @@ def eagle_head_from_target(target: ModelSpec) -> ModelSpec:
     """The one decoder layer of an EAGLE(-1/2) head for a non-plain target: the target's
     attention with a dense SwiGLU of the target's intermediate_size, full attention, BF16 (EAGLE's
     cnets.py builds a LlamaDecoderLayer from the head's config; its Mixtral head has the dense
-    intermediate_size 14336)."""
+    intermediate_size 14336), with the head's own KV heads where the preset gives them
+    (eagle_head_n_kv_heads: Mixtral's head has 32, its target 8)."""
     return replace(
-        target, n_routed_experts=0, experts_per_token=0, moe_intermediate_size=0,
+        target, n_kv_heads=target.eagle_head_n_kv_heads or target.n_kv_heads,
+        n_routed_experts=0, experts_per_token=0, moe_intermediate_size=0,
         n_shared_experts=0, first_k_dense_replace=0, sliding_window_tokens=0,
         sliding_window_layers=0, weight_format="bf16", expert_weight_format="",
         kv_cache_format="bf16", mtp_layers=0)

@@ -136,6 +136,9 @@ class ModelSpec:
     architecture: str = "decoder"  # "decoder", or "eagle3" for an EAGLE-3 head preset
     draft_vocab_size: int = 0  # an EAGLE-3 head's own output vocabulary (0 = vocab_size)
     eagle3_fused_layers: int = 3  # target layers whose hidden states an EAGLE-3 head fuses
+    # KV heads of the target's published EAGLE(-1/2) head where they differ from the target's
+    # (0 = the target's): Mixtral's head is full multi-head attention (32) over a GQA target (8)
+    eagle_head_n_kv_heads: int = 0
 
     @property
     def is_plain(self) -> bool:
@@ -343,7 +346,7 @@ ZERO_ALLOWED_FIELDS = frozenset((
     "n_routed_experts", "experts_per_token", "moe_intermediate_size", "n_shared_experts",
     "first_k_dense_replace", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
     "qk_rope_head_dim", "v_head_dim", "sliding_window_tokens", "sliding_window_layers",
-    "mtp_layers", "draft_vocab_size"))
+    "mtp_layers", "draft_vocab_size", "eagle_head_n_kv_heads"))
 MODEL_CHOICES = {"routing": ("uniform", "locality"), "attention": ("gqa", "mla"),
                  "weight_format": WEIGHT_FORMATS, "expert_weight_format": ("", *WEIGHT_FORMATS),
                  "kv_cache_format": KV_CACHE_FORMATS, "architecture": ("decoder", "eagle3")}

@@ -88,15 +88,53 @@ def check_ep(model, ep: int, tp: int) -> int:
         raise CostModelInputError("ep", f"{ep} does not divide the {E} routed experts of "
                                   f"{model.model_id}; allowed: {', '.join(map(str, allowed))}")
     if ep != tp:
+        allowed = "1 (one GPU: raise --tp to spread the experts)" if tp == 1 else f"1 or {tp}"
         raise CostModelInputError("ep", f"experts are spread over the replica's tp={tp} GPUs; "
-                                  f"allowed: 1 or {tp}")
+                                  f"allowed: {allowed}")
     return ep
+
+
+FP8_BLOCK = 128  # the block of "fp8-block" weights (quantization_config weight_block_size)
+
+
+def _block_shares(model, tp: int, ep: int) -> list[tuple[str, int]]:
+    """(what, width) of the FFN widths TP splits in 128x128-block FP8 (gate/up output and down
+    input: the same width)."""
+    out = []
+    if model.expert_weight_format == "fp8-block" or (
+            model.weight_format == "fp8-block" and not model.expert_weight_format):
+        if model.n_routed_experts and ep == 1:
+            out.append(("routed-expert FFN", model.moe_intermediate_size))
+    if model.weight_format == "fp8-block":
+        if model.n_shared_experts:
+            out.append(("shared-expert FFN", model.n_shared_experts * model.moe_intermediate_size))
+        if not model.n_routed_experts or model.first_k_dense_replace:
+            out.append(("dense FFN", model.intermediate_size))
+    return out
+
+
+def check_block_shards(model, tp: int, ep: int = 1) -> None:
+    """128x128-block FP8 weights: each GPU's share of a TP-split FFN width must be a multiple of
+    the block, or vLLM and SGLang refuse to load them (vllm/model_executor/layers/quantization/
+    fp8.py: "The output_size of gate's and up's weight = 192 is not divisible by weight
+    quantization block_n = 128"; Qwen3-235B-A22B-FP8 at tp 8: 1536 / 8 = 192)."""
+    for what, width in _block_shares(model, tp, ep):
+        if width % tp or (width // tp) % FP8_BLOCK:
+            ok = [t for t in (1, 2, 4, 8, 16, 32, 64) if not any(
+                w % t or (w // t) % FP8_BLOCK for _, w in _block_shares(model, t, 1))]
+            experts = " (or ep = tp: experts stay whole)" if what == "routed-expert FFN" else ""
+            raise CostModelInputError(
+                "tp", f"{model.model_id} has 128x128-block FP8 weights: at tp={tp} a GPU's share "
+                f"of the {width}-wide {what} is {width / tp:g}, not a multiple of {FP8_BLOCK}, "
+                "which vLLM and SGLang refuse to load; allowed: tp "
+                f"{', '.join(map(str, ok))}{experts}")
 
 
 def pass_shape(gpu, model, tp: int, n_layers: int | None = None, extra_gemms=(),
                ep: int = 1) -> PassShape:
     """Shape terms of one pass over n_layers (None = all) of `model` at TP tp, EP ep."""
     check_formats(gpu, model)
+    check_block_shards(model, tp, ep)
     gemms = (shapes.layer_gemms(model, tp, n_layers, ep)
              + shapes.head_gemms(model, tp, extra_gemms))
     n_layer_gemms = sum(g.role != "head" for g in gemms)

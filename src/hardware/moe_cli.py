@@ -25,10 +25,37 @@ HEAD_REPOSITORIES = {
     "moe-mixtral-8x7b-eagle-2xh100": "yuhuili/EAGLE-mixtral-instruct-8x7B",
 }
 
+# What an engine does with a scenario's head where that is not the plain case, from its source:
+# "sglang": why no SGLang flags are printed (the line replaces them); "vllm": a caveat printed
+# under the vLLM settings.
+ENGINE_NOTES = {
+    "moe-mixtral-8x7b-eagle-2xh100": {
+        # The head's config.json names LlamaForCausalLM (NickL77/BaldEagle issue #6 links it).
+        # SGLang builds a draft from the architecture its config names and has no remap for that
+        # one (python/sglang/srt/configs/model_config.py, _config_draft_model): loaded as a plain
+        # Llama it lacks LlamaForCausalLMEagle's weight mapping (the unprefixed keys, the fc
+        # layer); SGLang's docs use re-labelled lmsys/sglang-EAGLE-* copies, and
+        # sgl-project/sglang PR #33966 (open) describes exactly this.
+        "sglang": "no flags printed: SGLang builds an EAGLE draft from the architecture its "
+                  "config.json names, and this head's names LlamaForCausalLM, not "
+                  "LlamaForCausalLMEagle (no SGLang-format copy of it was found; "
+                  "sgl-project/sglang PR #33966)",
+        # vLLM maps LlamaForCausalLM to EagleLlamaForCausalLM for method "eagle"
+        # (vllm/transformers_utils/configs/eagle.py). vLLM 0.9.2 refused the pair in
+        # get_kv_cache_config (the head's 32 KV heads against Mixtral's 8: different page
+        # sizes); vLLM main groups full-attention layers that differ only in their KV size
+        # (UniformTypeKVCacheSpecs, vllm/v1/core/kv_cache_utils.py get_kv_cache_groups).
+        "vllm": "vLLM 0.9.2 refused this head (its 32 KV heads against Mixtral's 8, in "
+                "get_kv_cache_config); vLLM main groups layers that differ only in KV-head count "
+                "(UniformTypeKVCacheSpecs) and loads it as EagleLlamaForCausalLM, but no run of "
+                "the pair is published: check it on your version",
+    },
+}
+
 # Where the head was trained for a sibling checkpoint of the preset's (same config.json shapes),
 # the printed settings name that checkpoint: the acceptance came from it.
 TARGET_REPOSITORIES = {
-    "moe-qwen3-235b-a22b-eagle3-8xh100": "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8",
+    "moe-qwen3-235b-a22b-eagle3-8xh100": "Qwen/Qwen3-235B-A22B-Instruct-2507",
     "moe-mixtral-8x7b-eagle-2xh100": "mistralai/Mixtral-8x7B-Instruct-v0.1",
 }
 
@@ -68,7 +95,7 @@ def main(argv: list[str]) -> int:
     validation = moe_validation.validation_table()
     section = moe_report.summary_section(studies, load_presets().models, HEAD_REPOSITORIES,
                                          TARGET_REPOSITORIES,
-                                         moe_validation.summary_lines(validation))
+                                         moe_validation.summary_lines(validation), ENGINE_NOTES)
     files = existing_outputs(args.out)
     summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
     import pandas as pd

@@ -32,7 +32,8 @@ def plot_moe_speedup(studies) -> bytes:
         ax.set_ylim(bottom=min(0.9, float(best.speedup.min()) - 0.1))
         ax.set_xlabel("batch size (sequences)")
         ax.set_ylabel("speedup over greedy (x)")
-        ax.set_title(f"{sc.name}\n{mode}", fontsize=FONT_PT)
+        ax.set_title(f"{sc.name}\n{mode}, engine profile {study.engine}, "
+                     f"{study.context_tokens} tokens of context", fontsize=FONT_PT)
         ax2 = ax.twinx()
         rows = study.rows[(study.rows.quality_mode == mode) & (study.rows.target == "moe")]
         g = PREMIUM_GAMMA if PREMIUM_GAMMA in set(rows.gamma) else int(rows.gamma.min())

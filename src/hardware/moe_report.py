@@ -14,6 +14,8 @@ Engine settings (the names each engine's own parser accepts):
     none is printed); a chain: --speculative-eagle-topk 1, num-steps gamma, num-draft-tokens
     gamma + 1. SGLang has one draft length for every batch: the best gamma at batch 1, the rule
     `recommend` uses.
+  Where an engine would misload a scenario's head, its settings are replaced by one line saying
+  why, and a caveat goes under the other's (moe_cli.ENGINE_NOTES, sourced there).
 """
 from __future__ import annotations
 
@@ -76,8 +78,11 @@ def _fmt_pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def scenario_block(study, models, head_path: str | None, target_path: str | None = None
-                   ) -> list[str]:
+def scenario_block(study, models, head_path: str | None, target_path: str | None = None,
+                   engine_notes: dict[str, str] | None = None) -> list[str]:
+    """The scenario's lines. engine_notes: "sglang" = why no SGLang flags are printed (an engine
+    would misload the head), "vllm" = a caveat under the vLLM settings."""
+    engine_notes = engine_notes or {}
     sc = study.scenario
     mode = sc.study.quality_modes[0]
     rows = study.rows[study.rows.quality_mode == mode]
@@ -137,8 +142,12 @@ def scenario_block(study, models, head_path: str | None, target_path: str | None
     else:
         lines.append(f"vLLM: vllm serve {model}{tp_vllm} --speculative-config "
                      f"'{json.dumps(cfg)}'")
+        if "vllm" in engine_notes:
+            lines.append(f"  (vLLM: {engine_notes['vllm']}.)")
     g1 = int(moe_b.schedule_gamma.iloc[0])
-    if g1 > 0:
+    if "sglang" in engine_notes:
+        lines.append(f"SGLang: {engine_notes['sglang']}.")
+    elif g1 > 0:
         tp_sgl = f" --tp {sc.tp}" if sc.tp > 1 else ""
         lines.append(f"SGLang (one gamma for every batch: {g1}, the best at batch "
                      f"{moe_b.index[0]}): python -m sglang.launch_server --model-path {model}"
@@ -149,7 +158,8 @@ def scenario_block(study, models, head_path: str | None, target_path: str | None
 
 
 def summary_section(studies, models, head_paths: dict[str, str | None],
-                    target_paths: dict[str, str], validation_lines: list[str]) -> str:
+                    target_paths: dict[str, str], validation_lines: list[str],
+                    engine_notes: dict[str, dict[str, str]] | None = None) -> str:
     """The whole section, between SECTION_BEGIN and SECTION_END."""
     lines = [SECTION_BEGIN,
              "Mixture-of-Experts targets, closed-form steady state (src/hardware/moe_study.py), "
@@ -161,7 +171,8 @@ def summary_section(studies, models, head_paths: dict[str, str | None],
              "rate inverted from one published accept length: deep gammas are extrapolated.", ""]
     for study in studies:
         name = study.scenario.name
-        lines += scenario_block(study, models, head_paths.get(name), target_paths.get(name))
+        lines += scenario_block(study, models, head_paths.get(name), target_paths.get(name),
+                                (engine_notes or {}).get(name))
         lines.append("")
     lines += validation_lines
     lines.append(SECTION_END)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pandas as pd
 
 from src.costmodel import load_engine_profiles
+from src.executor import LocalExecutor
 from src.hardware import steady_state
 from src.hardware.plots import PLOTS, render_plots
 from src.hardware.scenario import Scenario
 from src.metrics import best_gamma
-from src.processes import map_in_processes, stderr_line
+from src.processes import stderr_line
 from src.reporting import plot_progress, reference_gamma
 from src.sweep import draft_shapes, progress_printer, run_grid
 from src.workload import acceptance_profile, sample_alpha, sample_lengths, stream
@@ -34,13 +35,15 @@ def engine_grid(scenario: Scenario, engine: str, quiet: bool = True) -> pd.DataF
     return df
 
 
-def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> dict:
+def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1,
+                 executor=None) -> dict:
     """Simulate a hardware scenario under each of its engine profiles, plus the steady-state sweeps.
 
     With workers > 1 the engine profiles' grids run in parallel processes (same numbers: every grid
     point has its own random stream). Returns {"scenario", "results" (one row per grid point and
     engine profile), "steady" (closed-form speedups over batch x gamma x context), "breakdown"
-    (step times at the mean context)}.
+    (step times at the mean context)}. `executor` (src/executor.py, e.g. Dask) runs the grid
+    points instead, each (batch, mode, serving mode) a task.
     """
     cfg = scenario.study
     say = (lambda msg: None) if quiet else stderr_line
@@ -50,8 +53,16 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> di
     parallel = workers > 1 and len(engines) > 1
     say(f"hardware scenario {scenario.name}: {len(engines)} engine profiles x {points} grid points"
         + (f", {min(workers, len(engines))} at a time in worker processes" if parallel else ""))
-    if workers > 1 and len(engines) > 1:
-        grids = map_in_processes(engine_grid, [(scenario, e, quiet) for e in engines], workers)
+    if executor is not None:
+        grids = []
+        for e in engines:
+            df = run_grid(cfg, scenario.cost_model(e), executor=executor,
+                          progress=progress_printer(quiet, f"{scenario.name}, engine {e}"))
+            df.insert(0, "engine_profile", e)
+            grids.append(df)
+    elif workers > 1 and len(engines) > 1:
+        grids = (executor or LocalExecutor(workers)).map(
+            engine_grid, [(scenario, e, quiet) for e in engines])
     else:
         grids = [engine_grid(scenario, e, quiet) for e in engines]
     say(f"hardware scenario {scenario.name}: steady-state sweeps over batch x gamma x context and "
@@ -116,10 +127,11 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1) -> di
             "mean_context": mean_context}
 
 
-def hardware_job(scenario: Scenario, quiet: bool, workers: int = 1, plots: bool = True) -> dict:
+def hardware_job(scenario: Scenario, quiet: bool, workers: int = 1, plots: bool = True,
+                 executor=None) -> dict:
     """run_scenario plus its plots ({} when `plots` is False), rendered where it ran (so a worker
     process returns PNG bytes)."""
-    hw = run_scenario(scenario, quiet=quiet, workers=workers)
+    hw = run_scenario(scenario, quiet=quiet, workers=workers, executor=executor)
     hw["plots"] = (render_plots(hw, plot_progress(quiet, f"{scenario.name}", len(PLOTS)))
                    if plots else {})
     return hw

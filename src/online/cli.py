@@ -103,6 +103,8 @@ def make_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", help="root random seed (default: the scenario's)")
     p.add_argument("--workers", help="processes (default: one per core, up to the rates)")
+    from src.cli import DASK_HELP
+    p.add_argument("--dask", help=DASK_HELP)
     p.add_argument("--out", help="output folder (default .): OUT/results, OUT/plots")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--no-plots", action="store_true",
@@ -509,6 +511,9 @@ def main(argv: list[str]) -> int:
         workers = _int("--workers", args.workers, 1, 256) if args.workers is not None else None
         from src.online.study import prepare
         prepare(cfg)  # every check that needs the cost model, before any simulation
+        from src.executor import dask_option, open_executor
+        dask = dask_option(args.dask)
+        executor = open_executor(dask) if dask else None
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -516,7 +521,11 @@ def main(argv: list[str]) -> int:
     from src.online.study import benchmark_line, run_serving
     from src.outputs import locked, publish
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
-    result = run_serving(cfg, workers=workers, say=say)
+    try:
+        result = run_serving(cfg, workers=workers, say=say, executor=executor)
+    finally:
+        if executor is not None:
+            executor.close()
     try:
         # OUT/results and OUT/plots are replaced as one set: keep what other commands wrote there,
         # read under OUT's lock, so a run that published meanwhile is kept too

@@ -141,7 +141,11 @@ def _check_draft(args) -> None:
     """--draft is a model preset, eagle or ngram ('self' needs a draft KV budget, which recommend
     has no option for); the draft-model options are refused where the run would ignore them."""
     from src.costmodel import load_presets
-    models = load_presets().models
+    presets = load_presets()
+    models = presets.models
+    for flag, name in (("--target", args.target), ("--draft", args.draft)):
+        if name in models:  # a config.json path is read here: its errors name the flag
+            presets.model(name, flag)
     if args.draft == "self":
         raise ConfigError("--draft", "'self' needs a draft KV budget, which recommend has no "
                                      "option for (use serve with a scenario file); allowed: eagle, "
@@ -448,6 +452,11 @@ def report(args) -> str:
         tp_flag = f" --tp {sc.tp}" if sc.tp > 1 else ""
         lines.append(f"  python -m sglang.launch_server --model-path {model}{tp_flag} "
                      f"{sglang_flags(cfg, sglang_gamma, args.draft_model_path)}")
+        from src.hardware.moe_report import draft_kind  # an EAGLE head: SGLang picks its class
+        if draft_kind(sc.draft, load_presets().models) in ("eagle", "eagle3"):  # by config.json
+            lines.append("  (the head's config.json must name LlamaForCausalLMEagle or -Eagle3: "
+                         "SGLang loads a LlamaForCausalLM one, as yuhuili/EAGLE-* heads name, "
+                         "as a plain Llama; its docs use the lmsys/sglang-EAGLE-* copies)")
         if last_on < cfg.limits.max_num_seqs:
             lines.append(f"  (SGLang cannot switch speculation off by load: above {last_on} "
                          "running sequences it costs throughput; SGLang caps running requests at "

@@ -265,28 +265,31 @@ def rate_work(cfg: ServeConfig, rate: float) -> float:
     return n * (1.0 / max(rate, 1.0) + 0.03)
 
 
-def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: None) -> dict:
-    """Simulate every (policy, rate): {"table": DataFrame, "prepared", "per_rep", "speed"}."""
+def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: None,
+                executor=None) -> dict:
+    """Simulate every (policy, rate): {"table": DataFrame, "prepared", "per_rep", "speed"}.
+    `executor` (src/executor.py; default: `workers` local processes) runs the shares of rates."""
     prepared = prepare(cfg)
     rates = list(cfg.rates_per_s)
-    workers = min(workers or os.cpu_count() or 1, len(rates))
+    workers = min(executor.workers if executor is not None else workers or os.cpu_count() or 1,
+                  len(rates))
     say(
         f"serving sweep: {len(prepared.policies)} policies x {len(rates)} rates x "
         f"{cfg.replications} replications ({cfg.engine_profile}, workload {cfg.workload})"
     )
     start = time.perf_counter()
-    if workers > 1:
-        # one child process per worker, each with a share of the rates of about equal work
-        # (rate_work); children die with this
-        # process (src/processes.py)
-        from src.processes import map_in_processes
+    if workers > 1 or executor is not None:
+        # one task per worker, each with a share of the rates of about equal work (rate_work);
+        # local children die with this process (src/processes.py)
+        from src.executor import LocalExecutor
         loads = [0.0] * workers
         groups: list[list[float]] = [[] for _ in range(workers)]
         for r in sorted(rates, key=lambda r: -rate_work(cfg, r)):
             i = loads.index(min(loads))
             groups[i].append(r)
             loads[i] += rate_work(cfg, r)
-        done = map_in_processes(_rates_job, [(cfg, prepared, g) for g in groups if g], workers)
+        executor = executor or LocalExecutor(workers)
+        done = executor.map(_rates_job, [(cfg, prepared, g) for g in groups if g])
         by_rate = {r: out for group in done for r, out in group}
         outcomes = [by_rate[r] for r in rates]
         say(f"  {len(rates)} rates done ({time.perf_counter() - start:.1f} s)")

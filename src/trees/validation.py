@@ -1,4 +1,4 @@
-"""Trees against published tree-vs-chain measurements, fitted to nothing (design.md, section 17).
+"""Trees against published tree-vs-chain measurements, fitted to nothing (design.md, section 18).
 
 Each check takes the accept lengths a paper reports (tokens per verification, tau) as given and
 asks the hardware cost model for the step times, at the paper's batch sizes: speedup over greedy =

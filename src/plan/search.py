@@ -1,0 +1,284 @@
+"""The capacity search of one (deployment, policy): the highest steady request rate meeting the SLO.
+
+A probe at rate r runs serve's engine (src/online/study.py `simulate_rate`) on the policy alone,
+R replications of Poisson arrivals over `duration_s` seconds, and classifies r as serve's S5 does:
+
+    meet(r)  <=>  mean SLO attainment over replications >= 0.9  and  r is a steady state
+                  (arrival window >= 20 x mean E2E latency: serving_rules.STEADY_WINDOW_E2E)
+
+A miss, or a meet that is not steady, bounds the capacity from above: only a steady meet proves a
+rate is sustained (design.md, "Capacity search"). The search brackets, then bisects:
+
+A meet that is not steady only because the window is short runs again over a longer one (Prober.
+probe). Then:
+
+    1. r = start; while meet(r): r = 2 r (up to MAX_RATE_PER_S); while not meet(r): r = r / 2
+       (down to start / 2^MAX_HALVINGS), giving last meet `lo` and first miss `hi` = 2 lo
+    2. while hi / lo > 1 + tolerance: m = sqrt(lo hi) (4 significant figures); meet(m) ? lo = m
+       : hi = m
+
+The capacity is `lo`; the true capacity (the rate where attainment crosses 0.9) lies in
+[lo, hi), hi / lo <= 1 + tolerance, wherever meet() is monotone in the rate. Every probe's
+arrivals are the same unit-rate gaps scaled by 1/r and the same requests (common random numbers,
+src/online/arrivals.py), so meet() is monotone up to the noise of a few requests at the cliff.
+A search is a pure function of its SearchTask: it runs anywhere (src/executor.py) with the same
+result.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from src.config import ConfigError
+
+MAX_RATE_PER_S = 4096.0
+MAX_HALVINGS = 8
+MAX_WINDOW_FACTOR = 6  # the longest probe window, in task windows
+METRICS = ("slo_attainment", "sustained_output_tok_s", "output_throughput_tok_s",
+               "request_throughput_req_s",
+           "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
+           "e2e_mean_s", "mean_batch", "acceptance_rate", "mean_gamma")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One way to serve: GPU, tensor-parallel size, target and draft, engine, workload."""
+
+    gpu: str
+    tp: int
+    target: str
+    draft: str
+    engine: str
+    workload: str
+
+    @property
+    def label(self) -> str:
+        return (f"{self.target}+{self.draft} tp{self.tp} {self.gpu} {self.engine} "
+                f"{self.workload}")
+
+    @property
+    def draft_tp(self) -> int:
+        # vLLM V1 runs a draft model at the target's tp (src/online/recommend.py); n-gram: none
+        return 1 if self.draft == "ngram" else self.tp
+
+
+@dataclass(frozen=True)
+class SearchTask:
+    """Everything that determines one search's result (plain values: its cache key, src/plan/
+    cache.py, is their canonical JSON with the code version)."""
+
+    deployment: Deployment
+    policy: str
+    slo_ttft_s: float
+    slo_tpot_s: float
+    slo_attainment_target: float
+    alpha: float | None
+    quality_mode: str | None
+    duration_s: float
+    replications: int
+    tolerance: float
+    start_rate_per_s: float
+    seed: int
+    max_gamma: int
+
+    def canonical(self) -> dict:
+        return asdict(self)
+
+
+def scenario_of(d: Deployment):
+    """The Scenario of a deployment; ConfigError (scenario.tp) where its weights do not fit."""
+    from src.hardware.scenario import scenario_from_dict
+
+    name = f"{d.gpu}-tp{d.tp}-{d.target}-{d.draft}".replace("+", "_")
+    return scenario_from_dict({
+        "scenario": {"name": name, "gpu": d.gpu, "target": d.target, "draft": d.draft,
+                     "tp": d.tp, "draft_tp": d.draft_tp, "engine_profiles": [d.engine]},
+        "study": {"batch_sizes": [1]},
+    })
+
+
+def serve_config(task: SearchTask, rate_per_s: float | None = None):
+    """The ServeConfig of a task's probes: serve's model of the deployment, workload and SLO."""
+    from src.config import PointAlpha, alpha_mode_label
+    from src.online.config import ServeConfig
+    from src.online.workloads import workload_preset
+
+    d = task.deployment
+    scenario = scenario_of(d)
+    preset = workload_preset(d.workload, "--workloads")
+    if task.alpha is not None:
+        alpha_mode, alpha = alpha_mode_label(task.alpha), PointAlpha(task.alpha)
+    else:
+        alpha_mode = task.quality_mode or scenario.study.quality_modes[0]
+        alpha = scenario.study.alpha_modes[alpha_mode]
+    return ServeConfig(
+        scenario=scenario, engine_profile=d.engine,
+        rates_per_s=(rate_per_s or task.start_rate_per_s,), policies=task.policy,
+        workload=d.workload, prompt_len=preset.prompt_len, output_len=preset.output_len,
+        workload_source=preset.source, alpha_mode=alpha_mode, alpha=alpha,
+        requests_per_replication=None, duration_s=task.duration_s,
+        replications=task.replications, slo_ttft_s=task.slo_ttft_s, slo_tpot_s=task.slo_tpot_s,
+        max_gamma=task.max_gamma, seed=task.seed,
+        slo_attainment_target=task.slo_attainment_target)
+
+
+def fit_check(task: SearchTask) -> str | None:
+    """None where the deployment fits in GPU memory (its weights, and with and without the draft a
+    KV cache holding the workload's longest request, as serve's prepare() checks), else why not
+    (one line)."""
+    from src.online.study import deployments, longest_request_tokens
+
+    try:
+        cfg = serve_config(task)
+        deps = deployments(cfg)
+    except ConfigError as e:
+        return e.allowed
+    bs = cfg.limits.block_size_tokens
+    need = longest_request_tokens(cfg) + cfg.max_gamma + 1
+    held = min(dep.kv_capacity_blocks for dep in deps) * bs
+    if held < need + bs:
+        return (f"the KV cache holds {held} tokens, less than the longest "
+                f"{task.deployment.workload} request ({need} tokens with the verification's "
+                "positions)")
+    return None
+
+
+class Prober:
+    """meet(rate) of one task, each rate simulated once (a dict of probes by rate)."""
+
+    def __init__(self, task: SearchTask, runs: dict | None = None):
+        """`runs`: engine runs by (rate, window) to share between Probers of tasks that differ
+        only in their SLO (the SLO classifies a run; it does not change it)."""
+        from src.online.study import prepare
+
+        self.task, self.runs = task, ({} if runs is None else runs)
+        self.cfg = serve_config(task)
+        prepared = prepare(self.cfg)
+        policy = [p for p in prepared.policies if p.name == task.policy]
+        if not policy:  # a bare "fixed" is named fixed:G after parsing
+            policy = [p for p in prepared.policies if p.name != "none"] or list(prepared.policies)
+        self.policy_name = policy[0].name
+        self.prepared = replace(prepared, policies=(policy[0],))
+        self.probes: dict[float, dict] = {}
+
+    def _run(self, rate: float, duration_s: float) -> dict:
+        from src.online import metrics
+        from src.online.serving_rules import STEADY_WINDOW_E2E
+        from src.online.study import simulate_rate
+
+        cfg = replace(self.cfg, duration_s=duration_s)
+        if (rate, duration_s) not in self.runs:
+            self.runs[(rate, duration_s)] = simulate_rate(cfg, self.prepared, rate)[:2]
+        result, groups = self.runs[(rate, duration_s)]
+        per_rep = metrics.per_replication(result, groups[0].rows, cfg.slo_ttft_s, cfg.slo_tpot_s)
+        # the output tokens of the requests that arrived, over the arrival window: the sustained
+        # rate (the makespan-based throughput includes the drain of the last long requests)
+        per_rep["sustained_output_tok_s"] = (per_rep["output_throughput_tok_s"]
+                                             * per_rep["makespan_s"] / duration_s)
+        row = {k: float(v) for k, v in metrics.summarise(per_rep, cfg.confidence).items()
+               if k.removesuffix("_ci_low").removesuffix("_ci_high") in METRICS}
+        steady = bool(duration_s >= STEADY_WINDOW_E2E * row["e2e_mean_s"])
+        attained = bool(row["slo_attainment"] >= cfg.slo_attainment_target)
+        return {"rate_per_s": rate, "window_s": duration_s, "steady": steady,
+                "attained": attained, "meet": steady and attained, **row}
+
+    def probe(self, rate: float) -> dict:
+        """The probe at `rate`: first over the task's window; a rate that meets the SLO but is
+        not steady runs again over the window that holds 20 of its mean E2E latencies (x 1.25,
+        rounded up to 10 s), up to MAX_WINDOW_FACTOR x the task's (an overloaded rate's latency
+        grows with the window, so it stays unsteady and counts as a miss)."""
+        if rate not in self.probes:
+            from src.online.serving_rules import STEADY_WINDOW_E2E
+
+            window = self.task.duration_s
+            row = self._run(rate, window)
+            while row["attained"] and not row["steady"]:
+                longer = math.ceil(1.25 * STEADY_WINDOW_E2E * row["e2e_mean_s"] / 10) * 10
+                if longer <= window or longer > MAX_WINDOW_FACTOR * self.task.duration_s:
+                    break
+                window = float(longer)
+                row = self._run(rate, window)
+            self.probes[rate] = row
+        return self.probes[rate]
+
+    def meet(self, rate: float) -> bool:
+        return self.probe(rate)["meet"]
+
+
+def midpoint(lo: float, hi: float) -> float:
+    """The geometric middle of lo and hi to 4 significant figures (a rate one can print), or
+    exactly where rounding would land on lo or hi."""
+    m = math.sqrt(lo * hi)
+    rounded = float(f"{m:.4g}")
+    return rounded if lo < rounded < hi else m
+
+
+def bracket_and_bisect(meet, start: float, tolerance: float,
+                       max_rate: float = MAX_RATE_PER_S,
+                       halvings: int = MAX_HALVINGS) -> tuple[str, float | None, float | None]:
+    """(bound, last meet lo, first miss hi) of the module docstring's steps 1-2 for any predicate
+    meet(rate): "found" (hi / lo <= 1 + tolerance), "above" (met at every doubling up to
+    max_rate; hi None) or "below" (missed down to start / 2^halvings; lo None)."""
+    lo = hi = None
+    if meet(start):
+        lo = start
+        while hi is None and lo * 2 <= max_rate:
+            hi = None if meet(lo * 2) else lo * 2
+            if hi is None:
+                lo *= 2
+    else:
+        hi = start
+        for _ in range(halvings):
+            if meet(hi / 2):
+                lo = hi / 2
+                break
+            hi /= 2
+    bound = "above" if hi is None else ("below" if lo is None else "found")
+    if bound == "found":
+        while hi / lo > 1 + tolerance:
+            m = midpoint(lo, hi)
+            lo, hi = (m, hi) if meet(m) else (lo, m)
+    return bound, lo, hi
+
+
+def capacity_search(task: SearchTask, runs: dict | None = None) -> dict:
+    """The search of the module docstring: {"capacity_per_s", "first_miss_per_s", "bound"
+    ("found": lo and hi bracket it; "above": met at MAX_RATE_PER_S; "below": missed at the lowest
+    rate tried), "policy" (as parsed), "at_capacity" (the probe at the capacity, or None), "probes"
+    (every probe, by rate)}."""
+    p = Prober(task, runs)
+    bound, lo, hi = bracket_and_bisect(p.meet, task.start_rate_per_s, task.tolerance)
+    return {
+        "policy": p.policy_name,
+        "bound": bound,
+        "capacity_per_s": float(lo) if lo is not None else 0.0,
+        "first_miss_per_s": float(hi) if hi is not None else math.nan,
+        "at_capacity": p.probes[lo] if lo is not None else None,
+        "probes": [p.probes[r] for r in sorted(p.probes)],
+    }
+
+
+def dense_capacity(task: SearchTask, rates, runs: dict | None = None) -> float:
+    """The capacity a dense sweep of `rates` gives by the same rule: the highest rate below the
+    first one that is not a steady meet (0 where the lowest is not)."""
+    p = Prober(task, runs)
+    best = 0.0
+    for r in sorted(rates):
+        if not p.meet(r):
+            break
+        best = r
+    return best
+
+
+def capacity_gain(policy: dict, none: dict) -> tuple[float, float, float]:
+    """(gain, low, high): the policy's capacity over none's, and the range the two brackets allow
+    (lo_p / hi_none .. hi_p / lo_none); NaN where either capacity is unknown or zero."""
+    lo_p, hi_p = policy["capacity_per_s"], policy["first_miss_per_s"]
+    lo_n, hi_n = none["capacity_per_s"], none["first_miss_per_s"]
+    if not (lo_p > 0 and lo_n > 0):
+        return (math.nan, math.nan, math.nan)
+    with np.errstate(all="ignore"):
+        return (lo_p / lo_n, lo_p / hi_n if np.isfinite(hi_n) else math.nan,
+                hi_p / lo_n if np.isfinite(hi_p) else math.nan)

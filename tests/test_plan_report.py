@@ -1,0 +1,56 @@
+"""src/plan/report.py on made-up searches: the cost formula, the replicas at a target rate, the
+cheapest deployment, the best policy per deployment and where speculation raises capacity."""
+import math
+
+import pytest
+
+from src.plan.config import build_plan
+from src.plan.report import plan_table, summary_section
+from src.plan.search import Deployment
+
+
+def result(policy, lo, hi, tok_s):
+    at = {"rate_per_s": lo, "window_s": 30.0, "sustained_output_tok_s": tok_s,
+          "sustained_output_tok_s_ci_low": tok_s * 0.9,
+          "sustained_output_tok_s_ci_high": tok_s * 1.1}
+    return {"policy": policy, "bound": "found", "capacity_per_s": lo, "first_miss_per_s": hi,
+            "at_capacity": at, "probes": [at]}
+
+
+@pytest.fixture
+def made_up():
+    plan = build_plan({"gpus": "l40s,h100-sxm", "pairs": "llama-3.1-8b+llama-3.2-1b",
+                       "policies": "fixed:3", "target_rate": "250",
+                       "prices": "l40s=1.0,h100-sxm=3.0"}, None)
+    l40s = Deployment("l40s", 1, "llama-3.1-8b", "llama-3.2-1b", "vllm-v1", "sharegpt")
+    h100 = Deployment("h100-sxm", 1, "llama-3.1-8b", "llama-3.2-1b", "vllm-v1", "sharegpt")
+    searches = [(l40s, "none", result("none", 100.0, 110.0, 36000.0)),
+                (l40s, "fixed:3", result("fixed:3", 130.0, 140.0, 46800.0)),
+                (h100, "none", result("none", 300.0, 330.0, 108000.0)),
+                (h100, "fixed:3", result("fixed:3", 280.0, 300.0, 100800.0))]
+    return plan, plan_table(plan, searches)
+
+
+def test_cost_per_million_tokens_and_replicas(made_up):
+    _, t = made_up
+    row = t.iloc[0]  # l40s none: $1/h over 36,000 tok/s
+    assert row.cost_per_mtok == pytest.approx(1.0 / (3600 * 36000) * 1e6)
+    assert row.cost_per_mtok_ci_low == pytest.approx(1.0 / (3600 * 39600) * 1e6)
+    assert list(t.replicas_for_target) == [3, 2, 1, 1]  # ceil(250 / capacity)
+    assert list(t.cost_per_hour_at_target) == [3.0, 2.0, 3.0, 3.0]
+    assert t.capacity_gain_vs_none.iloc[1] == pytest.approx(1.3)
+    assert t.capacity_gain_low.iloc[1] == pytest.approx(130 / 110)
+    assert math.isclose(t.capacity_gain_vs_none.iloc[3], 280 / 300)
+
+
+def test_summary_names_the_cheapest_and_where_speculation_helps(made_up):
+    plan, t = made_up
+    text = summary_section(plan, t, [])
+    assert "Cheapest: llama-3.1-8b+llama-3.2-1b tp1 l40s vllm-v1 sharegpt with fixed:3, 2 " \
+           "replicas." in text
+    p2 = text.split("P2.")[1].split("P3.")[0]
+    assert "fixed:3  130/s" in p2  # the l40s's best policy: 1.3x is outside the 10% tolerance
+    assert "h100-sxm vllm-v1 sharegpt  300/s [300-330)  none" in p2  # 0.93x: a tie, so none
+    p3 = text.split("P3.")[1]
+    assert "l40s vllm-v1 sharegpt      fixed:3  raises" in p3
+    assert "h100-sxm vllm-v1 sharegpt  fixed:3  same" in p3

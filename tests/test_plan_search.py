@@ -1,0 +1,122 @@
+"""The capacity search (src/plan/search.py) against a dense rate sweep, and monotone in the SLO.
+
+The algorithm (bracket_and_bisect) on predicates with a known cliff, then the whole search on one
+small case of serve's engine: Llama-3.1-8B on an L4 (low capacity, so few requests per probe),
+alpaca lengths, no speculation, 100 s windows (steady without longer reruns), 2 replications. Its
+engine runs are shared between tasks that differ only in the SLO (which classifies a run; it does
+not change it).
+"""
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from src.plan.search import (
+    Deployment,
+    SearchTask,
+    bracket_and_bisect,
+    capacity_gain,
+    capacity_search,
+    dense_capacity,
+    midpoint,
+)
+
+DEP = Deployment("l4", 1, "llama-3.1-8b", "llama-3.2-1b", "vllm-v1", "alpaca")
+TASK = SearchTask(DEP, "none", slo_ttft_s=2.0, slo_tpot_s=0.1, slo_attainment_target=0.9,
+                  alpha=0.7, quality_mode=None, duration_s=100.0, replications=2, tolerance=0.25,
+                  start_rate_per_s=16.0, seed=7, max_gamma=8)
+
+
+@pytest.mark.parametrize("tolerance", [0.02, 0.1, 0.3])
+def test_bisection_finds_the_cliff_a_dense_sweep_finds(tolerance):
+    """For cliffs c over four decades (meet(r) <=> r < c): the bracket holds c and is as narrow
+    as asked, and a dense sweep (1% steps) by the same rule lands within one tolerance of it."""
+    dense_rates = 0.01 * 1.01 ** np.arange(1400)
+    for c in np.exp(np.random.default_rng(3).uniform(np.log(0.05), np.log(3000), 200)):
+        probed = []
+
+        def meet(r, c=c):
+            probed.append(r)
+            return r < c
+        bound, lo, hi = bracket_and_bisect(meet, 4.0, tolerance)
+        assert bound == "found" and lo < c <= hi and hi / lo <= 1 + tolerance + 1e-12
+        dense = dense_rates[dense_rates < c].max()
+        assert 1 / (1 + tolerance) < lo / dense < 1.01
+        assert len(probed) == len(set(probed)) <= 30
+
+
+def test_bisection_is_monotone_in_the_predicate():
+    """A looser SLO meets at least every rate a tighter one does; with cliffs c1 <= c2 the
+    capacities come out in the same order, including where both lie in one tolerance step."""
+    for c1, c2 in [(10.0, 10.5), (10.0, 11.0), (3.3, 300.0), (7.0, 7.0), (0.3, 0.31)]:
+        lo1 = bracket_and_bisect(lambda r: r < c1, 4.0, 0.1)[1]
+        lo2 = bracket_and_bisect(lambda r: r < c2, 4.0, 0.1)[1]
+        assert lo1 <= lo2
+
+
+def test_bisection_bounds():
+    assert bracket_and_bisect(lambda r: True, 4.0, 0.1, max_rate=100.0) == ("above", 64.0, None)
+    assert bracket_and_bisect(lambda r: False, 4.0, 0.1, halvings=3) == ("below", None, 0.5)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {}
+
+
+@pytest.fixture(scope="module")
+def searched(runs):
+    return capacity_search(TASK, runs)
+
+
+def test_search_brackets_within_tolerance(searched):
+    assert searched["bound"] == "found"
+    lo, hi = searched["capacity_per_s"], searched["first_miss_per_s"]
+    assert 0 < lo < hi <= lo * (1 + TASK.tolerance) * (1 + 1e-12)
+    probes = {p["rate_per_s"]: p for p in searched["probes"]}
+    assert probes[lo]["meet"] and probes[lo]["steady"]
+    assert not probes[hi]["meet"]
+    assert searched["at_capacity"]["rate_per_s"] == lo
+
+
+def test_search_agrees_with_a_dense_sweep(searched, runs):
+    """A dense sweep (10% steps from below the bracket) by the same rule finds the cliff the
+    search brackets: the search's last meet and the dense one differ by less than a tolerance
+    step (either may sit anywhere in its own bracket below the cliff)."""
+    lo = searched["capacity_per_s"]
+    rates = [round(lo / 1.1 * 1.1 ** k, 3) for k in range(4)]  # 10% steps across the bracket
+    dense = dense_capacity(TASK, rates, runs)
+    assert dense > rates[0]  # the sweep started below capacity and crossed it
+    assert dense < rates[-1]
+    assert 1 / (1 + TASK.tolerance) < lo / dense < 1.1 * (1 + 1e-9)
+
+
+def test_capacity_is_monotone_in_the_slo(searched, runs):
+    """A looser SLO never gives a lower capacity (TPOT 100 ms < 150 ms)."""
+    loose = capacity_search(replace(TASK, slo_tpot_s=0.15), runs)["capacity_per_s"]
+    assert searched["capacity_per_s"] < loose  # TPOT binds here: the SLO moves the capacity
+
+
+def test_missed_at_every_rate_is_capacity_zero(runs):
+    """TPOT 50 ms is below the L4's batch-1 step time for an 8B model (about 62 ms in this
+    model): no rate meets it, the search halves down and reports 'below' (a miss counts however
+    short the window, so 10 s windows do)."""
+    r = capacity_search(replace(TASK, slo_tpot_s=0.05, duration_s=10.0))
+    assert r["bound"] == "below" and r["capacity_per_s"] == 0.0
+    assert r["first_miss_per_s"] == pytest.approx(TASK.start_rate_per_s / 2 ** 8)
+
+
+def test_midpoint_is_geometric_and_printable():
+    assert midpoint(16.0, 32.0) == 22.63
+    assert 16.0 < midpoint(16.0, 16.001) < 16.001
+    assert midpoint(1.0, 1.0001) not in (1.0, 1.0001)
+
+
+def test_capacity_gain_and_its_range():
+    pol = {"capacity_per_s": 30.0, "first_miss_per_s": 33.0}
+    none = {"capacity_per_s": 20.0, "first_miss_per_s": 22.0}
+    gain, low, high = capacity_gain(pol, none)
+    assert (gain, low, high) == pytest.approx((1.5, 30 / 22, 33 / 20))
+    assert all(math.isnan(x) for x in capacity_gain(pol, {"capacity_per_s": 0.0,
+                                                          "first_miss_per_s": 0.1}))
