@@ -238,3 +238,21 @@ def test_moe_tree_verification_is_the_target_pass_of_its_tokens():
         return float(verify_ms(cost, parse_shape("6:8:32"), one, c)[0]
                      / verify_ms(cost, parse_shape("2:2:4"), one, c)[0])
     assert growth(ideal) > growth(dense)
+
+
+def test_tree_grid_through_an_executor_gives_the_same_rows():
+    """run_grid's executor path (one task per batch, mode, serving mode) sweeps the tree shapes
+    too, with the same numbers as the local sweep (every block has its own stream)."""
+    from dataclasses import replace
+
+    from src.config import StudyConfig
+    from src.costmodel import FlatCostModel
+    from src.executor import LocalExecutor
+    from src.reporting import csv_bytes
+    from src.sweep import run_grid
+    cfg = replace(StudyConfig(), batch_sizes=(1, 8), gammas=(2,), trees=(TreeShape(3, 2, 6),),
+                  quality_modes=("homogeneous_good",), serving_modes=("continuous_refill",))
+    cost = FlatCostModel(0.2)
+    local = run_grid(cfg, cost)
+    assert set(local.tree_topk) == {1, 2}
+    assert csv_bytes(run_grid(cfg, cost, executor=LocalExecutor(2))) == csv_bytes(local)
