@@ -34,7 +34,9 @@ class WriteFailed(Exception):
 
 
 def grid_points(cfg) -> int:
-    return len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes) * len(cfg.serving_modes)
+    from src.sweep import draft_shapes
+    return (len(cfg.batch_sizes) * len(draft_shapes(cfg)) * len(cfg.quality_modes)
+            * len(cfg.serving_modes))
 
 
 def _raise_terminated(signum, frame):
@@ -53,11 +55,12 @@ def study(plan: cli.RunPlan, state: dict, executor=None) -> None:
     from src.hardware.study import hardware_job
     from src.processes import Background, stderr_line
     from src.sweep import Sweep, comparison_config, progress_printer, run_grid
+    from src.trees.report import split_trees
 
     start = time.perf_counter()
     say = (lambda msg: None) if plan.quiet else stderr_line
     cfg, scenario = plan.cfg, plan.scenario
-    reference = comparison = cost = background = rendered = None
+    reference = comparison = cost = background = rendered = reference_trees = None
     try:
         if (scenario is not None and plan.reference and (os.cpu_count() or 1) > 1
                 and executor is None):
@@ -73,6 +76,7 @@ def study(plan: cli.RunPlan, state: dict, executor=None) -> None:
             sweep = Sweep(cfg, cost)
             reference = run_grid(cfg, cost, progress=progress_printer(plan.quiet, "reference"),
                                  sweep=sweep, executor=executor)
+            reference, reference_trees = split_trees(reference)  # trees: src/trees/report.py
             other = "lockstep" if cfg.verification == "ragged" else "ragged"
             companion = comparison_config(cfg)
             say(f"companion sweep: {other} verification at gamma "
@@ -103,7 +107,8 @@ def study(plan: cli.RunPlan, state: dict, executor=None) -> None:
         with outputs.locked(plan.out, stderr_line):  # the kept files are read under the lock
             paths = analysis.write_outputs(plan.out, cfg, reference, comparison, cost, hardware,
                                            after_commit=lambda: state.update(published=True),
-                                           quiet=plan.quiet, rendered=rendered, plots=plan.plots)
+                                           quiet=plan.quiet, rendered=rendered, plots=plan.plots,
+                                           trees=reference_trees)
     except OSError as e:
         raise WriteFailed(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}") from None
     where = (f"{plan.out}/results and {plan.out}/plots" if plan.plots

@@ -4,6 +4,8 @@
     python scripts/benchmark.py --quick    # batch sizes 1, 8, 64 only
     python scripts/benchmark.py --cost hardware   # the same grid under the hardware cost model
                                                   # (H100, Llama-3.1-8B + 3.2-1B, ideal engine)
+    python scripts/benchmark.py --trees    # the tree grid: 8 SGLang shapes x 7 batch sizes x 4
+                                           # modes of h100-llama8b-eagle-trees, engine sglang
 
 A request-step is one active request in one decoding step (speculative or greedy). Each speculative
 request-step consumes one Exp(1) variate (src/acceptance.py), so numpy's rate of drawing Exp(1)
@@ -20,12 +22,13 @@ import time
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from src.config import StudyConfig  # noqa: E402
 from src.costmodel import FlatCostModel  # noqa: E402
-from src.hardware.scenario import default_hardware_scenario  # noqa: E402
+from src.hardware.scenario import default_hardware_scenario, load_scenario  # noqa: E402
 from src.sweep import Sweep, run_grid  # noqa: E402
 
 
@@ -48,6 +51,25 @@ class CountingSweep(Sweep):
         self.request_steps["speculative"] += stats.active_slot_steps.sum()
         return stats
 
+    def speculative_tree(self, *args):
+        stats = super().speculative_tree(*args)
+        self.request_steps["speculative"] += stats.active_slot_steps.sum()
+        return stats
+
+
+TREE_SCENARIO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "configs", "scenarios", "h100-llama8b-eagle-trees.toml")
+
+
+def tree_grid(cfg, cost, sweep) -> pd.DataFrame:
+    """The tree shapes of cfg (no chains) at every batch size and mode: the tree benchmark."""
+    rows = []
+    for b in cfg.batch_sizes:
+        for m in cfg.quality_modes:
+            for s in cfg.serving_modes:
+                rows += sweep.grid_points(m, s, b, cfg.trees, cfg.verification)
+    return pd.DataFrame(rows)
+
 
 def raw_rate(seconds: float = 1.0) -> tuple[float, float]:
     """numpy's Exp(1) variates per second (wall, CPU), drawn into a 1M-element array."""
@@ -65,18 +87,28 @@ def main() -> int:
     parser.add_argument("--cost", choices=("flat", "hardware"), default="flat",
                         help="flat (default) or the default hardware scenario's cost model, ideal "
                         "engine")
+    parser.add_argument("--trees", action="store_true",
+                        help="the tree grid of configs/scenarios/h100-llama8b-eagle-trees.toml "
+                        "(its 8 tree shapes, no chains) under engine profile sglang")
     args = parser.parse_args()
     cfg = StudyConfig()
+    if args.trees:
+        scenario = load_scenario(TREE_SCENARIO)
+        cfg, cost, args.cost = scenario.study, scenario.cost_model("sglang"), "hardware (sglang)"
     if args.quick:
         cfg = replace(cfg, batch_sizes=(1, 8, 64))
-    if args.cost == "flat":
+    if args.trees:
+        pass  # the scenario's cost model, set above
+    elif args.cost == "flat":
         cost = FlatCostModel(cfg.draft_cost)
     else:
         cost = default_hardware_scenario().cost_model("ideal")
-    run_grid(replace(cfg, batch_sizes=(1,), gammas=(1,), quality_modes=cfg.quality_modes[:1]), cost)
-    sweep = CountingSweep(cfg, cost)  # (the call above loaded the compiled engine)
+    warm = replace(cfg, batch_sizes=(1,), gammas=(1,), quality_modes=cfg.quality_modes[:1],
+                   trees=cfg.trees[:1])  # loads the compiled loops
+    run_grid(warm, cost)
+    sweep = CountingSweep(cfg, cost)
     wall, cpu = time.perf_counter(), time.process_time()
-    df = run_grid(cfg, cost, sweep=sweep)
+    df = tree_grid(cfg, cost, sweep) if args.trees else run_grid(cfg, cost, sweep=sweep)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     counts = sweep.request_steps
     request_steps = counts["speculative"] + counts["greedy"]

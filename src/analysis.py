@@ -32,6 +32,8 @@ from src.reporting import (
     reference_gamma,
     table,
 )
+from src.trees import outputs as tree_outputs
+from src.trees import report as tree_report
 
 # --- writing --------------------------------------------------------------------------------------
 
@@ -88,7 +90,7 @@ def study_owns(rel: str) -> bool:
     """Whether OUT/rel is a file the study writes in some run (the rest of OUT/results and
     OUT/plots, such as the serve command's outputs, is kept when a study run replaces its own)."""
     return rel in ("results/results.csv", "results/summary.txt", *REFERENCE_OUTPUTS,
-                   *HARDWARE_OUTPUTS)
+                   *HARDWARE_OUTPUTS, *tree_outputs.OUTPUTS)
 
 
 def reference_part(cfg: StudyConfig, reference: pd.DataFrame, comparison: pd.DataFrame, cost,
@@ -117,23 +119,27 @@ def reference_part(cfg: StudyConfig, reference: pd.DataFrame, comparison: pd.Dat
 def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None,
                   comparison: pd.DataFrame | None, cost, hardware: dict | None = None,
                   after_commit=None, quiet: bool = True, rendered: dict | None = None,
-                  plots: bool = True) -> list[str]:
+                  plots: bool = True, trees: pd.DataFrame | None = None) -> list[str]:
     """Render everything in memory, then write it: results/results.csv (reference and hardware rows,
     told apart by `scenario`), results/verification_comparison.csv, results/summary.txt and the
     plots of each part that ran, replacing OUT/results and OUT/plots as one set (src/outputs.py).
     `rendered`: the reference part already rendered (reference_part), else it is rendered here.
     `plots` False: no plots, and the study's plots of an earlier run go (they would show other
-    numbers). Returns the paths written."""
+    numbers). `trees`: the reference study's tree rows (src/trees/report.py split_trees); a
+    hardware scenario's come in hardware["tree_results"]. Returns the paths written."""
     results, summary, files = [], [], {}
+    ref_rows = None if reference is None else tree_report.with_trees(reference, trees)
+    hw_rows = None if hardware is None else tree_report.with_trees(
+        hardware["results"], hardware.get("tree_results"))
     plot_dir = os.path.join(out_dir, "plots")
     if reference is not None:
-        results.append(reference.assign(scenario="reference", engine_profile="flat",
-                                        time_unit=cost.time_unit))
+        results.append(ref_rows.assign(scenario="reference", engine_profile="flat",
+                                       time_unit=cost.time_unit))
         part = rendered or reference_part(cfg, reference, comparison, cost, quiet, plots)
         summary.append(part["summary"])
         files.update({os.path.join(out_dir, rel): data for rel, data in part["files"].items()})
     if hardware is not None:
-        results.append(hardware["results"].assign(time_unit="ms"))
+        results.append(hw_rows.assign(time_unit="ms"))
         files[os.path.join(out_dir, "results",
                            "hardware_steady_state.csv")] = csv_bytes(hardware["steady"])
         files[os.path.join(out_dir, "results",
@@ -144,6 +150,9 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
             drawn = hardware_plots.render_plots(hardware)
         for name, png in (drawn or {}).items():
             files[os.path.join(plot_dir, name)] = png
+    part = tree_outputs.tree_part(cfg, ref_rows, hardware, hw_rows, plots)
+    summary.append(part["summary"] or "")
+    files.update({os.path.join(out_dir, rel): data for rel, data in part["files"].items()})
     if reference is not None and hardware is not None:  # after the title, before the setup
         title, _, rest = summary[0].partition("\n\n")
         summary[0:1] = [title, at_a_glance(reference, hardware["results"]), rest]

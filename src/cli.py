@@ -27,6 +27,7 @@ from src.config import (
 from src.hardware.scenario import (
     Scenario,
     check_memory,
+    check_tree_engines,
     default_hardware_scenario,
     load_scenario,
 )
@@ -61,7 +62,9 @@ def subcommand(argv: list[str]) -> Callable[[list[str]], int] | None:
 
 
 def _default_text(value) -> str:
-    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "none"
+    return str(value)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -173,6 +176,9 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
     overrides = {f: getattr(cfg, f) for f in sorted(explicit - {"draft_cost"})}
     if overrides:
         scenario = replace(scenario, study=replace(scenario.study, **overrides))
+        if "trees" in overrides:
+            check_tree_engines(scenario, "--trees" if args.trees is not None
+                               else f"--config {args.config}")
         try:
             check_memory(scenario)
         except ConfigError as e:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Union
 
 from src.errors import ConfigError
 from src.input_files import read_text_file, read_toml  # noqa: F401 (the readers' home here)
+from src.trees import config_rules as tr
 
 QUALITY_MODES = ("homogeneous_good", "homogeneous_mid", "heterogeneous", "bimodal")
 SERVING_MODES = ("static_batch", "continuous_refill")
@@ -185,6 +186,8 @@ class StudyConfig:
     gammas: tuple[int, ...] = setting(
         (1, 2, 4, 6, 8, 12, 16), "draft tokens proposed per step",
         Rule(lambda n, v, m: _int_list(n, v, 1, MAX_GAMMA), f"1..{MAX_GAMMA}"), option=True)
+    trees: tuple = setting((), tr.TREES_HELP, Rule(*tr.TREES), option=True)  # src/trees/
+    sibling_vector: tuple = setting(tr.SEQUOIA_VECTOR, tr.SIBLINGS_HELP, Rule(*tr.SIBLINGS))
     quality_modes: tuple[str, ...] = setting(
         QUALITY_MODES, "draft-quality modes to run",
         Rule(lambda n, v, m: _name_list(n, v, tuple(m)), "the default quality modes or ones "

@@ -22,6 +22,7 @@ from src.speculative import simulate_speculative
 from src.workload import make_requests, stream
 
 GRID_KEYS = ("quality_mode", "serving_mode", "batch_size", "gamma")
+TREE_KEYS = ("tree_steps", "tree_topk", "tree_tokens")  # the shape: a chain is (gamma, 1, gamma+1)
 
 
 class Sweep:
@@ -32,6 +33,7 @@ class Sweep:
         self.cfg, self.cost = cfg, cost
         self._requests: dict = {}
         self._greedy: dict = {}
+        self._trees: dict = {}
 
     def requests(self, mode: str, batch_size: int, block: int):
         key = (mode, batch_size, block)
@@ -58,10 +60,17 @@ class Sweep:
                                         self.cost, [gamma], verification, [rng])
         return stats
 
-    def grid_points(self, mode: str, serving: str, batch_size: int, gammas: tuple[int, ...],
+    def speculative_tree(self, mode: str, serving: str, batch_size: int, block: int,
+                         shape, verification: str):
+        """Block `block` of a tree grid point (src/trees/serve.py), from its own stream."""
+        from src.trees.grid import tree_block
+        return tree_block(self, mode, serving, batch_size, block, shape, verification)
+
+    def grid_points(self, mode: str, serving: str, batch_size: int, gammas: tuple,
                     verification: str) -> list[dict]:
         """Rows for every gamma of one (mode, serving mode, batch size).
 
+        `gammas` may hold tree shapes (src/trees/shape.TreeShape) beside the chains' ints.
         Block b of gamma g uses the requests of block b and the stream keyed (..., g, b). A gamma
         whose CI is still too wide takes as many further blocks as its own variance says it needs
         (blocks_to_add) and is checked again; it depends only on its own blocks, so its numbers do
@@ -76,7 +85,10 @@ class Sweep:
             while g not in rows:
                 for block in range(len(spec), wanted):
                     greedy.append(self.greedy(mode, serving, batch_size, block))
-                    spec.append(self.speculative(mode, serving, batch_size, block, g, verification))
+                    spec.append(self.speculative(mode, serving, batch_size, block, g, verification)
+                                if isinstance(g, int) else
+                                self.speculative_tree(mode, serving, batch_size, block, g,
+                                                      verification))
                 row = grid_point_metrics(concat_stats(greedy), concat_stats(spec), batch_size,
                                          cfg.confidence)
                 half_width = (row["speedup_ci_high"] - row["speedup_ci_low"]) / 2
@@ -86,7 +98,9 @@ class Sweep:
                                         block_reps, cfg.max_replications)
         alpha_mean = float(self.requests(mode, batch_size, 0).alpha.mean())
         return [{"quality_mode": mode, "serving_mode": serving, "batch_size": batch_size,
-                 "gamma": g,
+                 "gamma": g if isinstance(g, int) else g.drafts,
+                 **dict(zip(TREE_KEYS, (g, 1, g + 1) if isinstance(g, int) else
+                            (g.steps, g.topk, g.tokens))),
                  "verification": verification, "alpha_mean": alpha_mean, **rows[g]} for g in gammas]
 
 
@@ -105,7 +119,8 @@ def _points_job(cfg: StudyConfig, cost: CostModel, batch_size: int, mode: str, s
                 verification: str) -> list[dict]:
     """The rows of one (batch size, mode, serving mode), in a fresh Sweep (an executor's task: the
     same rows as in a shared one, since every block has its own stream)."""
-    return Sweep(cfg, cost).grid_points(mode, serving, batch_size, cfg.gammas, verification)
+    return Sweep(cfg, cost).grid_points(mode, serving, batch_size, draft_shapes(cfg),
+                                        verification)
 
 
 def run_grid(cfg: StudyConfig, cost: CostModel, verification: str | None = None,
@@ -121,22 +136,23 @@ def run_grid(cfg: StudyConfig, cost: CostModel, verification: str | None = None,
     points = [(b, m, s) for b in cfg.batch_sizes for m in cfg.quality_modes
               for s in cfg.serving_modes]
     rows = []
+    shapes = draft_shapes(cfg)
     if executor is not None:
-        n = len(cfg.gammas)
+        n = len(shapes)
         done = (lambda i, v, k, total: progress(k * n, total * n)) if progress else None
         for out in executor.map(_points_job, [(cfg, cost, b, m, s, verification)
                                               for b, m, s in points], on_done=done):
             rows += out
     for i, (b, m, s) in enumerate(points if executor is None else ()):
-        rows += sweep.grid_points(m, s, b, cfg.gammas, verification)
+        rows += sweep.grid_points(m, s, b, shapes, verification)
         if progress:
-            progress(len(rows), len(points) * len(cfg.gammas))
+            progress(len(rows), len(points) * len(shapes))
     df = pd.DataFrame(rows)
     order = {k: list(v)
              for k, v in (("quality_mode", cfg.quality_modes), ("serving_mode", cfg.serving_modes))}
     for key, values in order.items():
         df[key] = pd.Categorical(df[key], categories=values, ordered=True)
-    df = df.sort_values(list(GRID_KEYS), kind="stable").reset_index(drop=True)
+    df = df.sort_values(list(GRID_KEYS + TREE_KEYS), kind="stable").reset_index(drop=True)
     for key in order:
         df[key] = df[key].astype(str)
     return df
@@ -145,7 +161,15 @@ def run_grid(cfg: StudyConfig, cost: CostModel, verification: str | None = None,
 def comparison_config(cfg: StudyConfig) -> StudyConfig:
     """The lockstep-vs-ragged companion sweep: the two smallest gammas >= 2 (or the smallest)."""
     gammas = [g for g in cfg.gammas if g >= 2][:2] or list(cfg.gammas[:1])
-    return replace(cfg, gammas=tuple(gammas))
+    return replace(cfg, gammas=tuple(gammas), trees=())
+
+
+def draft_shapes(cfg: StudyConfig) -> tuple:
+    """The grid's draft shapes: the chains of cfg.gammas (ints), then cfg.trees (a chain listed
+    there as G:1:G+1 runs as the chain gamma G, once)."""
+    chains = list(cfg.gammas)
+    chains += sorted({t.steps for t in cfg.trees if t.is_chain} - set(chains))
+    return tuple(chains) + tuple(t for t in cfg.trees if not t.is_chain)
 
 
 def progress_printer(quiet: bool, label: str = "grid"):

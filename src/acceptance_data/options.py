@@ -2,6 +2,7 @@
 
     --acceptance-from-vllm FILE[,FILE2] [--model-name NAME]   vLLM /metrics snapshot(s)
     --acceptance-length TAU --gamma-measured K                 SGLang-style mean acceptance length
+    --acceptance-length TAU --shape-measured S:K:N             ... measured with a token tree
     --acceptance-trace FILE                                    per-request acceptance trace CSV
 
 Each adds quality modes (a per-position mode and, where the input allows one, its i.i.d. stand-in
@@ -44,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gamma-measured", metavar="K",
                        help="draft tokens per step when TAU was measured (SGLang: "
                             "--speculative-num-steps of a chain)")
+    group.add_argument("--shape-measured", metavar="S:K:N",
+                       help="instead of --gamma-measured: the SGLang draft shape TAU was measured "
+                       "with (num_steps:eagle_topk:num_draft_tokens); with topk > 1 TAU is a "
+                       "tree's accepted length and the rate is fitted to that tree")
     group.add_argument("--acceptance-trace", metavar="FILE",
                        help="CSV with columns request_id,step,proposed,accepted (one row per "
                        "request "
@@ -63,7 +68,15 @@ def measured_acceptance(args: argparse.Namespace) -> MeasuredAcceptance:
         acc = vllm_metrics.load_vllm_acceptance(args.acceptance_from_vllm, args.model_name)
         modes.update(vllm_metrics.to_modes(acc))
         lines += vllm_metrics.describe(acc)
-    if args.acceptance_length is not None:
+    if args.shape_measured is not None and args.acceptance_length is None:
+        raise ConfigError("--shape-measured", "only applies with --acceptance-length")
+    if args.acceptance_length is not None and args.shape_measured is not None:
+        from src.trees.measured import acceptance_from_tree_length
+        acc = acceptance_from_tree_length(args.acceptance_length, args.shape_measured,
+                                          args.gamma_measured)
+        modes[acc.mode_name] = acc.to_mode()
+        lines += acc.describe()
+    elif args.acceptance_length is not None:
         acc = sglang.acceptance_from_length(args.acceptance_length, args.gamma_measured)
         modes[acc.mode_name] = sglang.to_mode(acc)
         lines += sglang.describe(acc)

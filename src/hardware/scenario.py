@@ -125,9 +125,9 @@ class Scenario:
 
     def max_tokens_per_seq(self) -> int:
         """Most tokens one sequence can hold in cache: longest prompt + longest output +
-        largest gamma + 1 (the verification's positions)."""
+        largest gamma + 1 or tree size N (the verification's positions)."""
         return (max_length_tokens(self.study.prompt_len) + max_length_tokens(self.study.output_len)
-                + max(self.study.gammas) + 1)
+                + max([max(self.study.gammas) + 1] + [t.tokens for t in self.study.trees]))
 
 
 def max_length_tokens(dist: LengthDistribution) -> int:
@@ -272,6 +272,7 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
         memory_reserve_fraction=None if reserve is None else float(reserve), study=study,
         source_path=source_path, preset_paths=preset_paths)
     check_memory(scenario)
+    check_tree_engines(scenario, "study.trees")
     return scenario
 
 
@@ -306,6 +307,17 @@ def _preset_paths(value: Any, source_path: str | None) -> tuple[str, ...]:
             read_file_bytes(path, "scenario.presets", "a TOML file", max_bytes=MAX_TOML_BYTES)
         out.append(str(path))
     return tuple(out)
+
+
+def check_tree_engines(scenario: Scenario, field: str) -> None:
+    """A tree (topk > 1) needs engine profiles that verify trees (src/presets/tree_engines.toml)."""
+    from src.trees.costs import check_engines_verify
+    check_engines_verify(scenario.study.trees, scenario.engine_profiles, field)
+    tree = next((t for t in scenario.study.trees if not t.is_chain), None)
+    if tree is not None and scenario.draft == "ngram":
+        raise ConfigError(field, f"{tree.label}: S:K:N trees are drafted by a draft network's "
+                                 "beam (SGLang's EAGLE worker); an n-gram draft has none (SGLang's "
+                                 "NGRAM builds its own BFS trees); give chains G:1:G+1")
 
 
 def check_memory(scenario: Scenario) -> None:

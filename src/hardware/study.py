@@ -13,7 +13,7 @@ from src.hardware.scenario import Scenario
 from src.metrics import best_gamma
 from src.processes import stderr_line
 from src.reporting import plot_progress, reference_gamma
-from src.sweep import progress_printer, run_grid
+from src.sweep import draft_shapes, progress_printer, run_grid
 from src.workload import acceptance_profile, sample_alpha, sample_lengths, stream
 
 CONTEXTS_TOKENS = (512, 1024, 2048, 4096, 8192, 16384, 32768)  # steady-state context sweep
@@ -48,7 +48,7 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1,
     cfg = scenario.study
     say = (lambda msg: None) if quiet else stderr_line
     engines = scenario.engine_profiles
-    points = (len(cfg.batch_sizes) * len(cfg.gammas) * len(cfg.quality_modes)
+    points = (len(cfg.batch_sizes) * len(draft_shapes(cfg)) * len(cfg.quality_modes)
               * len(cfg.serving_modes))
     parallel = workers > 1 and len(engines) > 1
     say(f"hardware scenario {scenario.name}: {len(engines)} engine profiles x {points} grid points"
@@ -119,7 +119,9 @@ def run_scenario(scenario: Scenario, quiet: bool = True, workers: int = 1,
     for decoder in ("greedy", "speculative"):  # time unit ms -> tokens per second
         results[f"{decoder}_throughput_tokens_per_s"] = (
             1000 * results[f"{decoder}_throughput_tokens_per_time_unit"])
-    return {"scenario": scenario, "results": results,
+    trees = results.tree_topk > 1  # tree rows: src/trees/report.py reads them, the rest do not
+    return {"scenario": scenario, "results": results[~trees].reset_index(drop=True),
+            "tree_results": results[trees].reset_index(drop=True),
             "steady": pd.concat(steady, ignore_index=True),
             "breakdown": pd.DataFrame(breakdown), "attribution": pd.DataFrame(attribution),
             "mean_context": mean_context}

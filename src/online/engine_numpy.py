@@ -89,6 +89,18 @@ class NumpyEngine:
         self.row_group = np.full(R, -1)  # index into groups (compared as ints, not policies)
         for i, g in enumerate(groups):
             self.row_group[g.rows] = i
+        # token-tree policies: each request's accepted-depth thresholds (src/trees/serving.py)
+        self.tree_row = np.zeros(R, bool)
+        self.tree_thr = None
+        trees = [g for g in groups if getattr(g.policy, "shape", None) is not None]
+        if trees:
+            from src.trees.serving import tree_thresholds
+            thr = [tree_thresholds(g.policy.shape, requests.alpha[g.rows],
+                                   requests.hazard_profile) for g in trees]
+            self.tree_thr = np.zeros((R, N, max(t.shape[2] for t in thr)))
+            for g, t in zip(trees, thr):
+                self.tree_thr[g.rows, :, :t.shape[2]] = t
+                self.tree_row[g.rows] = True
         self.cap = np.array([deployments[d].kv_capacity_blocks for d in self.row_dep], np.int64)
         self.n_req = requests.n_requests
         longest = np.where(
@@ -295,6 +307,7 @@ class NumpyEngine:
             free_slot = n_run < self.limits.max_num_seqs
             admissible = (self.n_pre_wait[rows] > 0) | (head_arrival <= clock)
             steady = (n_run > 0) & ~in_pf.any(axis=1) & ~(admissible & free_slot)
+            steady &= ~self.tree_row[rows]  # a tree's step draws its own depth: no stretches
             if steady.any() and self.allow_segments:
                 bs = self.limits.block_size_tokens
                 demand0 = (_ceil_div(s.ctx[rows] + (gamma + 1)[:, None], bs) * decoding).sum(axis=1)
@@ -473,6 +486,14 @@ class NumpyEngine:
         gr = g[rr]
         k = accepted_drafts(s.key[rows[rr], cc], s.steps[rows[rr], cc], s.alpha[rows[rr], cc], gr,
                             self.rq.hazard_profile)
+        if self.tree_thr is not None:  # token trees: the depth from the same uniform
+            tr = self.tree_row[rows[rr]] & (gr > 0)
+            if tr.any():
+                from src.online.counter_rng import uniform_open_closed
+                rt, ct = rows[rr][tr], cc[tr]
+                u = uniform_open_closed(s.key[rt, ct], s.steps[rt, ct])
+                k = k.copy()
+                k[tr] = (u[:, None] < self.tree_thr[rt, s.req[rt, ct]]).sum(axis=1)
         commit = np.minimum(k + 1, s.rem[rows[rr], cc])
         R_rows = rows[rr]
         spec = gr > 0

@@ -162,7 +162,30 @@ class Adaptive:
         return goodput.reshape(r, n).argmax(axis=1).astype(np.int64)
 
 
-POLICY_FORMS = "none, fixed[:G], schedule, adaptive, off-above[:N[:G]]"
+@dataclass(frozen=True)
+class FixedTree:
+    """`tree:S:K:N`: an SGLang token tree every step (src/trees/serving.py): the engine runs its S
+    draft passes (gamma = S), verifies N tokens per sequence and draws each step's accepted depth
+    from the tree's survival by depth. Runs on the numpy engine, without stretches."""
+
+    shape: object  # src.trees.shape.TreeShape
+    reads_slot_state: ClassVar[bool] = True  # keeps it off any loop that tables gammas by batch
+    speculative: bool = True
+    max_segment_steps: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"tree:{self.shape.label}"
+
+    @property
+    def gamma(self) -> int:
+        return self.shape.steps
+
+    def gammas(self, view) -> np.ndarray:
+        return np.full(view.batch.size, self.shape.steps, np.int64)
+
+
+POLICY_FORMS = "none, fixed[:G], schedule, adaptive, off-above[:N[:G]], tree:S:K:N"
 
 
 def parse_policies(
@@ -191,6 +214,15 @@ def parse_policies(
                 if not 1 <= g <= max_gamma:
                     raise ValueError(f"gamma {g} outside 1..{max_gamma}")
                 policy = FixedGamma(g)
+            elif head == "tree":
+                from src.trees.shape import TreeShapeError, parse_shape
+                try:
+                    shape = parse_shape(rest)
+                except TreeShapeError as e:
+                    raise ValueError(str(e)) from None
+                if not 1 <= shape.steps <= max_gamma:
+                    raise ValueError(f"S = {shape.steps} outside 1..{max_gamma} (--max-gamma)")
+                policy = FixedTree(shape) if not shape.is_chain else FixedGamma(shape.steps)
             elif head == "off-above" or part == "off-above":
                 n_text, _, g_text = rest.partition(":")
                 n = int(n_text) if n_text else default_off_above

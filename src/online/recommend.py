@@ -462,6 +462,13 @@ def report(args) -> str:
                          "running sequences it costs throughput; SGLang caps running requests at "
                          "48 with speculation unless --max-running-requests is set.)")
         lines.append("")
+        if sc.draft != "ngram":  # token trees: src/trees/recommend.py
+            from src.trees.recommend import recommend_lines
+            chain_flags = sglang_flags(cfg, 1, args.draft_model_path)
+            launch = (f"python -m sglang.launch_server --model-path {model}{tp_flag} "
+                      + chain_flags.rsplit(" --speculative-num-steps", 1)[0])
+            lines += recommend_lines(sc, alpha, batches or [1, 2, 4, 8, 16, 32, 64], context,
+                                     launch) + [""]
     lines.append("Assumptions:")
     lines += [
         f"  - acceptance: every draft token is accepted with probability {alpha:g}, independently "

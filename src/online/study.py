@@ -137,6 +137,10 @@ def prepare(cfg: ServeConfig) -> Prepared:
     policies = parse_policies(
         cfg.policies, default_gamma, cfg.max_gamma, schedule, max(default_off_above, 1)
     )
+    trees = [p.shape for p in policies if getattr(p, "shape", None) is not None]
+    if trees:  # a tree needs an engine profile that verifies trees (src/presets/tree_engines.toml)
+        from src.trees.costs import check_engines_verify
+        check_engines_verify(trees, (cfg.engine_profile,), "--policies")
     if not any(p.name == "none" for p in policies):  # every speedup is measured against it
         policies = [NoSpeculation()] + policies
     return Prepared(deps, tuple(policies), schedule, speedups, default_gamma, mean_ctx, profile)
@@ -211,10 +215,14 @@ def simulate_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
     P, R = len(prepared.policies), cfg.replications
     requests = _requests_for_rate(cfg, rate, P, prepared.hazard_profile)
     groups = [RowGroup(p, np.arange(i * R, (i + 1) * R)) for i, p in enumerate(prepared.policies)]
+    deps = list(prepared.deployments)
     row_dep = np.repeat([1 if p.speculative else 0 for p in prepared.policies], R)
-    engine = Engine(
-        requests, groups, list(prepared.deployments), row_dep, cfg.limits, cfg.max_gamma
-    )
+    for i, p in enumerate(prepared.policies):  # a token tree prices its steps itself
+        if getattr(p, "shape", None) is not None:
+            from src.trees.serving import tree_timer
+            deps.append(replace(deps[1], timer=tree_timer(deps[1].timer, p.shape)))
+            row_dep[i * R:(i + 1) * R] = len(deps) - 1
+    engine = Engine(requests, groups, deps, row_dep, cfg.limits, cfg.max_gamma)
     result = engine.run()
     return result, groups, time.perf_counter() - start
 

@@ -1,0 +1,137 @@
+"""What a tree step costs: S draft passes and one verification of N tokens per sequence.
+
+Hardware cost model (src/costmodel/hardware.py), per step with n active sequences:
+* verification: the target pass of N positions per sequence, priced by the same function as a
+  chain's gamma + 1 (target_pass_time_totals: GEMMs over n N tokens, the KV writes of N tokens,
+  attention of N queries over the prefix, per-position sampler CPU; for MoE targets the experts
+  the n N tokens touch). The tree mask changes no pair count of the prefix part; the tokens'
+  attention among themselves is a causal chain's upper bound (N (N + 1) / 2 pairs at most).
+  Engines with cascade attention (tree_engines.toml) run a second attention kernel over the tree's
+  own N keys per sequence and merge it: + the attention kernels' fixed time + the attention of
+  n N queries over N keys each.
+* accepted-path copy (engines that move it): 2 x (accepted drafts, at most S) x KV bytes per
+  token, per sequence, at the achieved memory bandwidth (charged at the depth S: an upper bound).
+* drafts: pass 1 is the chain's first draft pass (B tokens, with the engine's catch-up); passes
+  2..S draft K tokens per sequence: the chain's S one-token passes plus (S - 1) x (the pass of
+  K positions - the pass of 1 position), physics from the same tables.
+* host work per tree: tree_cpu_per_seq_ms x n (0 for SGLang: the tree is built on the GPU).
+The flat cost model has no notion of tokens: a tree step costs 1 + S c, as a chain of S.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from src.trees.shape import TreeShape
+
+TREE_ENGINES_FILE = Path(__file__).resolve().parents[1] / "presets" / "tree_engines.toml"
+
+
+@dataclass(frozen=True)
+class TreeEngine:
+    verifies_trees: bool = False
+    cascade_attention: bool = False
+    accepted_path_copy: bool = False
+    tree_cpu_per_seq_ms: float = 0.0
+
+
+def tree_engines(path: Path = TREE_ENGINES_FILE) -> dict[str, TreeEngine]:
+    with open(path, "rb") as f:
+        table = tomllib.load(f)["engines"]
+    return {name: TreeEngine(**values) for name, values in table.items()}
+
+
+def tree_engine(name: str) -> TreeEngine:
+    """The tree capabilities of an engine profile (a profile not listed verifies chains only)."""
+    return tree_engines().get(name, TreeEngine())
+
+
+def check_engines_verify(trees, engine_profiles, field: str) -> None:
+    """ConfigError(field, ...) where a tree shape (topk > 1) meets an engine profile that verifies
+    chains only."""
+    from src.config import ConfigError
+    tree = next((t for t in trees if not t.is_chain), None)
+    if tree is None:
+        return
+    capable = tree_engines()
+    chains_only = [e for e in engine_profiles if not capable.get(e, TreeEngine()).verifies_trees]
+    if chains_only:
+        able = ", ".join(n for n, e in capable.items() if e.verifies_trees)
+        raise ConfigError(field, f"{tree.label} is a tree (topk {tree.topk} > 1) but engine "
+                                 f"profile {chains_only[0]} verifies chains only (vLLM V1 removed "
+                                 "tree attention, PR #42121; SGLang's spec v2 needs topk 1); "
+                                 f"profiles that verify trees: {able}; or give trees as chains "
+                                 "G:1:G+1")
+
+
+def _engine_name(cost) -> str:
+    engine = getattr(cost, "engine", None)
+    return getattr(engine, "name", "") if engine is not None else ""
+
+
+def verify_ms(cost, shape: TreeShape, n_seqs, sum_ctx, mid=None, start=None) -> np.ndarray:
+    """Time of one tree verification (see the module docstring), per step."""
+    base = np.asarray(cost.target_pass_time_totals(n_seqs, sum_ctx, shape.tokens, mid, start),
+                      dtype=float)
+    target_c = getattr(cost, "_target_c", None)
+    if shape.is_chain or target_c is None:
+        return base
+    e = tree_engine(_engine_name(cost))
+    n = np.asarray(n_seqs, dtype=float)
+    N = shape.tokens
+    extra = e.tree_cpu_per_seq_ms * n
+    if e.cascade_attention:
+        second = cost._attention_pnorm_ms(target_c, n, n * N, N, n * N)
+        extra = extra + np.where(n > 0, target_c.attn_fixed_s * 1e3, 0.0) + second
+    if e.accepted_path_copy:
+        bandwidth = (cost.gpu.memory_bandwidth_bytes_per_s
+                     * cost.params.memory_bandwidth_efficiency_fraction)
+        extra = extra + 2 * shape.steps * cost._kv_bytes_per_token_gpu0 * n / bandwidth * 1e3
+    return base + extra
+
+
+def draft_ms(cost, shape: TreeShape, n_seqs, sum_ctx, mid=None, start=None) -> np.ndarray:
+    """Time of the S draft passes of a tree (see the module docstring), per step."""
+    base = np.asarray(cost.draft_passes_time_totals(n_seqs, sum_ctx, shape.steps, mid, start),
+                      dtype=float)
+    draft_c = getattr(cost, "_draft_c", None)
+    if shape.is_chain or draft_c is None or shape.steps == 1:
+        return base
+    n = np.asarray(n_seqs)
+    K = shape.topk
+    table = cost._table_ms("draft", int(n.max(initial=0)), K)
+    ctx = np.asarray(sum_ctx, dtype=float) + n * ((shape.steps - 1) * 0.5)
+    wide = (table[:, K].take(n) - table[:, 1].take(n)
+            + cost._attention_pnorm_ms(draft_c, n, n * K, K, ctx)
+            - cost._attention_pnorm_ms(draft_c, n, n, 1, ctx))
+    return base + (shape.steps - 1) * np.where(n > 0, wide, 0.0)
+
+
+@dataclass(frozen=True)
+class TreeCost:
+    """A cost model seen through one tree shape, in the interface src/serving.price_steps uses
+    with gamma = S: a 'gamma + 1'-position target pass is the tree's verification, 'gamma' draft
+    passes are its S draft passes."""
+
+    cost: object
+    shape: TreeShape
+
+    @property
+    def fixed_pass_times(self):
+        fixed = getattr(self.cost, "fixed_pass_times", None)
+        return None if fixed is None else (lambda gamma: fixed(self.shape.steps))
+
+    @property
+    def draft_kv_budget_tokens(self):
+        return getattr(self.cost, "draft_kv_budget_tokens", None)
+
+    def target_pass_time_totals(self, n_seqs, sum_ctx, positions_per_seq, mid=None, start=None):
+        if np.all(np.asarray(positions_per_seq) == 1):  # a greedy pass
+            return self.cost.target_pass_time_totals(n_seqs, sum_ctx, 1, mid, start)
+        return verify_ms(self.cost, self.shape, n_seqs, sum_ctx, mid, start)
+
+    def draft_passes_time_totals(self, n_seqs, sum_ctx, gamma, mid=None, start=None):
+        return draft_ms(self.cost, self.shape, n_seqs, sum_ctx, mid, start)

@@ -1,0 +1,64 @@
+"""The tree plot: per engine profile, the best tree's size N vs batch size (a line per quality
+mode) and the speedup of the best tree and the best chain vs batch size, side by side."""
+from __future__ import annotations
+
+import pandas as pd
+
+from src.reporting import FONT_PT, MARKERS, decorate_speedup_axis, log2_batch_axis, pyplot
+from src.trees.report import best_rows, shape_label
+
+PLOT_NAME = "tree_shapes_vs_batch.png"
+
+
+def plot_trees(rows: pd.DataFrame, title: str):
+    """rows: chain and tree rows (engine_profile column optional); one serving mode is drawn,
+    continuous_refill where it ran."""
+    plt = pyplot()
+    serving = ("continuous_refill" if "continuous_refill" in set(rows.serving_mode)
+               else rows.serving_mode.iloc[0])
+    rows = rows[rows.serving_mode == serving]
+    if "engine_profile" not in rows:
+        rows = rows.assign(engine_profile="flat")
+    engines = list(dict.fromkeys(rows.engine_profile))
+    modes = list(dict.fromkeys(rows.quality_mode))
+    batches = sorted(rows.batch_size.unique())
+    fig, axes = plt.subplots(len(engines), 2, figsize=(11, 3.6 * len(engines) + 0.6),
+                             squeeze=False, layout="constrained")
+    colors = {m: plt.cm.tab10(i) for i, m in enumerate(modes)}
+    for e_i, engine in enumerate(engines):
+        best = best_rows(rows[rows.engine_profile == engine])
+        ax_n, ax_s = axes[e_i]
+        for m_i, mode in enumerate(modes):
+            b = best[best.quality_mode == mode].sort_values("batch_size")
+            if b.empty:
+                continue
+            n = [int(t.tree_tokens) for t in b.tree]
+            ax_n.plot(b.batch_size, n, marker=MARKERS[m_i], color=colors[mode], label=mode)
+            for x, t, v in zip(b.batch_size, b.tree, b.verdict):
+                if v != "tree":  # the tree does not win here: hollow marker
+                    ax_n.plot([x], [int(t.tree_tokens)], marker=MARKERS[m_i], ms=9,
+                              mfc="white", color=colors[mode])
+            ax_s.plot(b.batch_size, [t.speedup for t in b.tree], marker=MARKERS[m_i],
+                      color=colors[mode], label=f"{mode}: best tree")
+            ax_s.plot(b.batch_size, [c.speedup for c in b.chain], marker=MARKERS[m_i],
+                      color=colors[mode], ls="--", mfc="white", label=f"{mode}: best chain")
+            for x, t in zip(b.batch_size, b.tree):
+                ax_n.annotate(shape_label(t), (x, int(t.tree_tokens)), fontsize=FONT_PT - 2,
+                              xytext=(3, 3), textcoords="offset points", color=colors[mode])
+        ax_n.set_yscale("log", base=2)
+        ax_n.set_ylabel("best tree size N (tokens verified per sequence)")
+        ticks = sorted({int(v) for v in rows[rows.tree_topk > 1].tree_tokens})
+        ax_n.set_yticks(ticks)
+        ax_n.set_yticklabels([str(t) for t in ticks])
+        ax_n.yaxis.set_minor_locator(plt.NullLocator())
+        log2_batch_axis(ax_n, batches)
+        ax_n.grid(alpha=0.3)
+        ax_n.set_title(f"{engine}: best SGLang tree (S:K:N) by batch size\n"
+                       "(hollow: the tree does not beat the best chain)", fontsize=FONT_PT + 1)
+        decorate_speedup_axis(ax_s, batches, f"{engine}: best tree (solid) vs best chain (dashed)",
+                              "speedup over greedy decoding")
+    handles, labels = axes[0, 1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)),
+               fontsize=FONT_PT)
+    fig.suptitle(f"{title}: token trees vs chains ({serving})", fontsize=FONT_PT + 2)
+    return fig

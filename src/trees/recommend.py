@@ -1,0 +1,94 @@
+"""`recommend`'s token-tree part: the best SGLang draft shape per batch size, as SGLang flags.
+
+Steady state, every sequence at the context asked: speedup(shape, B) = E[tokens per
+verification] x t_greedy(B) / (t_verify(shape, B) + t_draft(shape, B)), with the tree costs of
+src/trees/costs.py under engine profile sglang (SGLang's EAGLE worker, whatever --engine says:
+these are SGLang's flags) and the tree acceptance model at the i.i.d. top-1 rate --acceptance
+with Sequoia's sibling vector (src/trees/siblings.py). Shapes searched: S = 1..8, K in 2, 4, 8,
+N in TOKENS within SGLang's candidate pool, and the chains S:1:S+1.
+
+SGLang's rules (python/sglang/srt/server_args.py): --speculative-num-steps, --speculative-eagle-topk
+and --speculative-num-draft-tokens are given together (the auto defaults apply only when
+num_steps is unset, and then the other two must be unset too); with topk 1 num_draft_tokens is
+set to num_steps + 1; topk > 1 is refused with the trtllm_mha backend and, with page_size > 1,
+with any backend but flashinfer; the overlap scheduler (spec v2) needs topk 1.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from src.trees.costs import draft_ms, verify_ms
+from src.trees.fit import tree_tokens
+from src.trees.shape import TreeShape
+from src.trees.siblings import SiblingVector
+
+TOKENS = (4, 6, 8, 12, 16, 24, 32, 48, 64)
+
+
+def candidate_shapes(max_steps: int = 8) -> list[TreeShape]:
+    shapes = [TreeShape.chain(s) for s in range(1, max_steps + 1)]
+    for s in range(1, max_steps + 1):
+        for k in (2, 4, 8):
+            shapes += [TreeShape(s, k, n) for n in TOKENS if n - 1 <= k + (s - 1) * k * k]
+    return shapes
+
+
+def best_shapes(cost, alpha: float, batches, context: int, max_steps: int = 8) -> list[dict]:
+    """Per batch size: the best shape (tree or chain) and the best chain, with their speedups.
+    A shape whose N tokens per sequence do not fit the KV cache at that batch is not a candidate
+    there."""
+    from src.costmodel import CostModelInputError
+    siblings = SiblingVector()
+    shapes = candidate_shapes(max_steps)
+    tokens = {s: tree_tokens(alpha, s, siblings) for s in shapes}
+    out = []
+    for b in batches:
+        n, ctx = np.array([b]), np.array([b * context])
+        greedy = float(cost.target_pass_time_totals(n, ctx, 1)[0])
+        table = []
+        for shape in shapes:
+            try:
+                step = float(verify_ms(cost, shape, n, ctx)[0] + draft_ms(cost, shape, n, ctx)[0])
+            except CostModelInputError:
+                continue
+            table.append((shape, tokens[shape] * greedy / step))
+        best = max(table, key=lambda t: t[1])
+        chain = max((t for t in table if t[0].is_chain), key=lambda t: t[1])
+        out.append({"batch": int(b), "shape": best[0], "speedup": best[1],
+                    "chain": chain[0], "chain_speedup": chain[1]})
+    return out
+
+
+def sglang_tree_flags(shape: TreeShape) -> str:
+    return (f"--speculative-num-steps {shape.steps} --speculative-eagle-topk {shape.topk} "
+            f"--speculative-num-draft-tokens {shape.tokens}")
+
+
+def recommend_lines(scenario, alpha: float, batches, context: int, launch: str) -> list[str]:
+    """The section's lines; `launch` is the SGLang command before its speculative flags."""
+    cost = scenario.cost_model("sglang")
+    rows = best_shapes(cost, alpha, batches, context)
+    lines = [f"SGLang token trees (engine profile sglang, steady state at {context} tokens; tree "
+             f"acceptance model: top-1 rate {alpha:g}, Sequoia's sibling vector):",
+             f"  {'batch':>5}  {'best shape':<10} {'speedup':>7}  {'best chain':<10} "
+             f"{'speedup':>7}"]
+    for r in rows:
+        lines.append(f"  {r['batch']:>5}  {r['shape'].label:<10} {r['speedup']:>6.2f}x  "
+                     f"{r['chain'].label:<10} {r['chain_speedup']:>6.2f}x")
+    first = rows[0]
+    if first["speedup"] <= 1.0:
+        lines.append("  no shape speeds up these batch sizes: serve without speculation")
+        return lines
+    lines.append(f"  best at batch {first['batch']} ({first['shape'].label}, S:K:N):")
+    lines.append(f"  {launch} {sglang_tree_flags(first['shape'])}")
+    trees_win = [r["batch"] for r in rows if not r["shape"].is_chain]
+    if trees_win and len(trees_win) < len(rows):
+        above = max(trees_win)
+        chain = next(r for r in rows if r["batch"] > above)["chain"]
+        lines.append(f"  (one shape per server: above batch {above} a chain is best; for such "
+                     f"loads use {sglang_tree_flags(chain)})")
+    lines.append("  (topk > 1 needs page size 1 unless --attention-backend flashinfer, and no "
+                 "trtllm_mha backend; SGLANG_ENABLE_SPEC_V2 needs topk 1: server_args.py)")
+    lines.append("vLLM V1 verifies chains only (tree attention removed, PR #42121): its best is "
+                 "the chain schedule above.")
+    return lines

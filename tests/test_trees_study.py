@@ -1,0 +1,258 @@
+"""Token trees in the study: the command line, the grid, the costs, the summary section."""
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from src.costmodel import HardwareCostModel
+from src.trees.costs import draft_ms, verify_ms
+from src.trees.shape import TreeShape, parse_shape
+from src.trees.siblings import SiblingVector
+from tests.helpers import run_captured
+
+SIBLINGS = SiblingVector()
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TREE_SCENARIO = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle-trees.toml")
+
+
+def sglang_cost():
+    return HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="eagle",
+                                          engine="sglang")
+
+
+@pytest.mark.parametrize("batch", [1, 16, 64])
+def test_verification_cost_rises_with_tree_size(batch):
+    cost = sglang_cost()
+    n, ctx = np.array([batch]), np.array([batch * 2000])
+    times = [float(verify_ms(cost, parse_shape(s), n, ctx)[0])
+             for s in ("2:2:4", "3:2:6", "4:2:8", "4:4:16", "6:8:32", "8:8:64")]
+    assert all(b > a for a, b in zip(times, times[1:])), times
+
+
+def test_tree_extras_cost_more_than_the_chain_of_the_same_tokens():
+    """Cascade attention and the path copy (tree_engines.toml) on top of N positions."""
+    cost = sglang_cost()
+    n, ctx = np.array([8]), np.array([16000])
+    tree = float(verify_ms(cost, TreeShape(4, 2, 8), n, ctx)[0])
+    chain = float(verify_ms(cost, TreeShape.chain(7), n, ctx)[0])
+    assert tree > chain
+    assert float(draft_ms(cost, TreeShape(4, 4, 16), n, ctx)[0]) > float(
+        draft_ms(cost, TreeShape.chain(4), n, ctx)[0])
+
+
+def test_tree_with_a_chains_only_engine_is_refused(tmp_path):
+    done = run_captured(["--trees", "5:4:8", "--out", str(tmp_path / "o")])
+    assert done.returncode == 2
+    assert "--trees: 5:4:8 is a tree (topk 4 > 1) but engine profile vllm-v1 verifies chains " \
+           "only" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "o" / "results")
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["--trees", "2:2:8"], "--trees: 2:2:8: N - 1 = 7 exceeds the K + (S - 1) K^2 = 6"),
+    (["--trees", "4:1:8"], "with topk 1 the tree is a chain and N must be S + 1 = 5"),
+    (["--trees", "5:4:8,5:4:8"], "5:4:8 is listed twice")])
+def test_bad_tree_options(tmp_path, argv, fragment):
+    done = run_captured([*argv, "--scenario", "reference", "--out", str(tmp_path / "o")])
+    assert done.returncode == 2 and fragment in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_rising_sibling_vector_in_a_config_file_is_refused(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('trees = ["3:2:6"]\nsibling_vector = [0.7, 0.05, 0.1]\n')
+    done = run_captured(["--config", str(path), "--scenario", "reference", "--out",
+                         str(tmp_path / "o")])
+    assert done.returncode == 2
+    assert "sibling_vector: sibling rates must not rise with rank" in done.stderr
+    assert "p_3 = 0.1 > p_2 = 0.05" in done.stderr
+
+
+def test_reference_study_with_trees_writes_rows_section_and_plot(tmp_path):
+    out = tmp_path / "o"
+    done = run_captured(["--scenario", "reference", "--trees", "3:2:6,4:1:5", "--gammas", "2,4",
+                         "--batch-sizes", "1,8", "--quality-modes", "homogeneous_good",
+                         "--serving-modes", "continuous_refill", "--out", str(out), "--quiet"])
+    assert done.returncode == 0, done.stderr
+    df = pd.read_csv(out / "results" / "results.csv")
+    shapes = set(df[["tree_steps", "tree_topk", "tree_tokens"]].itertuples(index=False, name=None))
+    assert shapes == {(2, 1, 3), (4, 1, 5), (3, 2, 6)}  # 4:1:5 is the chain gamma 4, once
+    assert (df.gamma == df.tree_tokens - 1).all()
+    summary = (out / "results" / "summary.txt").read_text()
+    assert "Token trees at batch > 1" in summary
+    assert "SGLang's selection vs Sequoia's optimal tree" in summary
+    assert (out / "plots" / "tree_shapes_vs_batch.png").stat().st_size > 10_000
+    # flat cost, draft 0.2 per pass: the tree 3:2:6 costs what the chain 3 costs, commits more
+    tree = df[df.tree_topk == 2].set_index("batch_size")
+    assert (tree.tokens_per_step > 3.0).all()
+
+
+def test_tree_scenario_loads_and_names_its_shapes():
+    from src.hardware.scenario import load_scenario
+    sc = load_scenario(TREE_SCENARIO)
+    assert len([t for t in sc.study.trees if not t.is_chain]) == 8
+    assert TreeShape(5, 4, 8) in sc.study.trees  # SGLang's Llama default
+    assert sc.max_tokens_per_seq() >= 64 + 1
+
+
+def test_design_md_holds_the_validation_table_the_code_computes():
+    from src.trees.validation import table
+    with open(os.path.join(ROOT, "design.md"), encoding="utf-8") as f:
+        assert table() in f.read()
+
+
+def test_validation_tree_beats_chain_at_batch_1_and_declines_with_batch():
+    from src.trees.validation import rows
+    for r in rows():
+        assert r["tree"][0] > r["chain_b1"]
+        assert r["tree"][0] > r["tree"][-1]
+
+
+@pytest.mark.parametrize("shape,alpha", [("5:4:8", 0.7), ("3:2:6", 0.85), ("6:8:32", 0.6)])
+def test_tree_length_fit_recovers_the_rate(shape, alpha):
+    from src.trees.fit import alpha_from_tree_length, tree_tokens
+    sh = parse_shape(shape)
+    assert alpha_from_tree_length(tree_tokens(alpha, sh, SIBLINGS), sh) == pytest.approx(
+        alpha, abs=1e-6)
+
+
+def test_acceptance_length_with_a_tree_shape(tmp_path):
+    done = run_captured(["--acceptance-length", "3.9", "--shape-measured", "5:4:8", "--scenario",
+                         "reference", "--batch-sizes", "1", "--gammas", "2", "--quiet",
+                         "--no-plots", "--out", str(tmp_path / "o")])
+    assert done.returncode == 0, done.stderr
+    assert "with the tree 5:4:8" in done.stdout and "alpha = 0.8058" in done.stdout
+    # read as a chain of 5 drafts the same length means a higher top-1 rate (in the tree the
+    # siblings accept part of it)
+    chain = run_captured(["--acceptance-length", "3.9", "--gamma-measured", "5", "--scenario",
+                          "reference", "--batch-sizes", "1", "--gammas", "2", "--quiet",
+                          "--no-plots", "--out", str(tmp_path / "p")])
+    assert float(chain.stdout.split("alpha = ")[1][:6]) > 0.8058
+
+
+def test_acceptance_length_shape_errors(tmp_path):
+    out = ["--out", str(tmp_path / "o"), "--scenario", "reference"]
+    done = run_captured(["--acceptance-length", "0.9", "--shape-measured", "5:4:8", *out])
+    assert done.returncode == 2 and "needs lengths in" in done.stderr
+    done = run_captured(["--acceptance-length", "3", "--shape-measured", "3:1:4",
+                         "--gamma-measured", "3", *out])
+    assert done.returncode == 2 and "not both" in done.stderr
+    done = run_captured(["--shape-measured", "3:1:4", *out])
+    assert done.returncode == 2 and "only applies with --acceptance-length" in done.stderr
+
+
+def test_recommend_prints_the_best_tree_as_all_three_sglang_flags():
+    import re
+
+    from src.trees.shape import check_shape
+    done = run_captured(["recommend", "--gpu", "h100-sxm", "--target", "llama-3.1-8b", "--draft",
+                         "eagle", "--draft-model-path", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+                         "--acceptance", "0.8", "--batch", "1,64"])
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "SGLang token trees (engine profile sglang" in out
+    assert "vLLM V1 verifies chains only" in out
+    flags = re.findall(r"--speculative-num-steps (\d+) --speculative-eagle-topk (\d+) "
+                       r"--speculative-num-draft-tokens (\d+)", out)
+    assert len(flags) >= 2  # the chain line of the existing SGLang advice, and the tree's
+    for s, k, n in flags:
+        check_shape(TreeShape(int(s), int(k), int(n)))  # SGLang's rules hold for every one
+    assert any(int(k) > 1 for _, k, _ in flags)  # at batch 1 and alpha 0.8 a tree is best
+
+
+def test_trees_with_an_ngram_draft_are_refused():
+    from src.config import ConfigError
+    from src.hardware.scenario import scenario_from_dict
+    table = {"scenario": {"name": "t", "gpu": "h100-sxm", "target": "llama-3.1-8b",
+                          "draft": "ngram", "engine_profiles": ["ideal"]},
+             "study": {"trees": ["3:2:6"], "batch_sizes": [1]}}
+    with pytest.raises(ConfigError, match="an n-gram draft has none"):
+        scenario_from_dict(table)
+    table["study"]["trees"] = ["3:1:4"]  # a chain is fine
+    assert scenario_from_dict(table).study.trees == (TreeShape.chain(3),)
+
+
+def test_serve_runs_a_tree_policy_and_refuses_it_on_vllm(tmp_path):
+    eagle = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle.toml")
+    base = ["serve", "--scenario", eagle, "--rates", "4", "--requests", "60",
+            "--replications", "2", "--quality-mode", "eagle_mtbench"]
+    done = run_captured([*base, "--engine", "vllm-v1", "--policies", "none,tree:4:2:8",
+                         "--out", str(tmp_path / "v")])
+    assert done.returncode == 2 and "engine profile vllm-v1 verifies chains only" in done.stderr
+    done = run_captured([*base, "--engine", "sglang", "--policies", "none,fixed:4,tree:4:2:8",
+                         "--out", str(tmp_path / "s")])
+    assert done.returncode == 0, done.stderr
+    df = pd.read_csv(tmp_path / "s" / "results" / "serving.csv").set_index("policy")
+    assert set(df.index) == {"none", "fixed:4", "tree:4:2:8"}
+    assert df.loc["tree:4:2:8", "tpot_p50_s"] < df.loc["none", "tpot_p50_s"]
+
+
+def test_serving_tree_draw_matches_the_closed_form():
+    from src.online.counter_rng import uniform_open_closed
+    from src.trees.serve import mode_tree
+    from src.trees.serving import accepted_depth, tree_thresholds
+    from src.trees.siblings import child_probabilities
+    from src.trees.tree import expected_tokens
+    sh = parse_shape("5:4:8")
+    alpha = np.full((1, 200_000), 0.75)
+    thr = tree_thresholds(sh, alpha, None)[0]
+    u = uniform_open_closed(np.arange(alpha.size, dtype=np.uint64) * np.uint64(7919),
+                            np.zeros(alpha.size, np.int64))
+    k = accepted_depth(u, thr)
+    tree = mode_tree(sh, 0.75, None, SIBLINGS)
+    q = child_probabilities(np.full(sh.steps, 0.75), SIBLINGS.shares, sh.topk)
+    expected = expected_tokens(tree, q) - 1
+    assert abs(k.mean() - expected) < 4 * k.std() / np.sqrt(k.size)
+
+
+def test_a_chain_written_as_a_tree_policy_is_the_fixed_gamma():
+    from src.online.policies import BatchSchedule, FixedGamma, FixedTree, parse_policies
+    sched = BatchSchedule(((1, 1, 1),), 1)
+    chain, tree = parse_policies("tree:3:1:4,tree:5:4:8", 1, 8, sched)
+    assert chain == FixedGamma(3) and isinstance(tree, FixedTree) and tree.name == "tree:5:4:8"
+    from src.config import ConfigError
+    with pytest.raises(ConfigError, match="exceeds the K"):
+        parse_policies("tree:2:2:9", 1, 8, sched)
+
+
+def test_moe_tree_verification_is_the_target_pass_of_its_tokens():
+    """An MoE target's tree verification is its target pass over the B x N tokens (the experts
+    they touch included), plus only the engine's tree extras (none for the ideal engine)."""
+    ideal = HardwareCostModel.from_presets("h100-sxm", "qwen3-30b-a3b-fp8",
+                                           draft="qwen3-30b-a3b-eagle3", engine="ideal")
+    n, ctx = np.array([1, 8, 32]), np.array([2000, 16000, 64000])
+    for s in ("3:2:6", "4:4:16", "6:8:32"):
+        shape = parse_shape(s)
+        assert np.array_equal(verify_ms(ideal, shape, n, ctx),
+                              ideal.target_pass_time_totals(n, ctx, shape.tokens))
+    # more tokens touch more experts: at batch 1 the 32-token tree costs more than 4 tokens
+    # by more than a dense 8B's does (weights of the touched experts are read once per pass)
+    dense = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="eagle",
+                                           engine="ideal")
+    one, c = np.array([1]), np.array([2000])
+
+    def growth(cost):
+        return float(verify_ms(cost, parse_shape("6:8:32"), one, c)[0]
+                     / verify_ms(cost, parse_shape("2:2:4"), one, c)[0])
+    assert growth(ideal) > growth(dense)
+
+
+def test_tree_grid_through_an_executor_gives_the_same_rows():
+    """run_grid's executor path (one task per batch, mode, serving mode) sweeps the tree shapes
+    too, with the same numbers as the local sweep (every block has its own stream)."""
+    from dataclasses import replace
+
+    from src.config import StudyConfig
+    from src.costmodel import FlatCostModel
+    from src.executor import LocalExecutor
+    from src.reporting import csv_bytes
+    from src.sweep import run_grid
+    cfg = replace(StudyConfig(), batch_sizes=(1, 8), gammas=(2,), trees=(TreeShape(3, 2, 6),),
+                  quality_modes=("homogeneous_good",), serving_modes=("continuous_refill",))
+    cost = FlatCostModel(0.2)
+    local = run_grid(cfg, cost)
+    assert set(local.tree_topk) == {1, 2}
+    assert csv_bytes(run_grid(cfg, cost, executor=LocalExecutor(2))) == csv_bytes(local)
