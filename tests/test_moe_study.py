@@ -94,6 +94,23 @@ def test_moe_study_command_writes_and_reruns_byte_identical(tmp_path):
     assert set(rows.target) == {"moe", "dense twin"}
 
 
+def test_moe_study_keeps_the_blog_block_last_and_is_quiet_when_asked(tmp_path):
+    """summary.txt is the same bytes whichever command ran last: every writer leaves the vLLM
+    blog block at the end (src/online/blog_check.py block_last); the committed summary once
+    moved with the order the commands were run in."""
+    from src.online.blog_check import BLOCK_BEGIN, BLOCK_END
+    out = tmp_path / "o"
+    (out / "results").mkdir(parents=True)
+    blog = f"{BLOCK_BEGIN}\nblog lines\n{BLOCK_END}\n"
+    (out / "results" / "summary.txt").write_text("study part\n\n" + blog)
+    rc, _, err = run_captured(["moe-study", "--scenario", QWEN3, "--no-plots", "--quiet",
+                               "--out", str(out)])
+    assert rc == 0 and err == "", err
+    summary = (out / "results" / "summary.txt").read_text()
+    assert summary.index("=== MIXTURE-OF-EXPERTS TARGETS") < summary.index(BLOCK_BEGIN)
+    assert summary.rstrip().endswith(BLOCK_END)
+
+
 def test_moe_study_bad_scenario_is_one_line(tmp_path):
     rc, _, err = run_captured(["moe-study", "--scenario", str(tmp_path / "nope.toml"),
                                "--out", str(tmp_path)])

@@ -65,6 +65,7 @@ def build_parser():
     p.add_argument("--out", default=".", help="folder whose results/ and plots/ get the outputs "
                                               "(default: the repository)")
     p.add_argument("--no-plots", action="store_true", help="write the numbers only")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--scenario", action="append", default=None,
                    help="a MoE scenario file (repeatable; default: configs/scenarios/moe-*.toml)")
     return p
@@ -74,7 +75,8 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from src.hardware.moe_study import moe_scenario_paths
     from src.hardware.scenario import load_scenario
-    from src.outputs import prepare, publish
+    from src.outputs import locked, prepare, publish
+    say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     try:
         prepare(args.out)
         paths = args.scenario or moe_scenario_paths()
@@ -90,27 +92,36 @@ def main(argv: list[str]) -> int:
     from src.reporting import csv_bytes
     studies = []
     for sc in scenarios:
-        print(f"moe-study: {sc.name}", file=sys.stderr)
+        say(f"moe-study: {sc.name}")
         studies.append(run_moe_scenario(sc))
     validation = moe_validation.validation_table()
     section = moe_report.summary_section(studies, load_presets().models, HEAD_REPOSITORIES,
                                          TARGET_REPOSITORIES,
                                          moe_validation.summary_lines(validation), ENGINE_NOTES)
-    files = existing_outputs(args.out)
-    summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
     import pandas as pd
-    files["results/summary.txt"] = moe_report.replace_section(summary, section).encode()
-    files["results/moe_study.csv"] = csv_bytes(pd.concat([s.rows for s in studies],
-                                                         ignore_index=True))
-    files["results/moe_validation.csv"] = csv_bytes(validation)
-    if args.no_plots:
-        files.pop(f"plots/{PLOT_NAME}", None)
-    else:
-        files[f"plots/{PLOT_NAME}"] = plot_moe_speedup(studies)
-    publish(args.out, files)
-    print(f"moe-study: wrote {args.out}/results/summary.txt (MoE section), "
-          f"{', '.join(RESULTS)}" + ("" if args.no_plots else f", plots/{PLOT_NAME}"),
-          file=sys.stderr)
+
+    from src.online.blog_check import block_last
+    new = {"results/moe_study.csv": csv_bytes(pd.concat([s.rows for s in studies],
+                                                        ignore_index=True)),
+           "results/moe_validation.csv": csv_bytes(validation)}
+    if not args.no_plots:
+        new[f"plots/{PLOT_NAME}"] = plot_moe_speedup(studies)
+    try:
+        # what other commands wrote into OUT is read under OUT's lock, at swap time (src/outputs.py)
+        with locked(args.out, say):
+            files = existing_outputs(args.out)
+            summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
+            files["results/summary.txt"] = block_last(
+                moe_report.replace_section(summary, section)).encode()
+            if args.no_plots:
+                files.pop(f"plots/{PLOT_NAME}", None)
+            files.update(new)
+            publish(args.out, files)
+    except OSError as exc:
+        print(f"error: --out: {exc}", file=sys.stderr)
+        return 2
+    say(f"moe-study: wrote {args.out}/results/summary.txt (MoE section), "
+        f"{', '.join(RESULTS)}" + ("" if args.no_plots else f", plots/{PLOT_NAME}"))
     return 0
 
 

@@ -20,6 +20,7 @@ import sys
 import time
 
 from src.config import ConfigError, OneLineArgumentParser
+from src.online.blog_check import block_last
 
 OPTIONS = {  # option -> help (plan key = the option's name with underscores)
     "gpus": "GPU presets, comma-separated (src/presets/gpus.toml)",
@@ -200,7 +201,8 @@ def run(args, say) -> int:
         with outputs.locked(out, say):
             files = existing_files(out)
             summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
-            files["results/summary.txt"] = report.replace_section(summary, section).encode()
+            files["results/summary.txt"] = block_last(report.replace_section(summary,
+                                                                             section)).encode()
             if args.no_plots:
                 files.pop(report.PLOT_PATH, None)
             files.update(new)
