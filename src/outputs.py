@@ -53,6 +53,16 @@ def join_summary(parts) -> str:
     return "\n\n".join(p.strip("\n") for p in parts if p.strip("\n")) + "\n"
 
 
+def replace_section(text: str, section: str, begin: str, end: str) -> str:
+    """`text` (summary.txt) with the section between the lines `begin` and `end` replaced by
+    `section` (which carries both marks), in place; appended where `text` has none. The one
+    implementation behind each command's section of summary.txt."""
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        return join_summary([head, section, rest.split(end, 1)[1]])
+    return join_summary([text, section])
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -174,3 +174,14 @@ def test_write_failure_after_the_simulation_is_one_line_exit_2(old_set, monkeypa
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("error: --out: could not write the outputs") and "No space left" in err
     assert tree(old_set) == OLD and leftovers(old_set) == []
+
+
+def test_replace_section_replaces_in_place_and_appends_when_absent():
+    """The one implementation behind the serving, MoE and plan sections of summary.txt."""
+    from src.outputs import replace_section
+    b, e = "=== S ===", "=== END S ==="
+    text = replace_section("study\n", f"{b}\none\n{e}", b, e)
+    assert text == f"study\n\n{b}\none\n{e}\n"
+    again = replace_section(text + "\nlater\n", f"{b}\ntwo\n{e}", b, e)
+    assert again == f"study\n\n{b}\ntwo\n{e}\n\nlater\n"
+    assert replace_section(again, f"{b}\ntwo\n{e}", b, e) == again

@@ -181,11 +181,8 @@ def summary_section(studies, models, head_paths: dict[str, str | None],
 
 def replace_section(text: str, section: str) -> str:
     """`text` (summary.txt) with its MoE section replaced by `section` (appended when absent)."""
-    from src.outputs import join_summary
-    if SECTION_BEGIN in text and SECTION_END in text:
-        head, rest = text.split(SECTION_BEGIN, 1)
-        return join_summary([head, section, rest.split(SECTION_END, 1)[1]])
-    return join_summary([text, section])
+    from src import outputs
+    return outputs.replace_section(text, section, SECTION_BEGIN, SECTION_END)
 
 
 def kept_section(out_dir: str) -> str | None:

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pandas as pd
 
+from src import outputs
 from src.online.blog_check import block_last
 from src.online.gamma_rule import SCHEDULE_TOLERANCE
 from src.online.schedule_note import SECTION_BEGIN, SECTION_END, with_schedule_note
@@ -28,7 +29,6 @@ from src.online.serving_rules import (
     slower_rates,
     with_steadiness,
 )
-from src.outputs import join_summary
 
 
 def _fmt(v, digits=2):
@@ -333,11 +333,7 @@ def summary_section(result: dict, cfg) -> str:
 
 def replace_section(text: str, section: str) -> str:
     """`text` with its serving section replaced by `section` (appended when it has none)."""
-    if SECTION_BEGIN in text and SECTION_END in text:
-        head, rest = text.split(SECTION_BEGIN, 1)
-        tail = rest.split(SECTION_END, 1)[1]
-        return join_summary([head, section, tail])
-    return join_summary([text, section])
+    return outputs.replace_section(text, section, SECTION_BEGIN, SECTION_END)
 
 
 def render(result: dict, cfg, existing_summary: str, plots: bool = True) -> dict[str, bytes]:

@@ -22,7 +22,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from src.outputs import join_summary
+from src import outputs
 
 SECTION_BEGIN = "=== CAPACITY PLAN (python run.py plan) ==="
 SECTION_END = "=== END CAPACITY PLAN ==="
@@ -183,10 +183,7 @@ def summary_section(plan, table: pd.DataFrame, skipped: list[tuple]) -> str:
 
 def replace_section(text: str, section: str) -> str:
     """`text` with its plan section replaced by `section` (appended where it has none)."""
-    if SECTION_BEGIN in text and SECTION_END in text:
-        head, rest = text.split(SECTION_BEGIN, 1)
-        return join_summary([head, section, rest.split(SECTION_END, 1)[1]])
-    return join_summary([text, section])
+    return outputs.replace_section(text, section, SECTION_BEGIN, SECTION_END)
 
 
 def kept_section(out_dir: str) -> str | None:
