@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from src.costmodel import shapes
+import src.costmodel.shapes as shapes
 from src.costmodel.engines import DRAFT_KINDS
 from src.costmodel.formats import format_bytes
 from src.costmodel.presets import (

@@ -10,8 +10,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+import src.costmodel.shapes as shapes
 from src.config import ConfigError, coerce, read_toml
-from src.costmodel import shapes
 from src.costmodel.formats import KV_CACHE_FORMATS, WEIGHT_FORMATS
 from src.costmodel.hf_config import looks_like_config_path, model_fields_from_config
 

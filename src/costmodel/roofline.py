@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-from src.costmodel import shapes
+import src.costmodel.shapes as shapes
 from src.costmodel.allreduce import (
     AllReduceCost,
     CustomAllReduceParams,

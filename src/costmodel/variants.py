@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from src.costmodel import shapes
+import src.costmodel.shapes as shapes
 from src.costmodel.formats import format_bytes, gemm_peak_flops_per_s, runnable_weight_formats
 from src.costmodel.moe import expected_distinct_experts, routing_locality
 from src.costmodel.presets import BYTES_PER_VALUE, CostModelInputError
