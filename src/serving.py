@@ -62,12 +62,59 @@ class StepRecord:
     draft_start_context: np.ndarray | None = None  # [T] draft KV budget b: sum min(ctx, b)
 
 
+@dataclass(frozen=True)
+class StepBuffers:
+    """The output arrays a compiled step loop (src/step_engine.py run_steps, src/trees/loop.py
+    run_tree_steps) fills, in the order those loops take them, and the StepRecord made of them."""
+    budget: int  # the draft KV budget in tokens, -1 for none
+    seqs: np.ndarray
+    tokens: np.ndarray
+    context: np.ndarray
+    mid: np.ndarray
+    start: np.ndarray
+    first_step: np.ndarray
+    last_step: np.ndarray
+    rep_first: np.ndarray
+    rep_steps: np.ndarray
+    rep_slot_steps: np.ndarray
+    kept_share: np.ndarray
+    accepted: np.ndarray
+
+    @classmethod
+    def allocate(cls, output_len: np.ndarray, store_steps: bool,
+                 draft_budget_tokens: int | None) -> "StepBuffers":
+        R, N = output_len.shape
+        capacity = int(output_len.sum()) if store_steps else 0  # each step commits >= 1 token
+        budget = -1 if draft_budget_tokens is None else int(draft_budget_tokens)
+        with_budget = capacity if budget >= 0 else 0
+        return cls(budget, np.empty(capacity, np.int32), np.empty(capacity, np.int32),
+                   np.empty(capacity, np.int64), np.empty(with_budget), np.empty(with_budget),
+                   np.empty((R, N), np.int64), np.empty((R, N), np.int64),
+                   *(np.empty(R, np.int64) for _ in range(3)), np.empty(R), np.empty(R, np.int64))
+
+    def loop_arrays(self) -> tuple:
+        """The arrays after the loop's store_steps argument, in its order."""
+        return (self.seqs, self.tokens, self.context, self.mid, self.start, self.first_step,
+                self.last_step, self.rep_first, self.rep_steps, self.rep_slot_steps,
+                self.kept_share, self.accepted)
+
+    def record(self, n_steps: int, store_steps: bool) -> StepRecord:
+        """The StepRecord of a loop that ran n_steps steps in all."""
+        per_step = {}
+        if store_steps:
+            T = n_steps
+            per_step = dict(seqs=self.seqs[:T], tokens=self.tokens[:T], context=self.context[:T])
+            if self.budget >= 0:
+                per_step.update(draft_mid_context=self.mid[:T], draft_start_context=self.start[:T])
+        return StepRecord(self.first_step, self.last_step, self.rep_first, self.rep_steps,
+                          self.rep_slot_steps, self.kept_share, self.accepted, **per_step)
+
+
 def simulate_steps(requests: Requests, batch_size: int, serving_mode: str, decoder: str,
                    gamma: int = 0, rng: np.random.Generator | None = None,
                    store_steps: bool = True, draft_budget_tokens: int | None = None) -> StepRecord:
     """Run the step-space loop (src/step_engine.py) for every replication of `requests`."""
     from src import step_engine  # imports numba: only when something is simulated, not for --help
-    R, N = requests.shape
     output_len = np.ascontiguousarray(requests.output_len_tokens, dtype=np.int64)
     prompt_len = np.ascontiguousarray(requests.prompt_len_tokens, dtype=np.int64)
     alpha = np.ascontiguousarray(requests.alpha, dtype=np.float64)
@@ -76,27 +123,12 @@ def simulate_steps(requests: Requests, batch_size: int, serving_mode: str, decod
     hazard_scale = -np.log(alpha)
     profile = np.empty(0) if requests.hazard_profile is None or decoder == "greedy" else (
         np.ascontiguousarray(requests.hazard_profile[:gamma], dtype=np.float64))
-    capacity = int(output_len.sum()) if store_steps else 0  # each step commits >= 1 token
-    budget = -1 if draft_budget_tokens is None else int(draft_budget_tokens)
-    with_budget = capacity if budget >= 0 else 0
-    seqs, tokens = np.empty(capacity, np.int32), np.empty(capacity, np.int32)
-    context, mid, start = np.empty(capacity, np.int64), np.empty(with_budget), np.empty(with_budget)
-    first_step, last_step = np.empty((R, N), np.int64), np.empty((R, N), np.int64)
-    rep = {k: np.empty(R, np.int64) for k in ("first", "steps", "slot_steps", "accepted")}
-    kept_share = np.empty(R)
+    buf = StepBuffers.allocate(output_len, store_steps, draft_budget_tokens)
     T = step_engine.run_steps(
         rng, DECODERS.index(decoder), serving_mode == "continuous_refill",
-        batch_size, gamma, profile, output_len, prompt_len, hazard_scale, budget, (gamma - 1) * 0.5,
-        store_steps, seqs, tokens, context, mid, start, first_step, last_step, rep["first"],
-        rep["steps"], rep["slot_steps"], kept_share,
-        rep["accepted"])
-    per_step = {}
-    if store_steps:
-        per_step = dict(seqs=seqs[:T], tokens=tokens[:T], context=context[:T])
-        if with_budget:
-            per_step.update(draft_mid_context=mid[:T], draft_start_context=start[:T])
-    return StepRecord(first_step, last_step, rep["first"], rep["steps"], rep["slot_steps"],
-                      kept_share, rep["accepted"], **per_step)
+        batch_size, gamma, profile, output_len, prompt_len, hazard_scale, buf.budget,
+        (gamma - 1) * 0.5, store_steps, *buf.loop_arrays())
+    return buf.record(T, store_steps)
 
 
 def price_steps(record: StepRecord, requests: Requests, cost, gamma: int) -> RunStats:

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from src.serving import DECODERS, RunStats, StepRecord, price_steps, serve
+from src.serving import DECODERS, RunStats, StepBuffers, StepRecord, price_steps, serve
 from src.trees.accept import hazard_steps
 from src.trees.costs import TreeCost
 from src.trees.select import sglang_tree
@@ -41,7 +41,6 @@ def simulate_tree_steps(requests: Requests, batch_size: int, serving_mode: str, 
                         draft_budget_tokens: int | None = None) -> StepRecord:
     """src/serving.simulate_steps for a tree (src/trees/loop.py)."""
     from src.trees import loop  # numba: only when something is simulated
-    R, N = requests.shape
     output_len = np.ascontiguousarray(requests.output_len_tokens, dtype=np.int64)
     prompt_len = np.ascontiguousarray(requests.prompt_len_tokens, dtype=np.int64)
     hazard_scale = -np.log(np.ascontiguousarray(requests.alpha, dtype=np.float64))
@@ -49,26 +48,12 @@ def simulate_tree_steps(requests: Requests, batch_size: int, serving_mode: str, 
     steps = np.ascontiguousarray(hazard_steps(requests.hazard_profile, depth))
     cum_shares = np.ascontiguousarray(np.cumsum(siblings.shares))
     child = np.ascontiguousarray(tree.child_table())
-    capacity = int(output_len.sum()) if store_steps else 0
-    budget = -1 if draft_budget_tokens is None else int(draft_budget_tokens)
-    with_budget = capacity if budget >= 0 else 0
-    seqs, tokens = np.empty(capacity, np.int32), np.empty(capacity, np.int32)
-    context, mid, start = np.empty(capacity, np.int64), np.empty(with_budget), np.empty(with_budget)
-    first_step, last_step = np.empty((R, N), np.int64), np.empty((R, N), np.int64)
-    rep = {k: np.empty(R, np.int64) for k in ("first", "steps", "slot_steps", "accepted")}
-    kept_share = np.empty(R)
+    buf = StepBuffers.allocate(output_len, store_steps, draft_budget_tokens)
     T = loop.run_tree_steps(
         rng, DECODERS.index(decoder), serving_mode == "continuous_refill", batch_size, depth,
-        child, steps, cum_shares, output_len, prompt_len, hazard_scale, budget,
-        (depth - 1) * 0.5, store_steps, seqs, tokens, context, mid, start, first_step,
-        last_step, rep["first"], rep["steps"], rep["slot_steps"], kept_share, rep["accepted"])
-    per_step = {}
-    if store_steps:
-        per_step = dict(seqs=seqs[:T], tokens=tokens[:T], context=context[:T])
-        if with_budget:
-            per_step.update(draft_mid_context=mid[:T], draft_start_context=start[:T])
-    return StepRecord(first_step, last_step, rep["first"], rep["steps"], rep["slot_steps"],
-                      kept_share, rep["accepted"], **per_step)
+        child, steps, cum_shares, output_len, prompt_len, hazard_scale, buf.budget,
+        (depth - 1) * 0.5, store_steps, *buf.loop_arrays())
+    return buf.record(T, store_steps)
 
 
 def serve_tree(requests: Requests, batch_size: int, serving_mode: str, cost, decoder: str,
