@@ -38,7 +38,9 @@ def _options(path: str, ext: str, out: str) -> list[list[str]]:
                  "--presets", path]]
     if ext == "csv":
         return [["--acceptance-trace", path, *study], ["serve", "--trace", path, "--out", out],
-                ["calibrate", "--measurements", path]]
+                ["calibrate", "--measurements", path],
+                ["calibrate-moe", "--measurements", path, "--gpu", "h200", "--out",
+                 os.path.join(out, "moe.toml")]]
     return [["--acceptance-from-vllm", path, *study]]
 
 

@@ -38,20 +38,27 @@ class CalibrationInputError(ConfigError):
     allowed."""
 
 
-def read_measurements(path: str, known_models, flag: str = "--measurements") -> pd.DataFrame:
-    """The rows of a measurement CSV, checked: every required column present, ids known, sizes
-    integers in range, times finite and > 0. Raises CalibrationInputError naming the problem."""
+def _read_csv(path: str, flag: str, required: tuple, where: str) -> pd.DataFrame:
+    """A measurement CSV as strings, through the project's one file reader (regular files only,
+    capped: src/input_files.py), with every `required` column present; `where` names the format."""
     text = read_text_file(path, flag, "a CSV file", CalibrationInputError)
     try:
         df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "no columns"
         raise CalibrationInputError(flag, f"{path} is not a CSV file ({reason})") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    missing = [c for c in required if c not in df.columns]
     if missing:
         raise CalibrationInputError(
             flag, f"{path} lacks column(s) {', '.join(missing)}; required: "
-                  f"{', '.join(REQUIRED_COLUMNS)} (README, 'Measurement format')")
+                  f"{', '.join(required)} ({where})")
+    return df
+
+
+def read_measurements(path: str, known_models, flag: str = "--measurements") -> pd.DataFrame:
+    """The rows of a measurement CSV, checked: every required column present, ids known, sizes
+    integers in range, times finite and > 0. Raises CalibrationInputError naming the problem."""
+    df = _read_csv(path, flag, REQUIRED_COLUMNS, "README, 'Measurement format'")
     if df.empty:
         raise CalibrationInputError(flag, f"{path} has no rows")
     df = df[list(REQUIRED_COLUMNS)].copy()
@@ -115,22 +122,7 @@ def read_moe_measurements(path: str, flag: str = "--measurements") -> pd.DataFra
     """The moe_layer rows of a `measure-moe` CSV, checked (columns present, sizes integers in
     range, top_k <= experts, distinct experts between 1 and min(experts, tokens x top_k), times
     finite and > 0). Raises CalibrationInputError naming the problem."""
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise CalibrationInputError(flag, f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise CalibrationInputError(flag, f"{path} is a folder; expected a CSV file") from None
-    except UnicodeDecodeError:
-        raise CalibrationInputError(flag, f"{path} is not text; expected a CSV file") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "no columns"
-        raise CalibrationInputError(flag, f"{path} is not a CSV file ({reason})") from None
-    missing = [c for c in MOE_COLUMNS if c not in df.columns]
-    if missing:
-        raise CalibrationInputError(
-            flag, f"{path} lacks column(s) {', '.join(missing)}; required: "
-                  f"{', '.join(MOE_COLUMNS)} (the rows `python run.py measure-moe` writes)")
+    df = _read_csv(path, flag, MOE_COLUMNS, "the rows `python run.py measure-moe` writes")
     df = df[df["what"].str.strip() == MOE_WHAT][list(MOE_COLUMNS)].copy()
     if df.empty:
         raise CalibrationInputError(flag, f"{path} has no rows with what = {MOE_WHAT}")

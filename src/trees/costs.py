@@ -19,12 +19,12 @@ The flat cost model has no notion of tokens: a tree step costs 1 + S c, as a cha
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from src.input_files import read_toml
 from src.trees.shape import TreeShape
 
 TREE_ENGINES_FILE = Path(__file__).resolve().parents[1] / "presets" / "tree_engines.toml"
@@ -39,8 +39,9 @@ class TreeEngine:
 
 
 def tree_engines(path: Path = TREE_ENGINES_FILE) -> dict[str, TreeEngine]:
-    with open(path, "rb") as f:
-        table = tomllib.load(f)["engines"]
+    """The [engines] table of src/presets/tree_engines.toml, read by the project's one TOML
+    reader (src/input_files.py; its parse is cached, and tree_engine asks once per profile)."""
+    table = read_toml(path, "tree engines")["engines"]
     return {name: TreeEngine(**values) for name, values in table.items()}
 
 
