@@ -159,3 +159,61 @@ def test_lockstep_tree_keeps_the_batch_minimum():
                           np.random.default_rng(5)) for d in ("ragged", "lockstep")}
     assert runs["lockstep"].steps.mean() > runs["ragged"].steps.mean()
     assert (runs["lockstep"].committed_tokens == runs["ragged"].committed_tokens).all()
+
+
+def test_chain_and_tree_study_run_the_one_compiled_loop(monkeypatch):
+    """Both studies call step_engine.run_draw_steps (src/trees/loop.py has no loop of its own);
+    only the draw's kind differs."""
+    from src import step_engine
+    from src.trees import loop
+    assert not any(hasattr(v, "py_func") for v in vars(loop).values())  # no compiled function
+    kinds = []
+    compiled = step_engine.run_draw_steps
+
+    def recording(rng, draw, *rest):
+        kinds.append(type(draw).__name__)
+        return compiled(rng, draw, *rest)
+
+    monkeypatch.setattr(step_engine, "run_draw_steps", recording)
+    req = requests(0.7, R=4, n=8, out=50)
+    sh = parse_shape("4:2:8")
+    serve(req, 4, "continuous_refill", FlatCostModel(0.2), "ragged", 4, np.random.default_rng(1))
+    serve_tree(req, 4, "continuous_refill", FlatCostModel(0.2), "ragged", sh,
+               mode_tree(sh, 0.7, None, SIBLINGS), SIBLINGS, np.random.default_rng(1))
+    assert kinds == ["ChainDraw", "TreeDraw"]
+
+
+@pytest.mark.parametrize("decoder", ["greedy", "ragged", "lockstep"])
+@pytest.mark.parametrize("serving_mode", ["static_batch", "continuous_refill"])
+def test_a_chain_through_either_draw_gives_the_same_steps(decoder, serving_mode):
+    """A chain of 4 given as ChainDraw and as the chain tree (TreeDraw) through the one loop:
+    with each request's acceptance sure (alpha 1 - 1e-12) or impossible (1e-300) both draws are
+    deterministic (K = 4 or 0), so every per-step and per-request output agrees exactly, whatever
+    the random streams; the mix of requests exercises admission, refills and the lockstep min."""
+    from src.serving import simulate_steps
+    from src.trees.serve import simulate_tree_steps
+    rng = np.random.default_rng(11)
+    alpha = np.where(rng.random((6, 10)) < 0.5, 1 - 1e-12, 1e-300)
+    req = Requests(alpha=alpha, output_len_tokens=rng.integers(5, 60, (6, 10)),
+                   prompt_len_tokens=rng.integers(10, 400, (6, 10)))
+    chain = simulate_steps(req, 3, serving_mode, decoder, 4, np.random.default_rng(1),
+                           draft_budget_tokens=128)
+    tree = simulate_tree_steps(req, 3, serving_mode, decoder, chain_tree(4), SIBLINGS,
+                               np.random.default_rng(2), draft_budget_tokens=128)
+    assert chain.accepted_drafts.sum() > 0 or decoder == "greedy"
+    for field in chain.__dataclass_fields__:
+        assert np.array_equal(getattr(chain, field), getattr(tree, field)), field
+
+
+@pytest.mark.parametrize("alpha", [0.6, 0.85])
+def test_chain_tree_through_the_tree_draw_matches_the_chain_formula(alpha):
+    """The chain tree walked by the tree draw accepts E[K] = (1 - a^(g+1)) / (1 - a) - 1 drafts
+    per verification, within 4 standard errors, as the chain draw does."""
+    from src.trees.serve import simulate_tree_steps
+    gamma = 5
+    rec = simulate_tree_steps(requests(alpha, R=64), 4, "continuous_refill", "ragged",
+                              chain_tree(gamma), SIBLINGS, np.random.default_rng(4),
+                              store_steps=False)
+    per_rep = rec.accepted_drafts / rec.rep_slot_steps
+    expected = (1 - alpha ** (gamma + 1)) / (1 - alpha) - 1
+    assert abs(per_rep.mean() - expected) < 4 * per_rep.std(ddof=1) / np.sqrt(per_rep.size)

@@ -9,7 +9,8 @@ chains keep their numbers bit for bit).
 """
 from __future__ import annotations
 
-from src.step_engine import GREEDY, LOCKSTEP, RAGGED, TreeDraw, run_draw_steps
+import src.step_engine as step_engine
+from src.step_engine import GREEDY, LOCKSTEP, RAGGED, TreeDraw
 
 __all__ = ["run_tree_steps", "GREEDY", "RAGGED", "LOCKSTEP"]
 
@@ -19,5 +20,5 @@ def run_tree_steps(rng, decoder, continuous, batch_size, depth, child, hazard_st
     """step_engine.run_draw_steps with a token tree of depth `depth` (its gamma): child[i, j] is
     the rank-j child of node i or -1, hazard_steps dD_1..dD_depth, cum_shares the sibling
     vector's cumulative shares; `arrays` are run_draw_steps's arguments from output_len on."""
-    return run_draw_steps(rng, TreeDraw(child, hazard_steps, cum_shares), decoder, continuous,
-                          batch_size, depth, *arrays)
+    draw = TreeDraw(child, hazard_steps, cum_shares)
+    return step_engine.run_draw_steps(rng, draw, decoder, continuous, batch_size, depth, *arrays)
