@@ -13,36 +13,35 @@ Decoders (one per step for every active slot):
 * RAGGED: the slot draws its K (accepted drafts) and commits min(K + 1, tokens it still needs).
 * LOCKSTEP: every active slot draws its K; all commit min(min over the batch of K + 1, needs).
 
-Draws: the loop's `draw` argument, whose type picks the draw when numba compiles the loop (one
-machine code per kind, no branch per draw). The chain study and the tree study run this one loop.
-* ChainDraw, a chain of gamma drafts: one Exp(1) variate per draw,
+Draws. The chain study and the tree study run this one loop; only the draw of K differs:
+* a chain of gamma drafts (tree_child None): one Exp(1) variate,
   K = src.acceptance.accepted_drafts_from_exponential (i.i.d. or per-position acceptance: the
-  request's hazard scale -ln alpha and the mode's hazard profile).
-* TreeDraw, a token tree of depth gamma: K = src.trees.accept.accepted_tree_drafts, a walk of the
-  tree with the request's top-1 rates by depth a_d = exp(-h dD_d), computed once at admission.
-Each slot keeps its request's draw state in a row of `slot_state` (admit_slot: the chain its
-hazard scale h, a tree its rates by depth).
+  request's hazard scale -ln alpha and the mode's hazard profile);
+* a token tree of depth gamma (tree_child its child table; src/trees/loop.py):
+  K = src.trees.accept.accepted_tree_drafts, a walk of the tree with the request's top-1 rates by
+  depth a_d = exp(-h dD_d), computed once at admission.
+The kind is picked when numba compiles the loop, not per draw: numba prunes an `x is None` branch
+on an argument's type (None or omitted vs an array), so each kind gets its own machine code and
+the chain's does no tree work. Alternatives measured with numba 0.68: a compiled draw passed in
+as a function argument, or a loop made per draw by a factory closing over one, is cached under
+the dispatcher's per-process identity, so every process compiles it again; a NamedTuple draw
+dispatched by numba.extending.overload, the draw in an inner closure, or in a compiled helper
+function made the loop 15-70% slower (chain or tree, simulate_steps on 200 x 64 requests).
 
 Serving modes: STATIC admits the next B queued requests once every slot is empty; CONTINUOUS
 refills each freed slot, in slot order, with the next queued request before the next step.
 
 numba compiles this loop (cache=True keeps the machine code in __pycache__, so only the first run
-on a machine pays the compile time); design.md, "Speed", gives the measurements behind it. numba
-keys a cached function by its own file only, so both draws' adapters live here: a change to one
-recompiles the loop. A change to the draw functions themselves (src/acceptance.py,
-src/trees/accept.py) does not: clear __pycache__ after one. The draw is a NamedTuple whose type
-numba dispatches on (numba.extending.overload), not a compiled function passed in: a dispatcher
-argument, or a loop made per draw by a factory closing over one, is keyed by the dispatcher's
-per-process identity, so every process would compile the loop again (measured with numba 0.68).
+on a machine pays the compile time); design.md, "Speed", gives the measurements behind it.
+numba keys a cached function by its own file: after a change to a draw function in another file
+(src/acceptance.py, src/trees/accept.py) delete __pycache__, or the loop keeps the old one.
 """
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from numba.extending import overload
 
 from src import acceptance
 from src.trees import accept
@@ -53,80 +52,18 @@ accepted_tree_drafts = njit(cache=True)(accept.accepted_tree_drafts)
 GREEDY, RAGGED, LOCKSTEP = 0, 1, 2  # src.serving.DECODERS
 
 
-class ChainDraw(NamedTuple):
-    """K = #{i <= gamma : D_i <= E / h}, E ~ Exp(1), h the request's hazard scale."""
-    hazard_profile: np.ndarray  # D_1..D_gamma; empty for i.i.d. acceptance (D_i = i)
-
-
-class TreeDraw(NamedTuple):
-    """K = the depth accept.accepted_tree_drafts's walk of the tree reaches."""
-    child: np.ndarray  # [nodes, width]: rank-j child of node i, or -1
-    hazard_steps: np.ndarray  # dD_1..dD_depth
-    cum_shares: np.ndarray  # r_2, r_2 + r_3, ...: the sibling vector's cumulative shares
-
-
-def _admit_chain(draw, slot_state, s, hazard_scale):
-    slot_state[s, 0] = hazard_scale
-
-
-def _admit_tree(draw, slot_state, s, hazard_scale):
-    for d in range(draw.hazard_steps.size):
-        slot_state[s, d] = math.exp(-hazard_scale * draw.hazard_steps[d])
-
-
-def _accepted_chain(rng, draw, slot_state, s, gamma):
-    return accepted_drafts_from_exponential(
-        rng.standard_exponential(), slot_state[s, 0], draw.hazard_profile, gamma)
-
-
-def _accepted_tree(rng, draw, slot_state, s, gamma):
-    return accepted_tree_drafts(rng, draw.child, slot_state[s], draw.cum_shares)
-
-
-_ADMIT = {ChainDraw: _admit_chain, TreeDraw: _admit_tree}
-_ACCEPTED = {ChainDraw: _accepted_chain, TreeDraw: _accepted_tree}
-
-
-def admit_slot(draw, slot_state, s, hazard_scale):
-    """Fill row s of slot_state with the draw state of a request of hazard scale -ln alpha."""
-    _ADMIT[type(draw)](draw, slot_state, s, hazard_scale)
-
-
-def accepted_drafts(rng, draw, slot_state, s, gamma):
-    """One verification's accepted drafts K <= gamma for the request in slot s."""
-    return _ACCEPTED[type(draw)](rng, draw, slot_state, s, gamma)
-
-
-def _for_kind(table, draw):
-    """The implementation in `table` for draw's numba type (None: numba reports no match)."""
-    return table.get(getattr(draw, "instance_class", None))
-
-
-@overload(admit_slot)
-def _admit_slot_compiled(draw, slot_state, s, hazard_scale):
-    return _for_kind(_ADMIT, draw)
-
-
-@overload(accepted_drafts)
-def _accepted_drafts_compiled(rng, draw, slot_state, s, gamma):
-    return _for_kind(_ACCEPTED, draw)
-
-
-def run_steps(rng, decoder, continuous, batch_size, gamma, hazard_profile, *arrays):
-    """run_draw_steps with a chain (hazard_profile: D_1..D_gamma, empty for i.i.d.); `arrays` are
-    run_draw_steps's arguments from output_len on."""
-    return run_draw_steps(rng, ChainDraw(hazard_profile), decoder, continuous, batch_size, gamma,
-                          *arrays)
-
-
 @njit(cache=True)
-def run_draw_steps(rng, draw, decoder, continuous, batch_size, gamma,
-                   output_len, prompt_len, hazard_scale, draft_budget, draft_mid_shift,
-                   store_steps, step_seqs, step_tokens, step_context, step_draft_mid,
-                   step_draft_start, first_step, last_step, rep_first_step, rep_steps,
-                   rep_slot_steps, rep_kept_share, accepted):
+def run_steps(rng, decoder, continuous, batch_size, gamma, hazard_profile,
+              output_len, prompt_len, hazard_scale, draft_budget, draft_mid_shift, store_steps,
+              step_seqs, step_tokens, step_context, step_draft_mid, step_draft_start,
+              first_step, last_step, rep_first_step, rep_steps, rep_slot_steps, rep_kept_share,
+              accepted, tree_child=None, tree_hazard_steps=None, tree_cum_shares=None):
     """Simulate every replication (row of output_len [R, N]); returns the number of steps.
-    `draw` (ChainDraw or TreeDraw) gives each verification's K <= gamma (a tree's gamma: its depth).
+
+    The draw: a chain of gamma drafts, hazard_profile D_1..D_gamma (empty: i.i.d.); or, with
+    tree_child given, a tree of depth gamma: tree_child[i, j] the rank-j child of node i or -1,
+    tree_hazard_steps dD_1..dD_gamma, tree_cum_shares the sibling vector's cumulative shares
+    (hazard_profile unused).
 
     Per replication: rep_first_step (flat index of its first step), rep_steps, rep_slot_steps
     (sum over steps of active sequences), rep_kept_share (sum over steps of kept drafts / active
@@ -145,7 +82,8 @@ def run_draw_steps(rng, draw, decoder, continuous, batch_size, gamma,
     remaining = np.zeros(B, np.int64)
     context = np.zeros(B, np.int64)
     draws = np.empty(B, np.int64)
-    slot_state = np.empty((B, max(gamma, 1)))  # each slot's draw state (admit_slot)
+    slot_scale = np.empty(B)  # hazard scale of each slot's request (a chain)
+    slot_rates = np.empty((B, 0 if tree_child is None else gamma))  # top-1 rates by depth
     active = np.empty(B, np.int64)  # active slots, in slot order
     t = 0
     for r in range(R):
@@ -161,7 +99,11 @@ def run_draw_steps(rng, draw, decoder, continuous, batch_size, gamma,
             slot_request[s] = q
             remaining[s] = output_len[r, q]
             context[s] = prompt_len[r, q]
-            admit_slot(draw, slot_state, s, hazard_scale[r, q])
+            if tree_child is None:
+                slot_scale[s] = hazard_scale[r, q]
+            else:
+                for d in range(gamma):
+                    slot_rates[s, d] = math.exp(-hazard_scale[r, q] * tree_hazard_steps[d])
             first_step[r, q] = step
             return prompt_len[r, q]
 
@@ -190,7 +132,11 @@ def run_draw_steps(rng, draw, decoder, continuous, batch_size, gamma,
             if decoder == LOCKSTEP:  # the batch keeps its shortest accepted prefix
                 for i in range(n_active):
                     s = active[i]
-                    k = accepted_drafts(rng, draw, slot_state, s, gamma)
+                    if tree_child is None:  # pruned at compile time (see the module docstring)
+                        k = accepted_drafts_from_exponential(
+                            rng.standard_exponential(), slot_scale[s], hazard_profile, gamma)
+                    else:
+                        k = accepted_tree_drafts(rng, tree_child, slot_rates[s], tree_cum_shares)
                     draws[s] = k
                     kept = min(kept, k)
             committed_sum = 0
@@ -201,7 +147,12 @@ def run_draw_steps(rng, draw, decoder, continuous, batch_size, gamma,
                     c = 1
                 else:
                     if decoder == RAGGED:
-                        k = accepted_drafts(rng, draw, slot_state, s, gamma)
+                        if tree_child is None:  # pruned at compile time (see the module docstring)
+                            k = accepted_drafts_from_exponential(
+                                rng.standard_exponential(), slot_scale[s], hazard_profile, gamma)
+                        else:
+                            k = accepted_tree_drafts(rng, tree_child, slot_rates[s],
+                                                     tree_cum_shares)
                         c = min(k + 1, remaining[s])
                     else:
                         k = draws[s]

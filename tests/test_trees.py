@@ -1,4 +1,6 @@
 """Token trees: shapes, selection, Sequoia's DP, the closed form against the simulator."""
+import inspect
+
 import numpy as np
 import pytest
 
@@ -162,31 +164,32 @@ def test_lockstep_tree_keeps_the_batch_minimum():
 
 
 def test_chain_and_tree_study_run_the_one_compiled_loop(monkeypatch):
-    """Both studies call step_engine.run_draw_steps (src/trees/loop.py has no loop of its own);
-    only the draw's kind differs."""
+    """Both studies call step_engine.run_steps (src/trees/loop.py has no loop of its own), the
+    tree study with its tree's child table, the chain study without one."""
     from src import step_engine
     from src.trees import loop
     assert not any(hasattr(v, "py_func") for v in vars(loop).values())  # no compiled function
-    kinds = []
-    compiled = step_engine.run_draw_steps
+    draws = []
+    compiled = step_engine.run_steps
 
-    def recording(rng, draw, *rest):
-        kinds.append(type(draw).__name__)
-        return compiled(rng, draw, *rest)
+    def recording(*args):
+        given = inspect.signature(compiled.py_func).bind(*args).arguments
+        draws.append("chain" if given.get("tree_child") is None else "tree")
+        return compiled(*args)
 
-    monkeypatch.setattr(step_engine, "run_draw_steps", recording)
+    monkeypatch.setattr(step_engine, "run_steps", recording)
     req = requests(0.7, R=4, n=8, out=50)
     sh = parse_shape("4:2:8")
     serve(req, 4, "continuous_refill", FlatCostModel(0.2), "ragged", 4, np.random.default_rng(1))
     serve_tree(req, 4, "continuous_refill", FlatCostModel(0.2), "ragged", sh,
                mode_tree(sh, 0.7, None, SIBLINGS), SIBLINGS, np.random.default_rng(1))
-    assert kinds == ["ChainDraw", "TreeDraw"]
+    assert draws == ["chain", "tree"]
 
 
 @pytest.mark.parametrize("decoder", ["greedy", "ragged", "lockstep"])
 @pytest.mark.parametrize("serving_mode", ["static_batch", "continuous_refill"])
 def test_a_chain_through_either_draw_gives_the_same_steps(decoder, serving_mode):
-    """A chain of 4 given as ChainDraw and as the chain tree (TreeDraw) through the one loop:
+    """A chain of 4 given as a chain and as the chain tree through the one loop's two draws:
     with each request's acceptance sure (alpha 1 - 1e-12) or impossible (1e-300) both draws are
     deterministic (K = 4 or 0), so every per-step and per-request output agrees exactly, whatever
     the random streams; the mix of requests exercises admission, refills and the lockstep min."""
