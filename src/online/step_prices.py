@@ -33,8 +33,9 @@ from src.online.kernel_attention import N_KERNEL, fastest_pass_s, pack_kernels
 # per-network scalars (row of PriceTables.net)
 (N_READ, N_NEW, N_PAIR, N_P, N_GRAPHS, N_KERNELS, N_KERNELS_VERIFY, N_CPU_LAUNCH, N_GAP,
  N_LAUNCH_P, N_LAYER_ELEM, N_LAYER_FIXED, N_VERIFY_FIXED, N_HEAD_ELEM, N_HEAD_FIXED, N_ATTN_FIXED,
- N_PRESENT, N_HEAD_INDEX, N_KERNELS_FITTED, N_WINDOW, N_WINDOW_READ, N_WINDOW_PAIR) = range(22)
-N_NET = 22
+ N_PRESENT, N_HEAD_INDEX, N_KERNELS_FITTED, N_WINDOW, N_WINDOW_READ, N_WINDOW_PAIR,
+ N_GRAPH_MAX) = range(23)
+N_NET = 23
 # per-deployment scalars (row of PriceTables.eng)
 (E_CPU_FIXED, E_CPU_PER_SEQ, E_REJECTION, E_KV_BOOK, E_EXPANSION, E_SLOWDOWN, E_OVERLAP_DECODE,
  E_OVERLAP_SPEC, E_NGRAM_ONE_CALL, E_NGRAM_CPU, E_DRAFT_CPU_FIXED, E_DRAFT_CPU_PER_SEQ, E_COVERS,
@@ -74,6 +75,7 @@ def _net_row(c) -> np.ndarray:
         c.layer_elementwise_per_token_s, c.layer_fixed_s, c.verify_fixed_s,
         c.head_elementwise_per_token_s, c.head_fixed_s, c.attn_fixed_s)
     v[N_PRESENT] = 1.0
+    v[N_GRAPH_MAX] = c.cuda_graph_max_seqs
     v[N_HEAD_INDEX] = c.head_gemm_index
     v[N_KERNELS_FITTED] = len(c.attn_kernels)
     v[[N_WINDOW, N_WINDOW_READ, N_WINDOW_PAIR]] = (
@@ -206,9 +208,9 @@ def attention_pow_s(pt, d, net, S, t, C, prefill):
 
 
 @njit(cache=True)
-def launch_ms(c, gpu_ms, t):
-    """roofline.launch_overhead_s of a pass of gpu_ms GPU time, in ms."""
-    if c[N_GRAPHS] != 0.0:
+def launch_ms(c, gpu_ms, t, n):
+    """roofline.launch_overhead_s of a pass of gpu_ms GPU time over n sequences, in ms."""
+    if c[N_GRAPHS] != 0.0 and (c[N_GRAPH_MAX] == 0.0 or n <= c[N_GRAPH_MAX]):
         return 0.0
     gpu_s = gpu_ms * 1e-3
     if gpu_s <= 0:
@@ -243,7 +245,7 @@ def draft_parts(pt, d, n, C, g, capped_mid, capped_start):
     mid_ctx = C + n * ((g - 1) * 0.5) if budget < 0 else capped_mid
     per_pass = tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n, 1, mid_ctx)
     physics = g * per_pass
-    gpu = g * launch_ms(c, per_pass, 1)
+    gpu = g * launch_ms(c, per_pass, 1, n)
     if catchup > 0 and g > 0:
         ctx0 = C if budget < 0 else capped_start
         wide = 1 + catchup
@@ -277,7 +279,7 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
         if e[E_EXPANSION] != 0.0:
             per_seq += e[E_CPU_PER_SEQ] * (t - 1)
     cpu = (e[E_CPU_FIXED] if n > 0 else 0.0) + n * per_seq
-    gpu = launch_ms(c, physics, t)
+    gpu = launch_ms(c, physics, t, n)
     if verify and (e[E_EXPANSION] != 0.0 or e[E_SLOWDOWN] != 1.0):
         engine_attention = attention
         if e[E_EXPANSION] != 0.0:
