@@ -137,3 +137,41 @@ def test_an_unknown_eager_launch_source_is_refused(tmp_path):
                        match=r"^engines\.sglang\.eager_launch_costs_from: unknown "):
         load_engine_profiles(extra_paths=[bad])
     assert math.isinf(load_engine_profiles()["sglang"].cuda_graph_max_batch_by_gpu_memory[-1][0])
+
+
+def test_the_drafts_of_a_step_replay_two_graphs_within_the_limit(tmp_path):
+    """sgl-project/sglang v0.5.10.post1 speculative/eagle_worker.py: draft() replays one CUDA
+    graph for the S - 1 draft decode passes (EAGLEDraftCudaGraphRunner, captured only when
+    speculative_num_steps > 1) and forward_draft_extend_after_decode one for the draft extend
+    (EAGLEDraftExtendCudaGraphRunner): the draft CPU is two passes' worth for S >= 2, one for
+    S = 1; above the limit every pass is launched and pays its own."""
+    e = load_engine_profiles()["sglang"]
+    assert e.draft_passes_one_graph
+    m = _model()
+    per_pass = lambda n: e.draft_pass_cpu_fixed_ms + e.draft_pass_cpu_per_seq_ms * n  # noqa: E731
+    for n, g, passes in ((8, 5, 2), (8, 1, 1), (256, 7, 2), (257, 5, 5), (300, 1, 1)):
+        cpu = m._draft_cpu_ms(np.array([n]), np.array([g]))
+        assert cpu[0] == pytest.approx(passes * per_pass(n))
+    # an n-gram draft and a profile without the mechanism keep one CPU cost per pass
+    plain = _model(engine="vllm-v1")
+    assert plain._draft_cpu_ms(np.array([8]), np.array([5]))[0] == pytest.approx(5 * (
+        plain.engine.draft_pass_cpu_fixed_ms + 8 * plain.engine.draft_pass_cpu_per_seq_ms))
+
+
+def test_the_eager_kernels_between_graphs_are_priced_per_verification():
+    """31 kernels counted along SGLang v0.5.10's EAGLE step (engines.toml lists them by file and
+    function), each at the GPU's kernel fixed time and the eager launch cost: added to every
+    verification with an EAGLE draft, never to a greedy decode pass or an n-gram draft."""
+    e = load_engine_profiles()["sglang"]
+    assert e.spec_step_eager_kernels == 31
+    with_k, without = _model(), _model(engine=dataclasses.replace(e, spec_step_eager_kernels=0))
+    S, C = np.array([32]), np.array([32 * 800])
+    extra = (with_k.target_pass_time_totals(S, C, 6) - without.target_pass_time_totals(S, C, 6))[0]
+    cpu_launch = 31 * e.cpu_launch_us_per_kernel * 1e-3
+    assert extra == pytest.approx(with_k._target_c.spec_step_eager_s * 1e3)
+    assert cpu_launch <= extra < cpu_launch * 1.2  # launch-bound: the CPU issues them one by one
+    assert with_k.target_pass_time_totals(S, C, 1)[0] == without.target_pass_time_totals(S, C, 1)[0]
+    e0 = dataclasses.replace(e, spec_step_eager_kernels=0)
+    ngram = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="ngram", engine=e)
+    ngram0 = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="ngram", engine=e0)
+    assert ngram.target_pass_time_totals(S, C, 6)[0] == ngram0.target_pass_time_totals(S, C, 6)[0]

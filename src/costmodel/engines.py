@@ -86,7 +86,11 @@ class EngineProfile:
     on the GPU: kernel counts times the GPU's fixed cost per kernel, the attention kernel, and
     CUDA graphs or eager launches. Without CUDA graphs a pass of N kernels and GPU time g costs
     pnorm(g + N launch_gap, N cpu_launch, launch_overlap_p) (the CPU issues kernels while the GPU
-    runs earlier ones); the excess over g is reported as overhead ("launch").
+    runs earlier ones); the excess over g is reported as overhead ("launch"). SGLang's graphs end
+    at a batch (cuda_graph_max_batch_by_gpu_memory; a pass over more sequences pays the eager
+    launch cost), replay the drafts of a step in two graphs (draft_passes_one_graph), and leave
+    spec_step_eager_kernels kernels between them (n of them cost pnorm(n (kernel_fixed +
+    launch_gap), n cpu_launch, launch_overlap_p) per verification, booked as GPU overhead).
     """
 
     name: str  # profile id, e.g. "ideal" or "vllm-2024"
@@ -149,6 +153,13 @@ class EngineProfile:
     # largest graph batch at TP < 4, at TP >= 4), the first row whose memory bound the GPU is
     # below applies; a pass over more sequences runs eagerly. () = graphs at every batch
     cuda_graph_max_batch_by_gpu_memory: tuple[tuple[float, int, int], ...] = ()
+    # a drafted step replays two CUDA graphs for its drafts (SGLang's EAGLE worker: the draft
+    # extend, and the S - 1 draft decode passes in one): within the graph limit the draft CPU of
+    # a step with a draft network of its own is that of min(gamma, 2) passes, not gamma
+    draft_passes_one_graph: bool = False
+    # kernels a step with a draft network launches eagerly between its graphs (tree build,
+    # verification, KV slot bookkeeping), priced per verification at the eager launch cost
+    spec_step_eager_kernels: int = 0
 
     def cuda_graph_max_batch(self, gpu_memory_gb: float, tp: int) -> int:
         """Largest batch whose passes replay a CUDA graph on this deployment; 0 = no limit."""

@@ -111,6 +111,7 @@ class PassCoefficients:
     n_kernels_verify_extra: float = 0.0  # extra kernels of a pass with t > 1
     cuda_graphs: bool = True
     cuda_graph_max_seqs: int = 0  # with graphs: passes over more sequences run eagerly (0: none)
+    spec_step_eager_s: float = 0.0  # the engine's eager kernels between a drafted step's graphs
     cpu_launch_s: float = 0.0  # per kernel, without CUDA graphs
     launch_gap_s: float = 0.0  # per kernel, without CUDA graphs
     launch_overlap_p: float = 4.0
@@ -295,6 +296,9 @@ def pass_coefficients(
         n_kernels_verify_extra=L * e.verification_extra_kernels_per_layer,
         cuda_graphs=e.cuda_graphs,
         cuda_graph_max_seqs=e.cuda_graph_max_batch(gpu.memory_gb, tp),
+        spec_step_eager_s=float(_pnorm(
+            e.spec_step_eager_kernels * (kfix + e.launch_gap_us_per_kernel * 1e-6),
+            e.spec_step_eager_kernels * e.cpu_launch_us_per_kernel * 1e-6, e.launch_overlap_p)),
         cpu_launch_s=e.cpu_launch_us_per_kernel * 1e-6,
         launch_gap_s=e.launch_gap_us_per_kernel * 1e-6,
         launch_overlap_p=e.launch_overlap_p,
