@@ -57,13 +57,13 @@ def run_steps(rng, decoder, continuous, batch_size, gamma, hazard_profile,
               output_len, prompt_len, hazard_scale, draft_budget, draft_mid_shift, store_steps,
               step_seqs, step_tokens, step_context, step_draft_mid, step_draft_start,
               first_step, last_step, rep_first_step, rep_steps, rep_slot_steps, rep_kept_share,
-              accepted, tree_child=None, tree_hazard_steps=None, tree_cum_shares=None):
+              accepted, tree_child=None, tree_cum_shares=None):
     """Simulate every replication (row of output_len [R, N]); returns the number of steps.
 
     The draw: a chain of gamma drafts, hazard_profile D_1..D_gamma (empty: i.i.d.); or, with
     tree_child given, a tree of depth gamma: tree_child[i, j] the rank-j child of node i or -1,
-    tree_hazard_steps dD_1..dD_gamma, tree_cum_shares the sibling vector's cumulative shares
-    (hazard_profile unused).
+    hazard_profile the tree's hazard steps dD_1..dD_gamma, tree_cum_shares the sibling vector's
+    cumulative shares.
 
     Per replication: rep_first_step (flat index of its first step), rep_steps, rep_slot_steps
     (sum over steps of active sequences), rep_kept_share (sum over steps of kept drafts / active
@@ -82,7 +82,7 @@ def run_steps(rng, decoder, continuous, batch_size, gamma, hazard_profile,
     remaining = np.zeros(B, np.int64)
     context = np.zeros(B, np.int64)
     draws = np.empty(B, np.int64)
-    slot_scale = np.empty(B)  # hazard scale of each slot's request (a chain)
+    slot_scale = np.empty(B)  # hazard scale of each slot's request
     slot_rates = np.empty((B, 0 if tree_child is None else gamma))  # top-1 rates by depth
     active = np.empty(B, np.int64)  # active slots, in slot order
     t = 0
@@ -99,11 +99,10 @@ def run_steps(rng, decoder, continuous, batch_size, gamma, hazard_profile,
             slot_request[s] = q
             remaining[s] = output_len[r, q]
             context[s] = prompt_len[r, q]
-            if tree_child is None:
-                slot_scale[s] = hazard_scale[r, q]
-            else:
+            slot_scale[s] = hazard_scale[r, q]
+            if tree_child is not None:  # a_d = exp(-h dD_d)
                 for d in range(gamma):
-                    slot_rates[s, d] = math.exp(-hazard_scale[r, q] * tree_hazard_steps[d])
+                    slot_rates[s, d] = math.exp(-hazard_scale[r, q] * hazard_profile[d])
             first_step[r, q] = step
             return prompt_len[r, q]
 

@@ -9,20 +9,17 @@ chains keep their numbers bit for bit).
 """
 from __future__ import annotations
 
-import numpy as np
-
 import src.step_engine as step_engine
 from src.step_engine import GREEDY, LOCKSTEP, RAGGED
 
 __all__ = ["run_tree_steps", "GREEDY", "RAGGED", "LOCKSTEP"]
 
-_UNUSED_PROFILE = np.empty(0)  # the chain's hazard profile: a tree's draw does not read it
-
 
 def run_tree_steps(rng, decoder, continuous, batch_size, depth, child, hazard_steps, cum_shares,
                    *arrays):
     """step_engine.run_steps with a token tree of depth `depth` (its gamma): child[i, j] is the
-    rank-j child of node i or -1, hazard_steps dD_1..dD_depth, cum_shares the sibling vector's
-    cumulative shares; `arrays` are run_steps's arguments from output_len to accepted."""
-    return step_engine.run_steps(rng, decoder, continuous, batch_size, depth, _UNUSED_PROFILE,
-                                 *arrays, child, hazard_steps, cum_shares)
+    rank-j child of node i or -1, hazard_steps dD_1..dD_depth (in the chain's hazard_profile
+    argument), cum_shares the sibling vector's cumulative shares; `arrays` are run_steps's
+    arguments from output_len to accepted."""
+    return step_engine.run_steps(rng, decoder, continuous, batch_size, depth, hazard_steps,
+                                 *arrays, child, cum_shares)
