@@ -178,7 +178,7 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
         scenario = replace(scenario, study=replace(scenario.study, **overrides))
         if "trees" in overrides:
             check_tree_engines(scenario, "--trees" if args.trees is not None
-                               else f"--config {args.config}")
+                               else f"--config {args.config}: trees")
         try:
             check_memory(scenario)
         except ConfigError as e:

@@ -61,6 +61,16 @@ def test_bad_tree_options(tmp_path, argv, fragment):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+def test_a_tree_in_a_config_file_on_a_chains_only_profile_names_the_field(tmp_path):
+    """The refusal names the file and its field, as every other config error does."""
+    path = tmp_path / "c.toml"
+    path.write_text('trees = ["5:4:8"]\n')
+    done = run_captured(["--config", str(path), "--out", str(tmp_path / "o")])
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert f"--config {path}: trees: 5:4:8 is a tree (topk 4 > 1)" in done.stderr, done.stderr
+    assert not os.path.exists(tmp_path / "o")
+
+
 def test_rising_sibling_vector_in_a_config_file_is_refused(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('trees = ["3:2:6"]\nsibling_vector = [0.7, 0.05, 0.1]\n')
