@@ -173,6 +173,21 @@ def test_recommend_prints_the_best_tree_as_all_three_sglang_flags():
     assert any(int(k) > 1 for _, k, _ in flags)  # at batch 1 and alpha 0.8 a tree is best
 
 
+def test_recommend_names_only_the_batch_sizes_it_evaluated_for_the_chain():
+    """Batch 1, 8, 64 at alpha 0.8: a tree at 8, a chain at 64; the advice names 64, the batch
+    evaluated, instead of claiming every batch above 8."""
+    import re
+    done = run_captured(["recommend", "--gpu", "h100-sxm", "--target", "llama-3.1-8b", "--draft",
+                         "eagle", "--draft-model-path", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+                         "--acceptance", "0.8", "--batch", "1,8,64"])
+    assert done.returncode == 0, done.stderr
+    best = dict(re.findall(r"^\s+(\d+)\s+(\d+:\d+:\d+)\s+[\d.]+x", done.stdout, re.M))
+    assert set(best) == {"1", "8", "64"}
+    assert not parse_shape(best["8"]).is_chain and parse_shape(best["64"]).is_chain
+    assert "a chain is best at batch 64 (the batch sizes asked above 8)" in done.stdout
+    assert "above batch 8 a chain is best" not in done.stdout
+
+
 def test_trees_with_an_ngram_draft_are_refused():
     from src.config import ConfigError
     from src.hardware.scenario import scenario_from_dict

@@ -84,9 +84,12 @@ def recommend_lines(scenario, alpha: float, batches, context: int, launch: str) 
     trees_win = [r["batch"] for r in rows if not r["shape"].is_chain]
     if trees_win and len(trees_win) < len(rows):
         above = max(trees_win)
-        chain = next(r for r in rows if r["batch"] > above)["chain"]
-        lines.append(f"  (one shape per server: above batch {above} a chain is best; for such "
-                     f"loads use {sglang_tree_flags(chain)})")
+        chain_rows = [r for r in rows if r["batch"] > above]
+        asked = ", ".join(str(r["batch"]) for r in chain_rows)
+        # only the batch sizes asked were evaluated: say which, not "above batch X"
+        lines.append(f"  (one shape per server: a chain is best at batch {asked} (the batch sizes "
+                     f"asked above {above}); for such loads use "
+                     f"{sglang_tree_flags(chain_rows[0]['chain'])})")
     lines.append("  (topk > 1 needs page size 1 unless --attention-backend flashinfer, and no "
                  "trtllm_mha backend; SGLANG_ENABLE_SPEC_V2 needs topk 1: server_args.py)")
     lines.append("vLLM V1 verifies chains only (tree attention removed, PR #42121): its best is "
