@@ -215,6 +215,23 @@ def test_serve_runs_a_tree_policy_and_refuses_it_on_vllm(tmp_path):
     assert df.loc["tree:4:2:8", "tpot_p50_s"] < df.loc["none", "tpot_p50_s"]
 
 
+def test_serve_refuses_a_tree_on_a_chains_only_profile_before_any_costing(monkeypatch):
+    """The refusal comes before the deployments and the steady-state closed form are computed
+    (they take seconds): a bad input answers at once."""
+    from src.config import ConfigError
+    from src.online import study
+    from src.online.cli import config_from_args, make_parser
+    eagle = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle.toml")
+    cfg = config_from_args(make_parser().parse_args(
+        ["--scenario", eagle, "--policies", "none,tree:5:4:8", "--rates", "1"]))
+
+    def costed(*a, **k):
+        raise AssertionError("the deployments were built before the policies were checked")
+    monkeypatch.setattr(study, "deployments", costed)
+    with pytest.raises(ConfigError, match="engine profile vllm-v1 verifies chains only"):
+        study.prepare(cfg)
+
+
 def test_serving_tree_draw_matches_the_closed_form():
     from src.online.counter_rng import uniform_open_closed
     from src.trees.serve import mode_tree
