@@ -100,6 +100,33 @@ def test_reference_study_with_trees_writes_rows_section_and_plot(tmp_path):
     assert (tree.tokens_per_step > 3.0).all()
 
 
+def test_tree_section_gives_the_shape_to_run_per_batch_as_sglang_flags():
+    """A tree that wins at batch 1, ties at 8 and loses at 64: the section's flag lines run the
+    tree at 1 and the best chain (a tie goes to the chain) at 8 and 64, all three flags each."""
+    import re
+
+    from src.trees.report import summary_text
+    from src.trees.shape import check_shape
+
+    def row(batch, s, k, n, speedup, tokens):
+        return {"quality_mode": "m", "serving_mode": "continuous_refill", "batch_size": batch,
+                "tree_steps": s, "tree_topk": k, "tree_tokens": n, "gamma": n - 1,
+                "speedup": speedup, "speedup_ci_low": speedup - 0.01,
+                "speedup_ci_high": speedup + 0.01, "tokens_per_step": tokens}
+    rows = pd.DataFrame([row(1, 5, 4, 8, 2.0, 4.0), row(1, 4, 1, 5, 1.6, 3.3),
+                         row(8, 5, 4, 8, 1.505, 4.0), row(8, 4, 1, 5, 1.5, 3.3),
+                         row(64, 5, 4, 8, 1.1, 4.0), row(64, 4, 1, 5, 1.3, 3.3)])
+    text = summary_text([("t", rows, None)])
+    flags = re.findall(r"^\s+batch ([\d, ]+?)\s+--speculative-num-steps (\d+) "
+                       r"--speculative-eagle-topk (\d+) --speculative-num-draft-tokens (\d+)$",
+                       text, re.M)
+    assert [(b, (int(s), int(k), int(n))) for b, s, k, n in flags] == [
+        ("1", (5, 4, 8)), ("8, 64", (4, 1, 5))], text
+    for _, s, k, n in flags:
+        check_shape(TreeShape(int(s), int(k), int(n)))
+    assert "the share of" not in text  # 'speed' is a ratio of speedups, not a share
+
+
 def test_tree_scenario_loads_and_names_its_shapes():
     from src.hardware.scenario import load_scenario
     sc = load_scenario(TREE_SCENARIO)

@@ -81,6 +81,43 @@ def tree_loses_from(best: pd.DataFrame) -> int | None:
     return int(b.batch_size.iloc[last_win + 1])
 
 
+def run_shape(r) -> str:
+    """What to run at a batch: the tree where it wins, plain decoding where neither speeds up,
+    else the best chain (a tie goes to the chain: it needs no tree attention)."""
+    if r.verdict == "tree":
+        return shape_label(r.tree)
+    if r.verdict == "no speculation":
+        return "none"
+    return shape_label(r.chain)
+
+
+def sglang_flags(label: str) -> str:
+    """SGLang's three flags for a shape label ('S:K:N' or 'chain G'); SGLang needs all three."""
+    from src.trees.recommend import sglang_tree_flags
+    from src.trees.shape import TreeShape, parse_shape
+    if label == "none":
+        return "no speculation (leave out --speculative-algorithm)"
+    if label.startswith("chain "):
+        return sglang_tree_flags(TreeShape.chain(int(label.split()[1])))
+    return sglang_tree_flags(parse_shape(label))
+
+
+def flag_lines(best: pd.DataFrame) -> list[str]:
+    """One line per run of consecutive batch sizes that share the shape to run (run_shape)."""
+    groups: list[tuple[str, list[int]]] = []
+    for _, r in best.sort_values("batch_size").iterrows():
+        label = run_shape(r)
+        if groups and groups[-1][0] == label:
+            groups[-1][1].append(int(r.batch_size))
+        else:
+            groups.append((label, [int(r.batch_size)]))
+    out = ["    as SGLang flags:"]
+    for label, batches in groups:
+        which = "batch " + ", ".join(map(str, batches))
+        out.append(f"      {which:<16} {sglang_flags(label)}")
+    return out
+
+
 def summary_text(parts: list[tuple[str, pd.DataFrame, object]]) -> str | None:
     """The section for parts (title, chain + tree rows, StudyConfig); None without tree rows."""
     parts = [p for p in parts if p[1] is not None and (p[1].tree_topk > 1).any()]
@@ -89,9 +126,11 @@ def summary_text(parts: list[tuple[str, pd.DataFrame, object]]) -> str | None:
     out = ["Token trees at batch > 1", "=" * 24, "",
            "Best SGLang tree (S:K:N = num_steps:eagle_topk:num_draft_tokens) and best chain per "
            "batch size, simulated speedup over greedy with 95% CI; 'wins' needs disjoint CIs "
-           "(design.md, 'Token trees'). 'tokens' is the tree's accepted length over the chain's "
-           "(tokens per step), 'speed' its speedup over the chain's: the share of the accepted-"
-           "length gain the tree's extra verification and draft work leaves."]
+           "(design.md, 'Token trees'). 'tokens': the best tree's tokens per step over the best "
+           "chain's (that chain's length, not the tree's depth), 'speed': the tree's speedup over "
+           "the chain's; 'speed' below 'tokens' is what the tree's extra verification and draft "
+           "work costs of the gain. Under each table, the shape to run per batch size as SGLang "
+           "flags (the tree where it wins, else the best chain)."]
     for title, rows, cfg in parts:
         best = best_rows(rows)
         out += ["", title]
@@ -116,6 +155,7 @@ def summary_text(parts: list[tuple[str, pd.DataFrame, object]]) -> str | None:
             else:
                 out.append(f"    from batch {loses} on a chain (or plain decoding) is at least "
                            "as good as every tree")
+            out += flag_lines(g)
         out += sequoia_lines(rows, cfg)
     return "\n".join(out)
 
