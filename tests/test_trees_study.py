@@ -127,6 +127,19 @@ def test_tree_section_gives_the_shape_to_run_per_batch_as_sglang_flags():
     assert "the share of" not in text  # 'speed' is a ratio of speedups, not a share
 
 
+def test_readme_tree_findings_are_generated_from_the_tree_study():
+    """README's tree findings are the block update_docs writes from the committed tree study,
+    not figures typed in (they went stale silently before)."""
+    from src.trees.report import readme_headline
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    start, end = "<!-- tree-headline:start -->", "<!-- tree-headline:end -->"
+    block = text[text.index(start) + len(start):text.index(end)].strip()
+    rows = pd.read_csv(os.path.join(ROOT, "studies", "trees", "results", "results.csv"))
+    assert block == readme_headline(rows).strip()
+    assert block.count("- ") >= 2 and "sglang / continuous_refill" in block
+
+
 def test_tree_scenario_loads_and_names_its_shapes():
     from src.hardware.scenario import load_scenario
     sc = load_scenario(TREE_SCENARIO)

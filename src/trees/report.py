@@ -194,3 +194,33 @@ def sequoia_lines(rows: pd.DataFrame, cfg) -> list[str]:
             cells.append(f"{ours:.2f} / {best:.2f}")
         out.append(f"    {mode:<28}" + "".join(f"{c:>15}" for c in cells))
     return out
+
+
+def readme_headline(rows: pd.DataFrame) -> str:
+    """README's tree findings, from the tree study's results.csv (chain and tree rows): per engine
+    profile and serving mode, the quality modes grouped by the batch size from which a chain (or
+    plain decoding) is at least as good as every tree (tree_loses_from), and the best tree at
+    the smallest batch size."""
+    best = best_rows(rows)
+    keys = [k for k in ("engine_profile", "serving_mode") if k in best]
+    lines = []
+    for key, g in best.groupby(keys, sort=False):
+        where = " / ".join(str(v) for v in (key if isinstance(key, tuple) else (key,)))
+        groups: dict[str, list[str]] = {}
+        for mode, m in g.groupby("quality_mode", sort=False):
+            loses = tree_loses_from(m)
+            m = m.sort_values("batch_size")
+            first = m.iloc[0]
+            if loses is None:
+                text = f"the tree still wins at batch {int(m.batch_size.max())}"
+            elif loses > m.batch_size.min():
+                text = (f"from batch {loses} on a chain (or plain decoding) is at least as good "
+                        "as every tree")
+            else:
+                text = "no tree beats the best chain at any batch size"
+            groups.setdefault(text, []).append(
+                f"{mode} (best at batch {int(first.batch_size)}: "
+                f"{shape_label(first.tree)}, {first.tree.speedup:.2f}x)")
+        parts = [f"{text} in {', '.join(modes)}" for text, modes in groups.items()]
+        lines.append(f"- {where}: " + "; ".join(parts) + ".")
+    return "\n".join(lines)
