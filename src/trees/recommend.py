@@ -10,8 +10,11 @@ N in TOKENS within SGLang's candidate pool, and the chains S:1:S+1.
 SGLang's rules (python/sglang/srt/server_args.py): --speculative-num-steps, --speculative-eagle-topk
 and --speculative-num-draft-tokens are given together (the auto defaults apply only when
 num_steps is unset, and then the other two must be unset too); with topk 1 num_draft_tokens is
-set to num_steps + 1; topk > 1 is refused with the trtllm_mha backend and, with page_size > 1,
-with any backend but flashinfer; the overlap scheduler (spec v2) needs topk 1.
+set to num_steps + 1; topk > 1 is refused with the trtllm_mha backend. At page_size > 1 the rule
+changed: older versions reset topk to 1, later ones raise unless the backend is flashinfer, current
+main (arg_groups/speculative_hook.py, _PAGE_TREE_SPEC_BACKENDS) accepts flashinfer, fa3 and
+triton; spec v2 needed topk 1 before current main (one version falls back to spec v1 for
+topk > 1), and current main's _handle_eagle_family sets no topk condition for it.
 """
 from __future__ import annotations
 
@@ -90,8 +93,13 @@ def recommend_lines(scenario, alpha: float, batches, context: int, launch: str) 
         lines.append(f"  (one shape per server: a chain is best at batch {asked} (the batch sizes "
                      f"asked above {above}); for such loads use "
                      f"{sglang_tree_flags(chain_rows[0]['chain'])})")
-    lines.append("  (topk > 1 needs page size 1 unless --attention-backend flashinfer, and no "
-                 "trtllm_mha backend; SGLANG_ENABLE_SPEC_V2 needs topk 1: server_args.py)")
+    # SGLang's rules for topk > 1 changed between versions (design.md, section 18): what holds
+    # in every version read is page size 1 and a backend other than trtllm_mha
+    lines.append("  (topk > 1: run --page-size 1 and an attention backend other than trtllm_mha, "
+                 "which refuses it; at page size > 1 SGLang versions differ (older: topk reset to "
+                 "1; later: flashinfer only; current main: flashinfer, fa3, triton), and spec v2 "
+                 "(SGLANG_ENABLE_SPEC_V2) needed topk 1 before current main: server_args.py, "
+                 "arg_groups/speculative_hook.py)")
     lines.append("vLLM V1 verifies chains only (tree attention removed, PR #42121): its best is "
                  "the chain schedule above.")
     return lines
