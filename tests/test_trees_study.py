@@ -183,6 +183,23 @@ def test_acceptance_length_with_a_tree_shape(tmp_path):
     assert float(chain.stdout.split("alpha = ")[1][:6]) > 0.8058
 
 
+def test_a_tree_length_is_fitted_under_the_runs_own_sibling_vector(tmp_path):
+    """With sibling_vector set in the config file, the rate fitted to a tree's accepted length is
+    the one whose tree gives that length under that vector (it used the default vector, so the
+    run's own 5:4:8 did not reproduce the 3.9 it was fitted to)."""
+    from src.cli import parse
+    from src.trees.fit import tree_tokens
+    from src.trees.siblings import vector_siblings
+    path = tmp_path / "c.toml"
+    path.write_text("sibling_vector = [0.8, 0.15, 0.05]\n")
+    plan = parse(["--config", str(path), "--acceptance-length", "3.9", "--shape-measured",
+                  "5:4:8", "--scenario", "reference", "--out", str(tmp_path / "o")])
+    alpha = plan.cfg.alpha_modes["tau3.9_s5k4n8"].rates[0]
+    assert tree_tokens(alpha, parse_shape("5:4:8"), vector_siblings((0.8, 0.15, 0.05))) == \
+        pytest.approx(3.9, abs=1e-6)
+    assert any("sibling vector [0.8, 0.15, 0.05]" in line for line in plan.measured_acceptance)
+
+
 def test_acceptance_length_shape_errors(tmp_path):
     out = ["--out", str(tmp_path / "o"), "--scenario", "reference"]
     done = run_captured(["--acceptance-length", "0.9", "--shape-measured", "5:4:8", *out])
