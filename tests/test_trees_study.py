@@ -140,6 +140,21 @@ def test_readme_tree_findings_are_generated_from_the_tree_study():
     assert block.count("- ") >= 2 and "sglang / continuous_refill" in block
 
 
+def test_tree_plot_labels_each_shape_once_per_point():
+    """Where quality modes share a best tree at a batch size the plot labels it once (three modes
+    overprinted '4:4:16' at batch 1-8 of the committed study)."""
+    from src.trees.plots import plot_trees
+    rows = pd.read_csv(os.path.join(ROOT, "studies", "trees", "results", "results.csv"))
+    fig = plot_trees(rows, "t")
+    try:
+        for ax in fig.axes[::2][:2]:  # the two best-N panels
+            labels = [(t.xy, t.get_text()) for t in ax.texts]
+            assert labels and len(labels) == len(set(labels)), labels
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+
+
 def test_tree_scenario_loads_and_names_its_shapes():
     from src.hardware.scenario import load_scenario
     sc = load_scenario(TREE_SCENARIO)
