@@ -256,7 +256,7 @@ def test_recommend_names_only_the_batch_sizes_it_evaluated_for_the_chain():
     best = dict(re.findall(r"^\s+(\d+)\s+(\d+:\d+:\d+)\s+[\d.]+x", done.stdout, re.M))
     assert set(best) == {"1", "8", "64"}
     assert not parse_shape(best["8"]).is_chain and parse_shape(best["64"]).is_chain
-    assert "a chain is best at batch 64 (the batch sizes asked above 8)" in done.stdout
+    assert "a chain is best at batch 64 (the table's batch sizes above 8)" in done.stdout
     assert "above batch 8 a chain is best" not in done.stdout
     # SGLang's page-size rule for topk > 1 changed between versions: the advice gives what holds
     # in all of them (page size 1, not trtllm_mha) and says that the rest differs
@@ -264,6 +264,21 @@ def test_recommend_names_only_the_batch_sizes_it_evaluated_for_the_chain():
         done.stdout
     assert "at page size > 1 SGLang versions differ" in done.stdout
     assert "needs page size 1 unless --attention-backend flashinfer" not in done.stdout
+
+
+def test_recommend_by_rate_gives_the_best_shape_at_each_rates_running_batch():
+    """recommend --rate: each rate gets the best shape at the batch it runs at (the mean running
+    batch of its simulation), not only the batch table."""
+    from src.hardware.scenario import load_scenario
+    from src.trees.recommend import best_shapes, recommend_lines
+    sc = load_scenario(os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle.toml"))
+    rates = [(2.0, 1.8), (16.0, 12.6)]
+    lines = recommend_lines(sc, 0.8, [1, 2, 4, 8, 16, 32, 64], 329, "launch", rates=rates)
+    expected = {b: r for b, r in ((r["batch"], r) for r in best_shapes(
+        sc.cost_model("sglang"), 0.8, [2, 13], 329))}
+    for rate, batch in (("2/s", 2), ("16/s", 13)):
+        line = next(x for x in lines if x.strip().startswith(f"{rate}: batch {batch}: "))
+        assert expected[batch]["shape"].label in line, line
 
 
 def test_trees_with_an_ngram_draft_are_refused():

@@ -67,8 +67,23 @@ def sglang_tree_flags(shape: TreeShape) -> str:
             f"--speculative-num-draft-tokens {shape.tokens}")
 
 
-def recommend_lines(scenario, alpha: float, batches, context: int, launch: str) -> list[str]:
-    """The section's lines; `launch` is the SGLang command before its speculative flags."""
+def rate_lines(cost, alpha: float, rates, context: int) -> list[str]:
+    """recommend --rate: per request rate, the best shape at the batch that rate runs at (the
+    mean running batch its simulation found, rounded; at least 1)."""
+    at = [max(1, int(round(b))) for _, b in rates]
+    best = {r["batch"]: r for r in best_shapes(cost, alpha, sorted(set(at)), context)}
+    out = ["  by request rate (each at the mean running batch simulated above, rounded):"]
+    for (rate, _), b in zip(rates, at):
+        r = best[b]
+        out.append(f"    {rate:g}/s: batch {b}: {r['shape'].label} ({r['speedup']:.2f}x; best "
+                   f"chain {r['chain'].label} {r['chain_speedup']:.2f}x)")
+    return out
+
+
+def recommend_lines(scenario, alpha: float, batches, context: int, launch: str,
+                    rates=None) -> list[str]:
+    """The section's lines; `launch` is the SGLang command before its speculative flags;
+    `rates`: (rate, mean running batch) pairs of recommend --rate, answered per rate too."""
     cost = scenario.cost_model("sglang")
     rows = best_shapes(cost, alpha, batches, context)
     lines = [f"SGLang token trees (engine profile sglang, steady state at {context} tokens; tree "
@@ -78,6 +93,8 @@ def recommend_lines(scenario, alpha: float, batches, context: int, launch: str) 
     for r in rows:
         lines.append(f"  {r['batch']:>5}  {r['shape'].label:<10} {r['speedup']:>6.2f}x  "
                      f"{r['chain'].label:<10} {r['chain_speedup']:>6.2f}x")
+    if rates:
+        lines += rate_lines(cost, alpha, rates, context)
     first = rows[0]
     if first["speedup"] <= 1.0:
         lines.append("  no shape speeds up these batch sizes: serve without speculation")
@@ -90,8 +107,8 @@ def recommend_lines(scenario, alpha: float, batches, context: int, launch: str) 
         chain_rows = [r for r in rows if r["batch"] > above]
         asked = ", ".join(str(r["batch"]) for r in chain_rows)
         # only the batch sizes asked were evaluated: say which, not "above batch X"
-        lines.append(f"  (one shape per server: a chain is best at batch {asked} (the batch sizes "
-                     f"asked above {above}); for such loads use "
+        lines.append(f"  (one shape per server: a chain is best at batch {asked} (the table's "
+                     f"batch sizes above {above}); for such loads use "
                      f"{sglang_tree_flags(chain_rows[0]['chain'])})")
     # SGLang's rules for topk > 1 changed between versions (design.md, section 18): what holds
     # in every version read is page size 1 and a backend other than trtllm_mha
