@@ -190,6 +190,8 @@ def test_acceptance_length_with_a_tree_shape(tmp_path):
                          "--no-plots", "--out", str(tmp_path / "o")])
     assert done.returncode == 0, done.stderr
     assert "with the tree 5:4:8" in done.stdout and "alpha = 0.8058" in done.stdout
+    # the default run verifies no trees (vllm-v1): the output says where the shapes are compared
+    assert "add --scenario configs/scenarios/h100-llama8b-eagle-trees.toml" in done.stdout
     # read as a chain of 5 drafts the same length means a higher top-1 rate (in the tree the
     # siblings accept part of it)
     chain = run_captured(["--acceptance-length", "3.9", "--gamma-measured", "5", "--scenario",

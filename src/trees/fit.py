@@ -71,4 +71,7 @@ class TreeLengthAcceptance:
                 + ("default sibling vector)" if self.sibling_vector is None else
                    f"sibling vector {list(self.sibling_vector)})"),
                 "  (the weaker input: a single mean hides any decay along the draft and the "
-                "siblings' real shares; other shapes are extrapolated)"]
+                "siblings' real shares; other shapes are extrapolated)",
+                "  (trees run only on engine profiles that verify them: add --scenario "
+                "configs/scenarios/h100-llama8b-eagle-trees.toml, or a scenario of yours with "
+                "engine_profiles = [\"sglang\"] and trees, to compare shapes)"]
