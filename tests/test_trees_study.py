@@ -269,11 +269,11 @@ def test_recommend_names_only_the_batch_sizes_it_evaluated_for_the_chain():
     assert not parse_shape(best["8"]).is_chain and parse_shape(best["64"]).is_chain
     assert "a chain is best at batch 64 (the table's batch sizes above 8)" in done.stdout
     assert "above batch 8 a chain is best" not in done.stdout
-    # SGLang's page-size rule for topk > 1 changed between versions: the advice gives what holds
-    # in all of them (page size 1, not trtllm_mha) and says that the rest differs
-    assert "topk > 1: run --page-size 1 and an attention backend other than trtllm_mha" in \
-        done.stdout
-    assert "at page size > 1 SGLang versions differ" in done.stdout
+    # the conditions of SGLang v0.5.10's parser, the sglang profile's version: at page size > 1
+    # it takes fa3 as well as flashinfer (server_args.py: not in ["flashinfer", "fa3"])
+    assert "SGLang v0.5.10, server_args.py: topk > 1 is refused with the trtllm_mha backend, " \
+        "with SGLANG_ENABLE_SPEC_V2=1, and at --page-size > 1 unless --attention-backend is " \
+        "flashinfer or fa3" in done.stdout
     assert "needs page size 1 unless --attention-backend flashinfer" not in done.stdout
 
 

@@ -7,14 +7,13 @@ these are SGLang's flags) and the tree acceptance model at the i.i.d. top-1 rate
 with Sequoia's sibling vector (src/trees/siblings.py). Shapes searched: S = 1..8, K in 2, 4, 8,
 N in TOKENS within SGLang's candidate pool, and the chains S:1:S+1.
 
-SGLang's rules (python/sglang/srt/server_args.py): --speculative-num-steps, --speculative-eagle-topk
-and --speculative-num-draft-tokens are given together (the auto defaults apply only when
-num_steps is unset, and then the other two must be unset too); with topk 1 num_draft_tokens is
-set to num_steps + 1; topk > 1 is refused with the trtllm_mha backend. At page_size > 1 the rule
-changed: older versions reset topk to 1, later ones raise unless the backend is flashinfer, current
-main (arg_groups/speculative_hook.py, _PAGE_TREE_SPEC_BACKENDS) accepts flashinfer, fa3 and
-triton; spec v2 needed topk 1 before current main (one version falls back to spec v1 for
-topk > 1), and current main's _handle_eagle_family sets no topk condition for it.
+SGLang's rules, v0.5.10.post1 (the sglang profile's version), python/sglang/srt/server_args.py
+_handle_speculative_decoding: --speculative-num-steps, --speculative-eagle-topk and
+--speculative-num-draft-tokens are given together (the auto defaults apply only when num_steps is
+unset, and then the other two must be unset too); with topk 1 num_draft_tokens is set to
+num_steps + 1; topk > 1 raises with the trtllm_mha backend, with SGLANG_ENABLE_SPEC_V2, and with
+page_size > 1 unless the attention backend is flashinfer or fa3 (its message names flashinfer
+only); _handle_page_size sets page_size 1 when unset. Other versions differ (design.md).
 """
 from __future__ import annotations
 
@@ -110,13 +109,13 @@ def recommend_lines(scenario, alpha: float, batches, context: int, launch: str,
         lines.append(f"  (one shape per server: a chain is best at batch {asked} (the table's "
                      f"batch sizes above {above}); for such loads use "
                      f"{sglang_tree_flags(chain_rows[0]['chain'])})")
-    # SGLang's rules for topk > 1 changed between versions (design.md, section 18): what holds
-    # in every version read is page size 1 and a backend other than trtllm_mha
-    lines.append("  (topk > 1: run --page-size 1 and an attention backend other than trtllm_mha, "
-                 "which refuses it; at page size > 1 SGLang versions differ (older: topk reset to "
-                 "1; later: flashinfer only; current main: flashinfer, fa3, triton), and spec v2 "
-                 "(SGLANG_ENABLE_SPEC_V2) needed topk 1 before current main: server_args.py, "
-                 "arg_groups/speculative_hook.py)")
+    # SGLang v0.5.10.post1 (the sglang profile's version, engines.toml sgl-0510), server_args.py
+    # _handle_speculative_decoding: topk > 1 raises with trtllm_mha, with SGLANG_ENABLE_SPEC_V2,
+    # and with page_size > 1 unless the attention backend is flashinfer or fa3
+    lines.append("  (SGLang v0.5.10, server_args.py: topk > 1 is refused with the trtllm_mha "
+                 "backend, with SGLANG_ENABLE_SPEC_V2=1, and at --page-size > 1 unless "
+                 "--attention-backend is flashinfer or fa3; the default page size is 1; other "
+                 "versions differ: design.md, section 18)")
     lines.append("vLLM V1 verifies chains only (tree attention removed, PR #42121): its best is "
                  "the chain schedule above.")
     return lines
