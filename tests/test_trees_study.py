@@ -136,6 +136,23 @@ def test_tree_section_gives_the_shape_to_run_per_batch_as_sglang_flags():
     assert "the share of" not in text  # 'speed' is a ratio of speedups, not a share
 
 
+def test_tree_section_names_the_shapes_within_the_best_ones_interval():
+    """Two trees within each other's interval at batch 8, apart at batch 1: the section says the
+    order at 8 is noise (a best shape that changes between batch sizes may be just that)."""
+    from src.trees.report import summary_text
+
+    def row(batch, s, k, n, speedup):
+        return {"quality_mode": "m", "serving_mode": "continuous_refill", "batch_size": batch,
+                "tree_steps": s, "tree_topk": k, "tree_tokens": n, "gamma": n - 1,
+                "speedup": speedup, "speedup_ci_low": speedup - 0.01,
+                "speedup_ci_high": speedup + 0.01, "tokens_per_step": 3.0}
+    rows = pd.DataFrame([row(1, 5, 4, 8, 2.0), row(1, 3, 2, 6, 1.8), row(1, 4, 1, 5, 1.6),
+                         row(8, 5, 4, 8, 1.5), row(8, 3, 2, 6, 1.495), row(8, 4, 1, 5, 1.3)])
+    text = summary_text([("t", rows, None)])
+    assert "within the best's 95% CI (which of these is best is noise):" in text
+    assert "      batch 8: 5:4:8 ~ 3:2:6" in text and "batch 1: 5:4:8" not in text, text
+
+
 def test_readme_tree_findings_are_generated_from_the_tree_study():
     """README's tree findings are the block update_docs writes from the committed tree study,
     not figures typed in (they went stale silently before)."""

@@ -67,8 +67,35 @@ def best_rows(rows: pd.DataFrame) -> pd.DataFrame:
             verdict = "chain"
         else:
             verdict = "tie"
-        out.append({**dict(zip(keys, key)), "tree": t, "chain": c, "verdict": verdict})
+        out.append({**dict(zip(keys, key)), "tree": t, "chain": c, "verdict": verdict,
+                    "tree_ties": _ties(trees, t), "chain_ties": _ties(chains, c)})
     return pd.DataFrame(out)
+
+
+def _ties(shapes: pd.DataFrame, best) -> list[str]:
+    """Labels of the other shapes whose interval reaches the best's (their order is noise)."""
+    others = shapes[(shapes.speedup_ci_high >= best.speedup_ci_low) & (shapes.index != best.name)]
+    return [shape_label(r) for _, r in others.sort_values("speedup", ascending=False).iterrows()]
+
+
+def tie_lines(best: pd.DataFrame) -> list[str]:
+    """Where another shape's interval overlaps the best tree's or chain's: the best of those is
+    the best by its mean only, so a change of best shape between batch sizes may be noise."""
+    parts = []
+    for _, r in best.sort_values("batch_size").iterrows():
+        ties = [f"{shape_label(b)} ~ {', '.join(t)}" for b, t in
+                ((r.tree, r.tree_ties), (r.chain, r.chain_ties)) if t]
+        if ties:
+            parts.append(f"batch {int(r.batch_size)}: {'; '.join(ties)}")
+    if not parts:
+        return []
+    lines = ["    within the best's 95% CI (which of these is best is noise):"]
+    for part in parts:  # one batch size's ties are never split across lines
+        if len(lines) > 1 and len(lines[-1]) + 3 + len(part) <= 100:
+            lines[-1] += " | " + part
+        else:
+            lines.append("      " + part)
+    return lines
 
 
 def tree_loses_from(best: pd.DataFrame) -> int | None:
@@ -155,6 +182,7 @@ def summary_text(parts: list[tuple[str, pd.DataFrame, object]]) -> str | None:
             else:
                 out.append(f"    from batch {loses} on a chain (or plain decoding) is at least "
                            "as good as every tree")
+            out += tie_lines(g)
             out += flag_lines(g)
         out += sequoia_lines(rows, cfg)
     return "\n".join(out)
