@@ -90,17 +90,10 @@ class NumpyEngine:
         for i, g in enumerate(groups):
             self.row_group[g.rows] = i
         # token-tree policies: each request's accepted-depth thresholds (src/trees/serving.py)
-        self.tree_row = np.zeros(R, bool)
-        self.tree_thr = None
-        trees = [g for g in groups if getattr(g.policy, "shape", None) is not None]
-        if trees:
-            from src.trees.serving import tree_thresholds
-            thr = [tree_thresholds(g.policy.shape, requests.alpha[g.rows],
-                                   requests.hazard_profile) for g in trees]
-            self.tree_thr = np.zeros((R, N, max(t.shape[2] for t in thr)))
-            for g, t in zip(trees, thr):
-                self.tree_thr[g.rows, :, :t.shape[2]] = t
-                self.tree_row[g.rows] = True
+        self.tree_row, self.tree_thr = np.zeros(R, bool), None
+        if any(getattr(g.policy, "shape", None) is not None for g in groups):
+            from src.trees.serving import row_thresholds
+            self.tree_row, self.tree_thr = row_thresholds(groups, requests, R, N)
         self.cap = np.array([deployments[d].kv_capacity_blocks for d in self.row_dep], np.int64)
         self.n_req = requests.n_requests
         longest = np.where(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from src.costmodel.presets import CostModelInputError
 from src.trees.accept import hazard_steps
 from src.trees.costs import draft_ms, verify_ms
 from src.trees.depth import survival_rates
@@ -30,6 +31,25 @@ def tree_timer(timer, shape):
     base = type(timer)
 
     class TreeStepTimer(base):
+        tree_shape = shape  # the compiled engine prices it (src/online/step_prices.py)
+
+        def tree_verify_extra_ms(self, max_seqs: int) -> np.ndarray:
+            """What verify_ms adds to the target pass of N positions, by sequences 0..max_seqs
+            [max_seqs + 1] (it depends on the sequences only; NaN where N positions of that
+            many sequences do not fit the GPU: a step the memory check refuses)."""
+            out = np.full(max_seqs + 1, np.nan)
+            fit = self.cost.largest_batch_that_fits(shape.tokens, max_seqs)
+            while fit >= 0:
+                n = np.arange(fit + 1)
+                zero = np.zeros(n.size)
+                try:
+                    out[:fit + 1] = verify_ms(self.cost, shape, n, zero) - np.asarray(
+                        self.cost.target_pass_time_totals(n, zero, shape.tokens), dtype=float)
+                    break
+                except CostModelInputError:  # within rounding of the memory bound
+                    fit -= 1
+            return out
+
         def decode_ms_totals(self, n_decode, decode_context_sum, gamma, max_seqs: int,
                              decoding=None, context=None, check_fits: bool = True):
             target, draft = base.decode_ms_totals(self, n_decode, decode_context_sum, gamma,
@@ -53,6 +73,22 @@ def tree_thresholds(shape, alpha: np.ndarray, profile: np.ndarray | None,
     a = np.where(np.isfinite(alpha), alpha, 0.5).ravel()
     rates = a[:, None] ** hazard_steps(profile, tree.max_depth)[None, :]  # a_d = alpha^(dD_d)
     return survival_rates(tree, siblings, rates).reshape(*alpha.shape, tree.max_depth)
+
+
+def row_thresholds(groups, requests, R: int, N: int):
+    """(tree_row bool [R], P(K >= d) [R, N, depth] zero-padded past each tree's depth, or None
+    without a tree policy) of the engine's row groups: both engines draw from these."""
+    tree_row = np.zeros(R, bool)
+    trees = [g for g in groups if getattr(g.policy, "shape", None) is not None]
+    if not trees:
+        return tree_row, None
+    thr = [tree_thresholds(g.policy.shape, requests.alpha[g.rows], requests.hazard_profile)
+           for g in trees]
+    out = np.zeros((R, N, max(t.shape[2] for t in thr)))
+    for g, t in zip(trees, thr):
+        out[g.rows, :, :t.shape[2]] = t
+        tree_row[g.rows] = True
+    return tree_row, out
 
 
 def accepted_depth(u: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
