@@ -39,11 +39,11 @@ policy sees the same acceptance draws (common random numbers).
 Two implementations of this one model:
 * compiled (src/online/engine_compiled.py, engine_loop.py, step_prices.py, kernel_attention.py):
   numba, row after row, one step at a time; the default wherever it applies (`compiled_supported`:
-  batch-size policies and `adaptive`).
+  batch-size policies, `adaptive` and token trees `tree:S:K:N`).
 * numpy (src/online/engine_numpy.py, stretch.py): all rows side by side as [rows, slots] arrays,
   a stretch of decode steps at once where a row has nothing to admit; the reference, and the
   engine for what the compiled loop does not run (a policy reading the slots other than
-  `adaptive`). `adaptive` there holds its gamma through a
+  `adaptive` and the trees). `adaptive` there holds its gamma through a
   stretch of up to 8 steps; the compiled loop re-decides it every step.
 
 Interface (what src/online/study.py, policies.py, recommend.py and the capacity search call):
@@ -83,8 +83,8 @@ def Engine(requests: RequestTable, groups: list[RowGroup], deployments: list[Dep
         compiled = ok and not numpy_options
     if compiled:
         if not ok or numpy_options:
-            raise ValueError("the compiled engine runs batch-size policies and adaptive, "
-                             "without numpy options")
+            raise ValueError("the compiled engine runs batch-size policies, adaptive and "
+                             "token trees, without numpy options")
         return CompiledEngine(requests, groups, deployments, row_deployment, limits, max_gamma)
     return NumpyEngine(requests, groups, deployments, row_deployment, limits, max_gamma,
                        **numpy_options)

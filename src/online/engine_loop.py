@@ -5,8 +5,10 @@ Rows are independent (each has its own clock, requests and counter-based draws),
 simulates row after row; within a row the slots are arrays of max_num_seqs entries of which the
 first `hi` are scanned (a slot is taken lowest-index first, as the numpy engine's argmax does).
 Every step is priced by src/online/step_prices.py; the policies run here are the batch-size
-tables (none, fixed, schedule, off-above: gamma = table[running sequences]) and the goodput
-maximiser `adaptive` (src/online/policies.py), re-decided every step.
+tables (none, fixed, schedule, off-above and the token trees tree:S:K:N: gamma =
+table[running sequences]) and the goodput maximiser `adaptive` (src/online/policies.py),
+re-decided every step. A tree row draws its accepted depth against its requests' P(K >= d) and
+its deployment's steps are priced as the tree's (step_prices.tree_decode_ms).
 
 A step the cost model's memory check would refuse (it cannot happen while the scheduler keeps
 the KV blocks within the deployment's capacity) stops the row with an error code; the caller

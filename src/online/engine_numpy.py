@@ -3,7 +3,7 @@ every live row per iteration (or a stretch of decode steps, src/online/stretch.p
 
 The reference implementation of the model src/online/engine.py describes, and the engine for
 what the compiled loop (src/online/engine_loop.py) does not price: a policy without a compiled
-form (one that reads the slots and is not `adaptive`).
+form (one that reads the slots and is neither `adaptive` nor a token tree).
 """
 
 from __future__ import annotations

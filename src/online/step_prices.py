@@ -14,7 +14,10 @@ rounding (tests/test_online_step_prices.py: 1e-9 relative); numba's exp, log and
 the last bit differently from numpy's vector loops.
 
 Attention kernels fitted on a GPU (`PassCoefficients.attn_kernels`) are priced by
-src/online/kernel_attention.py.
+src/online/kernel_attention.py. A token tree's deployment (src/trees/serving.py's TreeStepTimer,
+`tree_shape` set) prices its speculative steps as src/trees/costs.py does (tree_decode_ms); the
+verification's extras over the target pass of N positions depend on the sequence count only and
+are tabled by it from the timer (`tree_verify_extra_ms`).
 """
 
 from __future__ import annotations

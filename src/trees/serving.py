@@ -8,8 +8,9 @@
   its S draft passes (costs.py) on the deployment's cost model; plain decode steps and prefill
   chunks as the chain deployment's timer does (the chunks' mixed pass is priced at S + 1
   positions, not N: an approximation while prompts are being prefilled).
-* Where it runs: the numpy engine (FixedTree.reads_slot_state keeps the compiled loop away; a run
-  with a tree policy runs all its policies on numpy).
+* Where it runs: both engines; the compiled loop (src/online/engine_loop.py) reads the same
+  thresholds (row_thresholds) and prices the step from step_prices' tables plus
+  TreeStepTimer.tree_verify_extra_ms.
 * Not modelled: the engine reserves KV slots and token budget for S + 1 positions per decoding
   sequence, not N (the tree's rejected branches are freed within the step in SGLang too, but the
   verification pass holds N slots while it runs).
