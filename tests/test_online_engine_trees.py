@@ -9,7 +9,7 @@ import pytest
 
 from src.acceptance import hazard_profile
 from src.costmodel import CostModelInputError, memory_usable_bytes
-from src.online.engine import CompiledEngine, Engine
+from src.online.engine import CompiledEngine, Engine, EngineLimits, RowGroup
 from src.online.engine_compiled import compiled_supported
 from src.online.policies import Adaptive, FixedGamma, FixedTree, NoSpeculation
 from src.online.step_prices import pack_prices, tree_decode_ms, tree_step_fits
@@ -53,6 +53,9 @@ TREE_CASES = {
     # the per-position acceptance law (EAGLE's falling rates)
     "per-position": dict(policies=[FixedGamma(4), FixedTree(TREE)], n=30, rate=3.0,
                          profile=(0.79, 0.74, 0.72, 0.73, 0.67)),
+    # a token budget that holds N positions of at most 8 sequences: beyond, steps of no tree
+    "small-budget": dict(policies=[FixedGamma(3), FixedTree(TREE)], n=40, rate=60.0,
+                         limits=EngineLimits(16, 64), prompt=(2, 6), output=(60, 200)),
     # prefill-only steps of whole prompts (vLLM v0's scheduler), with preemption
     "prefill-first-preemption": dict(policies=[NoSpeculation(), FixedTree(TREE)], n=40,
                                      rate=40.0, kv_blocks=150, scheduling="prefill_first"),
@@ -76,7 +79,44 @@ def test_compiled_tree_engine_equals_the_numpy_engine_step_by_step(case):
         assert a.preemptions.sum() > 0
     tree_rows = np.concatenate([g.rows for g in args[1] if isinstance(g.policy, FixedTree)])
     assert a.accepted_drafts[tree_rows].min() > 0
+    if case == "small-budget":  # steps over 8 decoding sequences verify no tree
+        assert a.decode_steps_by_gamma[tree_rows, 0].min() > 0
+        assert a.decode_steps_by_gamma[tree_rows, TREE.steps].min() > 0
     _assert_same(a, b)
+
+
+def test_a_tree_step_holds_n_positions_of_kv_and_proposes_n_minus_1_drafts():
+    """Each decoding sequence of a tree step takes N KV slots (the verification writes the N
+    tokens' KV), so a cache that holds the longest request plus S + 1 but not N positions is
+    refused for a tree and not for its chain; every verification proposes N - 1 drafts."""
+    args = _tree_args([FixedTree(TREE)], n=20, rate=2.0)
+    res = Engine(*args, max_gamma=4).run()
+    steps = res.decode_steps_by_gamma[:, TREE.steps]
+    assert steps.sum() > 0 and np.all(res.proposed_drafts % TREE.drafts == 0)
+    assert np.all(res.proposed_drafts >= TREE.drafts * steps)
+    rq, groups, deps, row_dep, limits = args
+    bs = limits.block_size_tokens
+    longest = int(np.max(rq.prompt_tokens + rq.output_tokens))
+    shift = -(longest + TREE.steps + 1) % bs  # longest + S + 1 now ends a block, + N does not
+    rq = replace(rq, prompt_tokens=rq.prompt_tokens + shift)
+    blocks = (longest + shift + TREE.steps + 1) // bs + 1
+    tight = [replace(d, kv_capacity_blocks=blocks) for d in deps]
+    chain = [RowGroup(FixedGamma(TREE.steps), groups[0].rows)]
+    assert isinstance(Engine(rq, chain, tight, row_dep, limits, max_gamma=4), CompiledEngine)
+    for compiled in (True, False):
+        with pytest.raises(ValueError, match="cannot hold the longest request"):
+            Engine(rq, groups, tight, row_dep, limits, max_gamma=4, compiled=compiled)
+
+
+def test_a_tree_steps_prefill_chunks_share_a_pass_of_n_positions_per_sequence():
+    timer = _deployments("sglang")[1].timer
+    tree = tree_timer(timer, TREE)
+    args = (np.array([3, 5]), np.array([TREE.steps, 0]), np.array([900.0, 2000.0]),
+            np.array([2, 1]), np.array([300, 90]), np.array([100.0, 0.0]), np.array([1, 1]))
+    got = tree.prefill_extra_ms(*args)
+    want = timer.prefill_extra_ms(args[0], np.array([TREE.tokens - 1, 0]), *args[2:])
+    np.testing.assert_array_equal(got, want)
+    assert got[0] != timer.prefill_extra_ms(*args)[0]
 
 
 def test_a_run_mixing_trees_and_chains_takes_the_compiled_engine():
@@ -138,7 +178,7 @@ def test_tree_accepted_tokens_per_step_at_low_load_match_the_closed_form():
     args = _tree_args([FixedTree(TREE)], reps=4, n=40, rate=0.5, output=(150, 400), alpha=alpha)
     res = Engine(*args, max_gamma=4).run()
     assert res.preemptions.sum() == 0
-    verifications = res.proposed_drafts.sum() / TREE.steps  # S proposed per verification
+    verifications = res.proposed_drafts.sum() / TREE.drafts  # N - 1 proposed per verification
     mean_k = res.accepted_drafts.sum() / verifications
     q = child_probabilities(np.full(TREE.steps, alpha), SiblingVector().shares, TREE.topk)
     expected_k = expected_tokens(mode_tree(TREE, alpha, None, SiblingVector()), q) - 1

@@ -72,21 +72,22 @@ class CompiledEngine:
         self.limits = limits
         self.max_gamma = max_gamma
         R, N = requests.arrival_s.shape
+        self.tree_tokens, self.tree_thr = np.zeros(R, np.int64), np.zeros((1, 1, 1))
+        if any(getattr(g.policy, "shape", None) is not None for g in groups):
+            from src.trees.serving import row_thresholds
+            self.tree_tokens, self.tree_thr = row_thresholds(groups, requests, R, N)
         self.cap = np.array([deployments[d].kv_capacity_blocks for d in self.row_dep], np.int64)
         longest = np.where(np.isfinite(requests.arrival_s),
                            requests.prompt_tokens + requests.output_tokens, 0).max(axis=1)
         bs = limits.block_size_tokens
-        if np.any(self.cap < -(-(longest + max_gamma + 1) // bs) + 1):
+        positions = max(max_gamma + 1, int(self.tree_tokens.max(initial=0)))  # per step
+        if np.any(self.cap < -(-(longest + positions) // bs) + 1):
             raise ValueError("the KV cache cannot hold the longest request")
         self.prefill_first = np.array([d.prefill_first for d in deployments], np.bool_)
         check_prefill_first(longest, self.prefill_first[self.row_dep], limits)
         self.row_group = np.full(R, len(groups), np.int64)
         for i, g in enumerate(groups):
             self.row_group[g.rows] = i
-        self.tree_row, self.tree_thr = np.zeros(R, np.bool_), np.zeros((1, 1, 1))
-        if any(getattr(g.policy, "shape", None) is not None for g in groups):
-            from src.trees.serving import row_thresholds
-            self.tree_row, self.tree_thr = row_thresholds(groups, requests, R, N)
 
     def run(self, progress=None) -> EngineResult:
         rq, lim = self.rq, self.limits
@@ -110,7 +111,7 @@ class CompiledEngine:
                  self.max_gamma, M,
                  lim.max_num_batched_tokens, lim.block_size_tokens,
                  np.zeros(0) if profile is None else np.asarray(profile, float),
-                 profile is not None, self.tree_row, self.tree_thr, ITL_BIN_EDGES_MS,
+                 profile is not None, self.tree_tokens, self.tree_thr, ITL_BIN_EDGES_MS,
                  *out.values())
         if progress is not None:
             progress(0, R)

@@ -142,13 +142,15 @@ def _head_fits(arrival_ms, prompt, r, n_req, next_new, n_pre_wait, waiting_pre, 
 def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, row_group,
              group_kind, group_table, group_params, dep_prefill_first, max_gamma, max_num_seqs,
              budget_tokens,
-             block_size, hazard_profile, per_position, tree_row, tree_thr, edges,
+             block_size, hazard_profile, per_position, tree_tokens, tree_thr, edges,
              first_sched, first_token, finish, preemptions, stats, gamma_steps, itl, error):
     """Simulate every row to completion; outputs (NaN-filled times in s, zeroed counts) are
     written in place. error[r] = 1: a step of row r failed the memory check (error[r, 1:] =
     n, C, gamma of it). dep_prefill_first[d]: deployment d schedules prefill-first (a step
     with a waiting prompt that fits whole is a prefill-only step of whole prompts, else a decode
-    step that admits nothing); else chunked prefill. tree_row[r]: row r verifies a token tree,
+    step that admits nothing); else chunked prefill. tree_tokens[r] > 0: row r verifies a token
+    tree of that many tokens N (N positions of token budget and KV per decoding sequence, N - 1
+    drafts proposed; no speculation in a step whose N positions per sequence exceed the budget),
     its request q's accepted depth K = #{d : U < tree_thr[r, q, d]} (P(K >= d), zero-padded),
     priced by its deployment's tree tables (step_prices.tree_decode_ms)."""
     R, N = arrival_ms.shape
@@ -189,7 +191,8 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
         grp = row_group[r]
         speculative = pt.eng[d, E_WITH_DRAFT] != 0.0
         prefill_first = dep_prefill_first[d]
-        is_tree = tree_row[r]
+        row_tokens = tree_tokens[r]
+        is_tree = row_tokens > 0
         tree_dep = pt.eng[d, E_TREE_TOKENS] > 0
         kind = group_kind[grp]
         G_adapt = min(int(group_params[grp, 2]), max_gamma)
@@ -247,9 +250,12 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                 if prefill_only:  # the running sequences wait for the prompts
                     n_dec = 0
                 g = min(gamma, max(budget_tokens // max(n_dec, 1) - 1, 0))
+                if is_tree and gamma > 0:  # N positions per sequence, or no speculation
+                    g = gamma if n_dec * row_tokens <= budget_tokens else 0
                 if prefill_only:
                     g = 0
-                left = budget_tokens - n_dec * (g + 1)
+                per_seq = row_tokens if is_tree and g > 0 else g + 1  # positions per sequence
+                left = budget_tokens - n_dec * per_seq
                 before = 0
                 demand = 0
                 C_dec = 0
@@ -263,7 +269,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                     if req[c] < 0:
                         continue
                     if dec[c]:
-                        demand += _blocks(ctx[c] + g + 1, bs, shift)
+                        demand += _blocks(ctx[c] + per_seq, bs, shift)
                         C_dec += ctx[c]
                     else:
                         x = max(min(pf[c], left - before), 0)
@@ -367,7 +373,8 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
             else:
                 target, draft = _price(pt, d, n_dec, C_dec, g, ctx, dec, hi)
             if P > 0:  # (without chunks the extra is exactly 0: the same pass twice)
-                target += prefill_extra_ms(pt, d, n_dec, g, C_dec, P, Ntok, Cp, Lp)
+                g_pass = int(pt.eng[d, E_TREE_TOKENS]) - 1 if tree_step else g  # its positions
+                target += prefill_extra_ms(pt, d, n_dec, g_pass, C_dec, P, Ntok, Cp, Lp)
             step_ms = target + draft  # (the numpy engine's order of the sums)
             end = start + step_ms
             # 5. outcomes: decoding sequences commit K + 1 tokens, completed prompts one;
@@ -441,7 +448,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
             itl[r, bin_seen] += bin_count
             pool_acc += acc_step
             stats[r, S_ACC] += acc_step
-            stats[r, S_PROP] += g * n_dec
+            stats[r, S_PROP] += (row_tokens - 1 if is_tree and g > 0 else g) * n_dec
             stats[r, S_STEPS] += 1
             stats[r, S_BUSY] += step_ms
             stats[r, S_RUN] += step_ms * n_sched

@@ -5,15 +5,15 @@
 * Each step's accepted depth: one counter-based uniform per request and step (the engine's own
   draw, src/online/counter_rng.py) against the request's survival by depth, P(K >= d) (depth.py).
 * Step times: TreeStepTimer prices a speculative step as the tree's verification of N tokens and
-  its S draft passes (costs.py) on the deployment's cost model; plain decode steps and prefill
-  chunks as the chain deployment's timer does (the chunks' mixed pass is priced at S + 1
-  positions, not N: an approximation while prompts are being prefilled).
+  its S draft passes (costs.py) on the deployment's cost model; plain decode steps as the chain
+  deployment's timer does, prefill chunks in a mixed pass with N positions per decoding
+  sequence.
+* Scheduling (both engines): a tree step's decoding sequence takes N positions of token budget
+  and N KV slots and proposes N - 1 drafts; where N positions per sequence exceed the budget,
+  the step verifies no tree (gamma 0).
 * Where it runs: both engines; the compiled loop (src/online/engine_loop.py) reads the same
   thresholds (row_thresholds) and prices the step from step_prices' tables plus
   TreeStepTimer.tree_verify_extra_ms.
-* Not modelled: the engine reserves KV slots and token budget for S + 1 positions per decoding
-  sequence, not N (the tree's rejected branches are freed within the step in SGLang too, but the
-  verification pass holds N slots while it runs).
 """
 from __future__ import annotations
 
@@ -51,6 +51,12 @@ def tree_timer(timer, shape):
                     fit -= 1
             return out
 
+        def prefill_extra_ms(self, n_decode, gamma, *chunks):
+            """The chunks' share of a step, a speculative step's decode part being N positions
+            per sequence (the verification's), not gamma + 1."""
+            g = np.where(np.asarray(gamma) > 0, shape.tokens - 1, gamma)
+            return base.prefill_extra_ms(self, n_decode, g, *chunks)
+
         def decode_ms_totals(self, n_decode, decode_context_sum, gamma, max_seqs: int,
                              decoding=None, context=None, check_fits: bool = True):
             target, draft = base.decode_ms_totals(self, n_decode, decode_context_sum, gamma,
@@ -77,19 +83,20 @@ def tree_thresholds(shape, alpha: np.ndarray, profile: np.ndarray | None,
 
 
 def row_thresholds(groups, requests, R: int, N: int):
-    """(tree_row bool [R], P(K >= d) [R, N, depth] zero-padded past each tree's depth, or None
-    without a tree policy) of the engine's row groups: both engines draw from these."""
-    tree_row = np.zeros(R, bool)
+    """(tree_tokens int [R]: the N of a tree row's tree, 0 for other rows; P(K >= d) [R, N,
+    depth] zero-padded past each tree's depth, or None without a tree policy) of the engine's row
+    groups: both engines schedule and draw from these."""
+    tree_tokens = np.zeros(R, np.int64)
     trees = [g for g in groups if getattr(g.policy, "shape", None) is not None]
     if not trees:
-        return tree_row, None
+        return tree_tokens, None
     thr = [tree_thresholds(g.policy.shape, requests.alpha[g.rows], requests.hazard_profile)
            for g in trees]
     out = np.zeros((R, N, max(t.shape[2] for t in thr)))
     for g, t in zip(trees, thr):
         out[g.rows, :, :t.shape[2]] = t
-        tree_row[g.rows] = True
-    return tree_row, out
+        tree_tokens[g.rows] = g.policy.shape.tokens
+    return tree_tokens, out
 
 
 def accepted_depth(u: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
