@@ -131,21 +131,27 @@ def test_a_run_mixing_trees_and_chains_takes_the_compiled_engine():
     assert not compiled_supported(args[1], deps)
 
 
-@pytest.mark.parametrize("engine,gpu", [("sglang", "h100-sxm"), ("ideal", "h100-sxm"),
-                                        ("pytorch-eager", "h100-sxm"), ("vllm-v1", "h200")])
-def test_compiled_tree_step_prices_are_the_tree_timers(engine, gpu):
+@pytest.mark.parametrize("engine,gpu,extras", [
+    ("sglang", "h100-sxm", False), ("sglang", "h100-sxm", True), ("ideal", "h100-sxm", False),
+    ("pytorch-eager", "h100-sxm", False), ("vllm-v1", "h200", False)])
+def test_compiled_tree_step_prices_are_the_tree_timers(engine, gpu, extras, monkeypatch):
     """step_prices.tree_decode_ms = TreeStepTimer.decode_ms_totals (src/trees/costs.py's
-    verify_ms and draft_ms) to 1e-9 at many (sequences, context), cascade attention, the path
-    copy and fitted kernels included."""
+    verify_ms and draft_ms) to 1e-9 at many (sequences, context); extras: cascade attention and
+    the path copy patched in (no profile sets both), fitted kernels on the H200."""
+    if extras:
+        import src.trees.costs as costs
+        monkeypatch.setattr(costs, "tree_engine", lambda name: costs.TreeEngine(
+            verifies_trees=True, cascade_attention=True, accepted_path_copy=True,
+            tree_cpu_per_seq_ms=0.01))
     timer = _deployments(engine, gpu=gpu)[1].timer
     for shape in (TREE, parse_shape("5:4:8"), parse_shape("2:8:16"), parse_shape("1:4:4")):
         tree = tree_timer(timer, shape)
-        pt = pack_prices([timer, tree], 64, 8, 4096)
+        pt = pack_prices([timer, tree], 320, 8, 4096)  # past sglang's CUDA graphs (256)
         rng = np.random.default_rng(shape.tokens)
-        n = rng.integers(0, 65, 200)
-        C = n * rng.integers(1, 4000, 200)
+        n = rng.integers(0, 321, 200)
+        C = n * rng.integers(1, 1000, 200)
         gamma = np.full(n.size, shape.steps)
-        want_t, want_d = tree.decode_ms_totals(n, C, gamma, 64)
+        want_t, want_d = tree.decode_ms_totals(n, C, gamma, 320)
         got = np.array([tree_decode_ms(pt, 1, int(a), int(b)) for a, b in zip(n, C)])
         np.testing.assert_allclose(got[:, 0], want_t, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(got[:, 1], want_d, rtol=1e-9, atol=1e-12)
