@@ -13,6 +13,7 @@ that design.md holds exactly this output).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from src.costmodel.presets import load_presets
 from src.trees.costs import draft_ms, verify_ms
 from src.trees.shape import TreeShape
 
+VALIDATION_GPUS_FILE = Path(__file__).resolve().parents[1] / "presets" / "validation_gpus.toml"
 CONTEXT_TOKENS = 512  # MT-bench: short prompts and answers of a few hundred tokens [assumption]
 
 
@@ -41,14 +43,15 @@ class Setup:
 
 
 def cost_model(setup: Setup) -> HardwareCostModel:
-    presets = load_presets()
+    presets = load_presets([VALIDATION_GPUS_FILE])
+    engine = engine_profile(setup.engine, extra_paths=[VALIDATION_GPUS_FILE])
     gpu = presets.gpu(setup.gpu)
     if setup.layer_split_gpus > 1:
         gpu = replace(gpu, memory_gb=gpu.memory_gb * setup.layer_split_gpus)
     return HardwareCostModel(
         gpu=gpu, target=presets.model(setup.target, "target"), tp=setup.tp,
         draft=DraftSpec(kind=setup.draft, tp=setup.tp), params=presets.params,
-        allreduce=presets.allreduce, engine=engine_profile(setup.engine),
+        allreduce=presets.allreduce, engine=engine,
         attention_fits=presets.attention)
 
 
