@@ -44,7 +44,7 @@ class Setup:
 
 def cost_model(setup: Setup) -> HardwareCostModel:
     presets = load_presets([VALIDATION_GPUS_FILE])
-    engine = engine_profile(setup.engine, extra_paths=[VALIDATION_GPUS_FILE])
+    engine = engine_profile(setup.engine)
     gpu = presets.gpu(setup.gpu)
     if setup.layer_split_gpus > 1:
         gpu = replace(gpu, memory_gb=gpu.memory_gb * setup.layer_split_gpus)
@@ -66,6 +66,18 @@ def greedy_ms(cost, batch: int, context: int = CONTEXT_TOKENS) -> float:
     return float(cost.target_pass_time_totals(n, ctx, 1)[0])
 
 
+def shape_of(choices) -> TreeShape:
+    """A static tree given as its nodes' paths (EAGLE's and vLLM's notation: (0, 1) is the second
+    child of the root's first child) as SGLang's (S, K, N): S = its depth (one draft pass per
+    level), K = the most children of any node (the top-k a draft pass takes), N = its nodes + the
+    root. The costs are S passes of at most K tokens per sequence and N verified."""
+    paths = [tuple(c) for c in choices]
+    children: dict[tuple, int] = {}
+    for c in paths:
+        children[c[:-1]] = children.get(c[:-1], 0) + 1
+    return TreeShape(max(len(c) for c in paths), max(children.values()), len(paths) + 1)
+
+
 def speedup(cost, shape: TreeShape, tau: float, batch: int, context: int = CONTEXT_TOKENS):
     """tau x t_greedy / t_step: tokens per second over greedy decoding's, same batch."""
     return tau * greedy_ms(cost, batch, context) / step_ms(cost, shape, batch, context)
@@ -81,11 +93,16 @@ def speedup(cost, shape: TreeShape, tau: float, batch: int, context: int = CONTE
 # maintainer's SafeAILab/EAGLE#5: LLaMA2-Chat 70B "on 4x A100 40G GPUs, achieving a speedup of
 # 3.01x", Table 7's batch-1 figure). EAGLE's code places the 70B with device_map="auto" (README,
 # "Inference"): its layers split over the four GPUs, not tensor parallel.
-# Tree: mc_sim_7b_63 of the released code (SafeAILab/EAGLE model/choices.py at v1.1, 2024-02-06):
-# 25 drafts in 5 levels (4, 8, 8, 3, 2), each level drafted by one pass over at most 4 nodes, plus
-# the root = 26 tokens verified: modelled as (S, K, N) = (5, 4, 26). Chain: 5 drafts (5, 1, 6).
+# Tree: mc_sim_7b_63 of the released code (SafeAILab/EAGLE model/choices.py at v1.1, 2024-02-06,
+# the same in the batch > 1 branch bsne1): 25 drafts in 5 levels (4, 8, 8, 3, 2), each level
+# drafted by one pass over at most 4 nodes, plus the root = 26 tokens verified: (5, 4, 26).
+# Chain: 5 drafts (5, 1, 6).
+EAGLE_TREE_CHOICES = (
+    (0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),
+    (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 2, 0), (0, 2, 1), (1, 0, 0),
+    (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2), (0, 0, 0, 0, 0), (0, 0, 0, 0, 1))
 EAGLE_CHAIN = TreeShape.chain(5)
-EAGLE_TREE = TreeShape(5, 4, 26)
+EAGLE_TREE = shape_of(EAGLE_TREE_CHOICES)
 EAGLE_BATCHES = (1, 2, 3, 4)
 
 
@@ -154,7 +171,8 @@ def eagle_table() -> str:
 # overcharged), 9 tokens verified.
 VLLM_SETUP = Setup("h100-sxm", "llama-3.1-8b", "vllm-v1")
 VLLM_CHAIN = TreeShape.chain(2)
-VLLM_TREE = TreeShape(2, 3, 9)
+VLLM_TREE_CHOICES = ((0,), (1,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2))
+VLLM_TREE = shape_of(VLLM_TREE_CHOICES)
 VLLM_OTHER_CHAINS = (TreeShape.chain(3), TreeShape.chain(4))  # the chain's length unknown: shown
 # batch: (tau chain, tau tree, throughput chain tok/s, throughput tree tok/s), PR #22752's table
 VLLM_PUBLISHED = {
