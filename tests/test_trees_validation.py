@@ -71,3 +71,18 @@ def test_vllm_22752_model_tree_wins_at_batch_1_and_its_edge_shrinks_with_batch()
     assert rows[0]["model_ratio"] > rows[1]["model_ratio"] > rows[-1]["model_ratio"]
     # a tree step never costs less than the chain of its depth (more tokens, same passes)
     assert all(r["model_step_cost_ratio"] >= 1.0 for r in rows)
+
+
+def test_eagle1_output_files_inputs_and_the_models_side_of_them():
+    o = v.EAGLE70_OUTPUTS
+    # SafeAILab/EAGLE outputs/llama-2-chat-70b-fp16-{ea,base}-in-temperature-0.0.jsonl (added
+    # 2023-12-13): sums of new_tokens, idxs + 1 and wall_time over the 160 turns
+    assert (o["tokens"], o["verifications"], o["wall_s"]) == (55668, 15377, 2554.77)
+    assert (o["greedy_tokens"], o["greedy_wall_s"]) == (48165, 6425.61)
+    r = v.eagle_outputs_row()
+    assert r["tau"] == pytest.approx(3.620, abs=1e-3)
+    # measured and modelled alike: a tree step costs more than a greedy pass but less than tau
+    # of them (so the tree speeds decoding up)
+    for tree_tps, greedy_tps in ((r["tree_tps"], r["greedy_tps"]),
+                                 (r["model_tree_tps"], r["model_greedy_tps"])):
+        assert greedy_tps < tree_tps < r["tau"] * greedy_tps

@@ -154,6 +154,42 @@ def eagle_table() -> str:
     return "\n".join(lines)
 
 
+# EAGLE's own output files of the LLaMA2-Chat 70B run (SafeAILab/EAGLE outputs/*.jsonl, added
+# 2023-12-13, deleted 2024-04-11; the maintainer's SafeAILab/EAGLE#5 of 2023-12-12 names the run:
+# "4x A100 40G GPUs ... 3.01x ... We have uploaded the two output files"): MT-bench, T = 0, batch
+# 1, the tree mc_sim_7b_63 (model/choices.py at that commit). Per turn the files record wall_time
+# and idxs (the last step's 0-based index: idx + 1 verifications, or greedy passes); the EAGLE file
+# also new_tokens (tokens accepted, the bonus token included). Sums over the 80 questions x 2
+# turns: EAGLE 55,668 tokens in 15,377 verifications and 2,554.77 s; greedy 48,165 tokens (one per
+# pass) in 6,425.61 s. The prompt's prefill is inside the wall times (not modelled).
+EAGLE70_OUTPUTS = {"tokens": 55668, "verifications": 15377, "wall_s": 2554.77,
+                   "greedy_tokens": 48165, "greedy_wall_s": 6425.61}
+
+
+def eagle_outputs_row() -> dict:
+    o = EAGLE70_OUTPUTS
+    cost = cost_model(EAGLE_ROWS[1].setup)
+    tau = o["tokens"] / o["verifications"]
+    greedy_tps, tree_tps = o["greedy_tokens"] / o["greedy_wall_s"], o["tokens"] / o["wall_s"]
+    model_greedy_tps = 1e3 / greedy_ms(cost, 1)
+    model_tree_tps = tau * 1e3 / step_ms(cost, EAGLE_TREE, 1)
+    return {"tau": tau, "greedy_tps": greedy_tps, "tree_tps": tree_tps,
+            "model_greedy_tps": model_greedy_tps, "model_tree_tps": model_tree_tps,
+            "speedup": tree_tps / greedy_tps, "model_speedup": model_tree_tps / model_greedy_tps}
+
+
+def eagle_outputs_table() -> str:
+    r = eagle_outputs_row()
+    return "\n".join([
+        "| run | tau (input: tokens / verifications) | greedy tok/s: measured, model | "
+        "EAGLE tok/s: measured, model | speedup: measured, model |",
+        "|---|---|---|---|---|",
+        f"| {EAGLE_ROWS[1].label}, batch 1 | {r['tau']:.2f} | "
+        f"{r['greedy_tps']:.2f}, {r['model_greedy_tps']:.2f} | "
+        f"{r['tree_tps']:.2f}, {r['model_tree_tps']:.2f} | "
+        f"{r['speedup']:.2f}x, {r['model_speedup']:.2f}x |"])
+
+
 # --- vLLM V1 tree attention, vllm-project/vllm PR #22752 (not merged), mt-bench ------------------
 # The PR's description, its table "chains vs tree draft structures using the same Tree Attention
 # backend" (TREE_ATTN: Triton unified attention with a query-on-query bias): mean acceptance
@@ -224,6 +260,8 @@ def table() -> str:
     """Every validation table, as design.md shows them."""
     return ("EAGLE-1 (arXiv 2401.15077), EAGLE's own PyTorch code (engine profile pytorch-eager), "
             f"chain {EAGLE_CHAIN.label}, tree {EAGLE_TREE.label}:\n\n" + eagle_table()
+            + "\n\nEAGLE's uploaded output files of the 70B run (tree, batch 1):\n\n"
+            + eagle_outputs_table()
             + "\n\nvLLM PR #22752, TREE_ATTN backend for both (engine profile vllm-v1), "
             f"Llama-3.1-8B + EAGLE head, H100 [assumption], chain {VLLM_CHAIN.label}, "
             f"tree {VLLM_TREE.label}:\n\n" + vllm_table())
