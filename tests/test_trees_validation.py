@@ -112,3 +112,14 @@ def test_specdecode_bench_big_tree_wins_at_batch_1_and_loses_by_16_in_model_and_
         tree = next(x for x in rows if x["label"] == r.label and x["shape"] == big)
         # and it falls below greedy's throughput by batch 64, measured and modelled
         assert tree["published"][2] < 1.0 and tree["model"][2] < 1.0
+
+
+def test_host_terms_diagnostic_only_removes_time():
+    # the diagnostic sets the engine's host terms to 0: every speedup can only rise, and at
+    # batch 1 by less than at 128 (the per-sequence terms grow with the batch)
+    for r in v.sdb_rows():
+        assert all(g >= m for g, m in zip(r["gpu_only"], r["model"]))
+    cost = v.cost_model(v.SDB_ROWS[0].setup)
+    assert cost.engine.step_cpu_per_seq_ms > 0.0
+    assert v.cost_model(v.Setup("h100-sxm", "qwen3-8b", "sglang", draft="eagle3",
+                                host_work=False)).engine.step_cpu_per_seq_ms == 0.0
