@@ -119,6 +119,8 @@ def test_host_terms_diagnostic_only_removes_time():
     # batch 1 by less than at 128 (the per-sequence terms grow with the batch)
     for r in v.sdb_rows():
         assert all(g >= m for g, m in zip(r["gpu_only"], r["model"]))
+        if r["shape"].is_chain:
+            assert r["gpu_only"][-1] / r["model"][-1] > r["gpu_only"][0] / r["model"][0]
     cost = v.cost_model(v.SDB_ROWS[0].setup)
     assert cost.engine.step_cpu_per_seq_ms > 0.0
     assert v.cost_model(v.Setup("h100-sxm", "qwen3-8b", "sglang", draft="eagle3",
