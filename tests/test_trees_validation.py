@@ -125,3 +125,14 @@ def test_host_terms_diagnostic_only_removes_time():
     assert cost.engine.step_cpu_per_seq_ms > 0.0
     assert v.cost_model(v.Setup("h100-sxm", "qwen3-8b", "sglang", draft="eagle3",
                                 host_work=False)).engine.step_cpu_per_seq_ms == 0.0
+
+
+def test_eagle1_sensitivity_is_the_same_card_at_twice_the_tensor_peak():
+    base, alt = (v.cost_model(v.Setup(g, "llama-2-7b", "pytorch-eager"))
+                 for g in ("rtx-3090", "rtx-3090-fp16-accumulate"))
+    assert alt.gpu.dense_bf16_tflops == 2 * base.gpu.dense_bf16_tflops
+    assert alt.gpu.memory_bandwidth_gb_per_s == base.gpu.memory_bandwidth_gb_per_s
+    row = v.eagle_rows()[0]
+    # more compute can only help, and helps the more tokens a step verifies (batch 4 over 1)
+    assert all(s >= m for s, m in zip(row["sensitivity"], row["tree"]))
+    assert row["sensitivity"][-1] / row["tree"][-1] > row["sensitivity"][0] / row["tree"][0]
