@@ -355,15 +355,14 @@ def sdb_table() -> str:
 
 def table() -> str:
     """Every validation table, as design.md shows them."""
-    return ("EAGLE-1 (arXiv 2401.15077), EAGLE's own PyTorch code (engine profile pytorch-eager), "
-            f"chain {EAGLE_CHAIN.label}, tree {EAGLE_TREE.label}:\n\n" + eagle_table()
-            + "\n\nEAGLE's uploaded output files of the 70B run (tree, batch 1):\n\n"
+    return (f"EAGLE-1 (arXiv 2401.15077), profile pytorch-eager, chain {EAGLE_CHAIN.label}, tree "
+            f"{EAGLE_TREE.label}:\n\n" + eagle_table()
+            + "\n\nEAGLE's own output files of the 70B run (tree, batch 1):\n\n"
             + eagle_outputs_table()
-            + "\n\nvLLM PR #22752, TREE_ATTN backend for both (engine profile vllm-v1), "
-            f"Llama-3.1-8B + EAGLE head, H100 [assumption], chain {VLLM_CHAIN.label}, "
-            f"tree {VLLM_TREE.label}:\n\n" + vllm_table()
-            + "\n\nSpecDecode-Bench (arXiv 2601.11580 v2), SGLang v0.5.9 (engine profile sglang), "
-            "speedup = throughput with over without speculation:\n\n" + sdb_table())
+            + "\n\nvLLM PR #22752 (TREE_ATTN for both; profile vllm-v1, H100 [assumption]), "
+            f"chain {VLLM_CHAIN.label}, tree {VLLM_TREE.label}:\n\n" + vllm_table()
+            + "\n\nSpecDecode-Bench (arXiv 2601.11580 v2), SGLang v0.5.9 (profile sglang), "
+            "speedup over no speculation:\n\n" + sdb_table())
 
 
 if __name__ == "__main__":
