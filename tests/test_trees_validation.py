@@ -123,7 +123,7 @@ def test_host_terms_diagnostic_only_removes_time():
             assert r["gpu_only"][-1] / r["model"][-1] > r["gpu_only"][0] / r["model"][0]
     cost = v.cost_model(v.SDB_ROWS[0].setup)
     assert cost.engine.step_cpu_per_seq_ms > 0.0
-    assert v.cost_model(v.Setup("h100-sxm", "qwen3-8b", "sglang", draft="eagle3",
+    assert v.cost_model(v.Setup("h100-sxm", "qwen3-8b", "sglang", draft="qwen3-8b-eagle3",
                                 host_work=False)).engine.step_cpu_per_seq_ms == 0.0
 
 

@@ -40,7 +40,7 @@ class Setup:
     engine: str
     tp: int = 1
     layer_split_gpus: int = 1
-    draft: str = "eagle"
+    draft: str = "eagle"  # "eagle", "eagle3" (a head derived from the target) or a head's preset
     host_work: bool = True  # False: the engine's host terms (HOST_TERMS) set to 0, a diagnostic
 
 
@@ -58,9 +58,13 @@ def cost_model(setup: Setup) -> HardwareCostModel:
     gpu = presets.gpu(setup.gpu)
     if setup.layer_split_gpus > 1:
         gpu = replace(gpu, memory_gb=gpu.memory_gb * setup.layer_split_gpus)
+    if setup.draft in ("eagle", "eagle3"):
+        draft = DraftSpec(kind=setup.draft, tp=setup.tp)
+    else:  # an EAGLE-3 head's preset
+        draft = DraftSpec(kind="eagle3", model=presets.model(setup.draft, "draft"), tp=setup.tp)
     return HardwareCostModel(
         gpu=gpu, target=presets.model(setup.target, "target"), tp=setup.tp,
-        draft=DraftSpec(kind=setup.draft, tp=setup.tp), params=presets.params,
+        draft=draft, params=presets.params,
         allreduce=presets.allreduce, engine=engine,
         attention_fits=presets.attention)
 
@@ -306,7 +310,7 @@ class SdbRow:
 
 SDB_ROWS = (
     SdbRow("Qwen3-8B + EAGLE-3, GSM8K, 1x H100",
-           Setup("h100-sxm", "qwen3-8b", "sglang", draft="eagle3"), (2.25, 2.51, 2.92),
+           Setup("h100-sxm", "qwen3-8b", "sglang", draft="qwen3-8b-eagle3"), (2.25, 2.51, 2.92),
            ((1.65, 1.60, 1.31, 1.22), (1.68, 1.50, 1.09, 1.04), (1.85, 1.34, 0.59, 0.56))),
     SdbRow("Llama3-70B + EAGLE, ShareGPT, 4x H100 TP 4",
            Setup("h100-sxm", "llama-3.1-70b", "sglang", tp=4), (2.29, 2.55, 2.93),
