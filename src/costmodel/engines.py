@@ -86,7 +86,11 @@ class EngineProfile:
     on the GPU: kernel counts times the GPU's fixed cost per kernel, the attention kernel, and
     CUDA graphs or eager launches. Without CUDA graphs a pass of N kernels and GPU time g costs
     pnorm(g + N launch_gap, N cpu_launch, launch_overlap_p) (the CPU issues kernels while the GPU
-    runs earlier ones); the excess over g is reported as overhead ("launch").
+    runs earlier ones); the excess over g is reported as overhead ("launch"). SGLang's graphs end
+    at a batch (cuda_graph_max_batch_by_gpu_memory; a pass over more sequences pays the eager
+    launch cost), replay the drafts of a step in two graphs (draft_passes_one_graph), and leave
+    spec_step_eager_kernels kernels between them (n of them cost pnorm(n (kernel_fixed +
+    launch_gap), n cpu_launch, launch_overlap_p) per verification, booked as GPU overhead).
     """
 
     name: str  # profile id, e.g. "ideal" or "vllm-2024"
@@ -142,6 +146,27 @@ class EngineProfile:
     launch_gap_us_per_kernel: float = 0.0
     # without CUDA graphs: sharpness p of pnorm(GPU time, CPU launch time)
     launch_overlap_p: float = 4.0
+    # the three launch fields above taken from this profile where this one leaves them out (the
+    # eager launch cost of a pass run outside CUDA graphs); "" = none
+    eager_launch_costs_from: str = ""
+    # CUDA graphs only up to a batch that depends on the deployment: rows (GPU memory below GiB,
+    # largest graph batch at TP < 4, at TP >= 4), the first row whose memory bound the GPU is
+    # below applies; a pass over more sequences runs eagerly. () = graphs at every batch
+    cuda_graph_max_batch_by_gpu_memory: tuple[tuple[float, int, int], ...] = ()
+    # a drafted step replays two CUDA graphs for its drafts (SGLang's EAGLE worker: the draft
+    # extend, and the S - 1 draft decode passes in one): within the graph limit the draft CPU of
+    # a step with a draft network of its own is that of min(gamma, 2) passes, not gamma
+    draft_passes_one_graph: bool = False
+    # kernels a step with a draft network launches eagerly between its graphs (tree build,
+    # verification, KV slot bookkeeping), priced per verification at the eager launch cost
+    spec_step_eager_kernels: int = 0
+
+    def cuda_graph_max_batch(self, gpu_memory_gb: float, tp: int) -> int:
+        """Largest batch whose passes replay a CUDA graph on this deployment; 0 = no limit."""
+        for below_gib, small_tp, large_tp in self.cuda_graph_max_batch_by_gpu_memory:
+            if gpu_memory_gb < below_gib:
+                return small_tp if tp < 4 else large_tp
+        return 0
 
     @property
     def is_ideal(self) -> bool:
@@ -200,6 +225,7 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
         where = f"engines.{name}"
         if not isinstance(raw, dict):
             raise CostModelInputError(where, "must be a table")
+        raw = _with_eager_launch_costs(where, raw, tables)
         extra = sorted(set(raw) - set(wanted))
         if extra:
             raise CostModelInputError(where, f"unknown field(s) {', '.join(extra)}; "
@@ -210,6 +236,9 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
         values = {}
         for key, kind in wanted.items():
             if key not in raw:
+                continue
+            if key == "cuda_graph_max_batch_by_gpu_memory":
+                values[key] = _graph_batch_rows(f"{where}.{key}", raw[key])
                 continue
             if kind.startswith("tuple"):
                 values[key] = _draft_kinds(f"{where}.{key}", raw[key])
@@ -237,6 +266,39 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
                                       f"{', '.join(ATTENTION_KERNEL_CHOICES)}")
         out[name] = EngineProfile(name=name, **values)
     return out
+
+
+LAUNCH_FIELDS = ("cpu_launch_us_per_kernel", "launch_gap_us_per_kernel", "launch_overlap_p")
+
+
+def _with_eager_launch_costs(where: str, raw: dict, tables: dict) -> dict:
+    """raw with the launch fields of the profile its eager_launch_costs_from names filled in."""
+    source = raw.get("eager_launch_costs_from", "")
+    if not source:
+        return raw
+    other = tables.get(source) if isinstance(source, str) else None
+    if not isinstance(other, dict) or other.get("eager_launch_costs_from"):
+        raise CostModelInputError(f"{where}.eager_launch_costs_from", f"unknown '{source}'; "
+                                  "allowed: a profile with launch costs of its own: "
+                                  + ", ".join(n for n, t in tables.items() if isinstance(t, dict)
+                                              and not t.get("eager_launch_costs_from")))
+    return {**{k: other[k] for k in LAUNCH_FIELDS if k in other}, **raw}
+
+
+def _graph_batch_rows(where: str, value) -> tuple[tuple[float, int, int], ...]:
+    """The rows of cuda_graph_max_batch_by_gpu_memory: [GiB bound, batch, batch], the bounds
+    rising, the batches whole and >= 1."""
+    allowed = ("allowed: a list of [GPU memory below GiB, largest graph batch at TP < 4, at "
+               "TP >= 4] rows, memory bounds rising, batches whole numbers >= 1")
+    rows, last = [], 0.0
+    for row in value if isinstance(value, list) else [None]:
+        ok = (isinstance(row, list) and len(row) == 3
+              and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row))
+        if not ok or row[0] <= last or any(v < 1 or v != int(v) for v in row[1:]):
+            raise CostModelInputError(where, f"bad row {row!r}; {allowed}")
+        last = float(row[0])
+        rows.append((last, int(row[1]), int(row[2])))
+    return tuple(rows)
 
 
 def _draft_kinds(where: str, value) -> tuple[str, ...]:

@@ -288,7 +288,9 @@ class HardwareCostModel:
         cpu = np.where(n_seqs > 0, e.step_cpu_fixed_ms, 0.0) + n_seqs * per_seq
         # without CUDA graphs the pass waits on its kernel launches: part of the pass, not
         # CPU work that can overlap another step
-        gpu = launch_overhead_s(self._target_c, physics * 1e-3, t) * 1e3
+        gpu = launch_overhead_s(self._target_c, physics * 1e-3, t, n_seqs) * 1e3
+        if self._target_c.spec_step_eager_s and self.draft.kind in STATEFUL_DRAFT_KINDS:
+            gpu = gpu + np.where(verify & (n_seqs > 0), self._target_c.spec_step_eager_s * 1e3, 0.0)
         if e.scoring_batch_expansion or e.verification_attention_slowdown_factor != 1.0:
             engine_attention = attention
             if e.scoring_batch_expansion:  # S t one-position queries, each reading its whole KV
@@ -403,6 +405,10 @@ class HardwareCostModel:
         if self._draft_c is None:
             calls = (g > 0) if e.ngram_one_call_per_step else g
             return np.where(n_seqs > 0, calls * e.ngram_pass_cpu_ms, 0.0)
+        c = self._draft_c
+        if e.draft_passes_one_graph and c.cuda_graphs and self.draft.kind in STATEFUL_DRAFT_KINDS:
+            in_graphs = n_seqs <= c.cuda_graph_max_seqs if c.cuda_graph_max_seqs else True
+            g = np.where(in_graphs, np.minimum(g, 2), g)  # two replays: extend + decode passes
         return g * (np.where(n_seqs > 0, e.draft_pass_cpu_fixed_ms, 0.0)
                     + e.draft_pass_cpu_per_seq_ms * n_seqs)
 
@@ -431,7 +437,7 @@ class HardwareCostModel:
         per_pass_ms = table[:, 1].take(n_seqs) + self._attention_pnorm_ms(
             self._draft_c, n_seqs, n_seqs, 1, mid_ctx)
         physics = g * per_pass_ms
-        gpu = g * launch_overhead_s(self._draft_c, per_pass_ms * 1e-3, 1) * 1e3
+        gpu = g * launch_overhead_s(self._draft_c, per_pass_ms * 1e-3, 1, n_seqs) * 1e3
         if max_catchup:
             b = self.draft.kv_budget_tokens
             ctx0 = sum_ctx if b is None else load.capped_ctx(b, 0)

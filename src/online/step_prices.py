@@ -33,14 +33,15 @@ from src.online.kernel_attention import N_KERNEL, fastest_pass_s, pack_kernels
 # per-network scalars (row of PriceTables.net)
 (N_READ, N_NEW, N_PAIR, N_P, N_GRAPHS, N_KERNELS, N_KERNELS_VERIFY, N_CPU_LAUNCH, N_GAP,
  N_LAUNCH_P, N_LAYER_ELEM, N_LAYER_FIXED, N_VERIFY_FIXED, N_HEAD_ELEM, N_HEAD_FIXED, N_ATTN_FIXED,
- N_PRESENT, N_HEAD_INDEX, N_KERNELS_FITTED, N_WINDOW, N_WINDOW_READ, N_WINDOW_PAIR) = range(22)
-N_NET = 22
+ N_PRESENT, N_HEAD_INDEX, N_KERNELS_FITTED, N_WINDOW, N_WINDOW_READ, N_WINDOW_PAIR,
+ N_GRAPH_MAX) = range(23)
+N_NET = 23
 # per-deployment scalars (row of PriceTables.eng)
 (E_CPU_FIXED, E_CPU_PER_SEQ, E_REJECTION, E_KV_BOOK, E_EXPANSION, E_SLOWDOWN, E_OVERLAP_DECODE,
  E_OVERLAP_SPEC, E_NGRAM_ONE_CALL, E_NGRAM_CPU, E_DRAFT_CPU_FIXED, E_DRAFT_CPU_PER_SEQ, E_COVERS,
- E_CATCHUP, E_BUDGET, E_WITH_DRAFT, E_WEIGHT_B, E_KV_PER_TOKEN_B, E_KV_PER_SEQ_B, E_USABLE_B) = \
-    range(20)
-N_ENG = 20
+ E_CATCHUP, E_BUDGET, E_WITH_DRAFT, E_WEIGHT_B, E_KV_PER_TOKEN_B, E_KV_PER_SEQ_B, E_USABLE_B,
+ E_ONE_GRAPH, E_SPEC_EAGER) = range(22)
+N_ENG = 22
 TARGET, DRAFT = 0, 1
 
 
@@ -74,6 +75,7 @@ def _net_row(c) -> np.ndarray:
         c.layer_elementwise_per_token_s, c.layer_fixed_s, c.verify_fixed_s,
         c.head_elementwise_per_token_s, c.head_fixed_s, c.attn_fixed_s)
     v[N_PRESENT] = 1.0
+    v[N_GRAPH_MAX] = c.cuda_graph_max_seqs
     v[N_HEAD_INDEX] = c.head_gemm_index
     v[N_KERNELS_FITTED] = len(c.attn_kernels)
     v[[N_WINDOW, N_WINDOW_READ, N_WINDOW_PAIR]] = (
@@ -140,6 +142,9 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
         v[[E_WEIGHT_B, E_KV_PER_TOKEN_B, E_KV_PER_SEQ_B]] = (
             cost._weight_bytes_gpu0, cost._kv_bytes_per_token_gpu0, cost._kv_bytes_per_seq_gpu0)
         v[E_USABLE_B] = memory_usable_bytes(cost.gpu, cost.params)
+        stateful = cost.draft.kind in STATEFUL_DRAFT_KINDS
+        v[E_ONE_GRAPH] = float(e.draft_passes_one_graph and stateful)
+        v[E_SPEC_EAGER] = timer.target_c.spec_step_eager_s * 1e3 if stateful else 0.0
         engs.append(v)
     W = max(t.shape[1] for pair in tabs for t in pair)
     G = max(g.shape[0] for pair in gemms for g in pair if g is not None)
@@ -206,9 +211,9 @@ def attention_pow_s(pt, d, net, S, t, C, prefill):
 
 
 @njit(cache=True)
-def launch_ms(c, gpu_ms, t):
-    """roofline.launch_overhead_s of a pass of gpu_ms GPU time, in ms."""
-    if c[N_GRAPHS] != 0.0:
+def launch_ms(c, gpu_ms, t, n):
+    """roofline.launch_overhead_s of a pass of gpu_ms GPU time over n sequences, in ms."""
+    if c[N_GRAPHS] != 0.0 and (c[N_GRAPH_MAX] == 0.0 or n <= c[N_GRAPH_MAX]):
         return 0.0
     gpu_s = gpu_ms * 1e-3
     if gpu_s <= 0:
@@ -219,11 +224,14 @@ def launch_ms(c, gpu_ms, t):
 
 
 @njit(cache=True)
-def draft_cpu_ms(e, has_draft_net, n, g):
-    """HardwareCostModel._draft_cpu_ms."""
-    if not has_draft_net:
+def draft_cpu_ms(e, c, n, g):
+    """HardwareCostModel._draft_cpu_ms (c: the draft network's row)."""
+    if c[N_PRESENT] == 0.0:
         calls = (1.0 if g > 0 else 0.0) if e[E_NGRAM_ONE_CALL] != 0.0 else float(g)
         return calls * e[E_NGRAM_CPU] if n > 0 else 0.0
+    if e[E_ONE_GRAPH] != 0.0 and c[N_GRAPHS] != 0.0 and (
+            c[N_GRAPH_MAX] == 0.0 or n <= c[N_GRAPH_MAX]):
+        g = min(g, 2)
     return g * ((e[E_DRAFT_CPU_FIXED] if n > 0 else 0.0) + e[E_DRAFT_CPU_PER_SEQ] * n)
 
 
@@ -234,7 +242,7 @@ def draft_parts(pt, d, n, C, g, capped_mid, capped_start):
     e = pt.eng[d]
     c = pt.net[d, DRAFT]
     has_net = c[N_PRESENT] != 0.0
-    cpu = draft_cpu_ms(e, has_net, n, g)
+    cpu = draft_cpu_ms(e, c, n, g)
     if not has_net:
         return 0.0, cpu, 0.0
     tab = pt.table[d, DRAFT]
@@ -243,7 +251,7 @@ def draft_parts(pt, d, n, C, g, capped_mid, capped_start):
     mid_ctx = C + n * ((g - 1) * 0.5) if budget < 0 else capped_mid
     per_pass = tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n, 1, mid_ctx)
     physics = g * per_pass
-    gpu = g * launch_ms(c, per_pass, 1)
+    gpu = g * launch_ms(c, per_pass, 1, n)
     if catchup > 0 and g > 0:
         ctx0 = C if budget < 0 else capped_start
         wide = 1 + catchup
@@ -277,7 +285,9 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
         if e[E_EXPANSION] != 0.0:
             per_seq += e[E_CPU_PER_SEQ] * (t - 1)
     cpu = (e[E_CPU_FIXED] if n > 0 else 0.0) + n * per_seq
-    gpu = launch_ms(c, physics, t)
+    gpu = launch_ms(c, physics, t, n)
+    if verify and n > 0:
+        gpu += e[E_SPEC_EAGER]
     if verify and (e[E_EXPANSION] != 0.0 or e[E_SLOWDOWN] != 1.0):
         engine_attention = attention
         if e[E_EXPANSION] != 0.0:
@@ -292,7 +302,7 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     else:
         step_cpu, step_gpu = cpu, physics + gpu
         if overlap_spec and verify:
-            step_cpu += draft_cpu_ms(e, pt.net[d, DRAFT, N_PRESENT] != 0.0, n, g)
+            step_cpu += draft_cpu_ms(e, pt.net[d, DRAFT], n, g)
             if step_cpu > step_gpu:
                 d_phys, d_cpu, d_gpu = draft_parts(pt, d, n, C, g, capped_mid, capped_start)
                 have = True

@@ -16,6 +16,9 @@ Hardware cost model (src/costmodel/hardware.py), per step with n active sequence
   K positions - the pass of 1 position), physics from the same tables.
 * host work per tree: tree_cpu_per_seq_ms x n (0 for SGLang: the tree is built on the GPU).
 The flat cost model has no notion of tokens: a tree step costs 1 + S c, as a chain of S.
+Which passes replay CUDA graphs, up to which batch, and what SGLang runs eagerly between them is
+the engine profile's (engines.toml: cuda_graph_max_batch_by_gpu_memory, draft_passes_one_graph,
+spec_step_eager_kernels; design.md, "SGLang's EAGLE step"): the base passes above carry it.
 """
 from __future__ import annotations
 
