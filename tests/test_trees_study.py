@@ -31,13 +31,22 @@ def test_verification_cost_rises_with_tree_size(batch):
     assert all(b > a for a, b in zip(times, times[1:])), times
 
 
-def test_tree_extras_cost_more_than_the_chain_of_the_same_tokens():
-    """Cascade attention and the path copy (tree_engines.toml) on top of N positions."""
+def test_tree_extras_cost_more_than_the_chain_of_the_same_tokens(monkeypatch):
+    """Cascade attention and the path copy (tree_engines.toml fields) on top of N positions; the
+    sglang profile sets neither (flashinfer's one masked pass, page size 1: the slot table is
+    re-pointed), so there a tree verifies at its chain's price of the same N."""
+    import src.trees.costs as costs
     cost = sglang_cost()
     n, ctx = np.array([8]), np.array([16000])
-    tree = float(verify_ms(cost, TreeShape(4, 2, 8), n, ctx)[0])
     chain = float(verify_ms(cost, TreeShape.chain(7), n, ctx)[0])
-    assert tree > chain
+    assert float(verify_ms(cost, TreeShape(4, 2, 8), n, ctx)[0]) == chain
+    monkeypatch.setattr(costs, "tree_engine", lambda name: costs.TreeEngine(
+        verifies_trees=True, cascade_attention=True))
+    cascade = float(verify_ms(cost, TreeShape(4, 2, 8), n, ctx)[0])
+    monkeypatch.setattr(costs, "tree_engine", lambda name: costs.TreeEngine(
+        verifies_trees=True, cascade_attention=True, accepted_path_copy=True))
+    both = float(verify_ms(cost, TreeShape(4, 2, 8), n, ctx)[0])
+    assert chain < cascade < both
     assert float(draft_ms(cost, TreeShape(4, 4, 16), n, ctx)[0]) > float(
         draft_ms(cost, TreeShape.chain(4), n, ctx)[0])
 
