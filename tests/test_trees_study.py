@@ -258,3 +258,28 @@ def test_tree_grid_through_an_executor_gives_the_same_rows():
     local = run_grid(cfg, cost)
     assert set(local.tree_topk) == {1, 2}
     assert csv_bytes(run_grid(cfg, cost, executor=LocalExecutor(2))) == csv_bytes(local)
+
+
+@pytest.mark.parametrize("profile, reason", [
+    ("vllm-v1", "PR #42121 removed tree attention"),
+    ("vllm-2024", "vLLM v0.6 scores one proposal per sequence"),
+    ("sglang-spec-v2", "Spec v2 currently only supports topk = 1"),
+])
+def test_a_chains_only_refusal_gives_that_profiles_reason(profile, reason):
+    """Each chains-only profile's refusal cites its own engine's source, not vLLM V1's for all."""
+    from src.config import ConfigError
+    from src.trees.costs import check_engines_verify
+    with pytest.raises(ConfigError) as err:
+        check_engines_verify([parse_shape("3:2:6")], [profile], "--trees")
+    assert reason in str(err.value) and f"engine profile {profile} verifies chains only" in str(
+        err.value)
+
+
+def test_every_engine_profile_says_whether_it_verifies_trees():
+    """tree_engines.toml lists each profile of engines.toml as tree-verifying or chains-only."""
+    from src.costmodel.engines import ENGINE_PROFILES_FILE as ENGINES_FILE
+    from src.input_files import read_toml
+    from src.trees.costs import TREE_ENGINES_FILE
+    profiles = set(read_toml(ENGINES_FILE, "engines")["engines"])
+    trees = read_toml(TREE_ENGINES_FILE, "tree engines")
+    assert profiles == set(trees["engines"]) | set(trees["chains_only"])

@@ -48,6 +48,12 @@ def tree_engines(path: Path = TREE_ENGINES_FILE) -> dict[str, TreeEngine]:
     return {name: TreeEngine(**values) for name, values in table.items()}
 
 
+def chains_only_reason(name: str, path: Path = TREE_ENGINES_FILE) -> str:
+    """Why a profile verifies chains only: its [chains_only] line in tree_engines.toml."""
+    reasons = read_toml(path, "tree engines").get("chains_only", {})
+    return reasons.get(name, "src/presets/tree_engines.toml lists no tree verification for it")
+
+
 def tree_engine(name: str) -> TreeEngine:
     """The tree capabilities of an engine profile (a profile not listed verifies chains only)."""
     return tree_engines().get(name, TreeEngine())
@@ -55,7 +61,7 @@ def tree_engine(name: str) -> TreeEngine:
 
 def check_engines_verify(trees, engine_profiles, field: str) -> None:
     """ConfigError(field, ...) where a tree shape (topk > 1) meets an engine profile that verifies
-    chains only."""
+    chains only; the message gives that profile's reason (tree_engines.toml [chains_only])."""
     from src.config import ConfigError
     tree = next((t for t in trees if not t.is_chain), None)
     if tree is None:
@@ -65,10 +71,9 @@ def check_engines_verify(trees, engine_profiles, field: str) -> None:
     if chains_only:
         able = ", ".join(n for n, e in capable.items() if e.verifies_trees)
         raise ConfigError(field, f"{tree.label} is a tree (topk {tree.topk} > 1) but engine "
-                                 f"profile {chains_only[0]} verifies chains only (vLLM V1 removed "
-                                 "tree attention, PR #42121; SGLang's spec v2 needs topk 1); "
-                                 f"profiles that verify trees: {able}; or give trees as chains "
-                                 "G:1:G+1")
+                                 f"profile {chains_only[0]} verifies chains only "
+                                 f"({chains_only_reason(chains_only[0])}); profiles that verify "
+                                 f"trees: {able}; or give trees as chains G:1:G+1")
 
 
 def _engine_name(cost) -> str:
