@@ -21,6 +21,7 @@ from src.doc_blocks import readme_hardware_headline, readme_headline, replace_bl
 from src.hardware import moe_validation, published_checks  # noqa: E402
 from src.online import blog_check  # noqa: E402
 from src.reporting import write_atomic  # noqa: E402
+from src.trees import validation as tree_validation  # noqa: E402
 
 
 def blocks(root: str = ROOT, sets: list | None = None, blog: dict | None = None,
@@ -44,7 +45,8 @@ def blocks(root: str = ROOT, sets: list | None = None, blog: dict | None = None,
                pd.read_csv(os.path.join(root, "results", "serving_vllm_blog_check.csv"))),
            ("design.md", "moe-validation"): moe_validation.markdown(
                pd.read_csv(os.path.join(root, "results", "moe_validation.csv"))),
-           ("design.md", "validation"): validation.block(sets=sets)}
+           ("design.md", "validation"): validation.block(sets=sets),
+           ("design.md", "tree-validation"): tree_validation.table()}
     if validation.available(cal_dir):
         out[("design.md", "validation-shared")] = validation.shared_block(sets, cal_dir)
     return out

@@ -113,13 +113,6 @@ def test_design_md_holds_the_validation_table_the_code_computes():
         assert table() in f.read()
 
 
-def test_validation_tree_beats_chain_at_batch_1_and_declines_with_batch():
-    from src.trees.validation import rows
-    for r in rows():
-        assert r["tree"][0] > r["chain_b1"]
-        assert r["tree"][0] > r["tree"][-1]
-
-
 @pytest.mark.parametrize("shape,alpha", [("5:4:8", 0.7), ("3:2:6", 0.85), ("6:8:32", 0.6)])
 def test_tree_length_fit_recovers_the_rate(shape, alpha):
     from src.trees.fit import alpha_from_tree_length, tree_tokens

@@ -9,11 +9,12 @@ schedules):
    gamma is capped so the decode/verification positions fit the token budget:
    n_decode (gamma + 1) <= max_num_batched_tokens.
 2. Running sequences are scheduled first: each decoding one needs gamma + 1 positions and KV slots
-   for them (speculation's lookahead slots); each one still in prefill takes the next chunk of its
-   prompt from what is left of the token budget (slot order). If the KV blocks they need exceed
-   the GPU's capacity, the most recently admitted running request is preempted (its KV freed; it
-   goes back to the front of the queue and later recomputes prompt + tokens generated so far),
-   repeatedly until the rest fit. vLLM's default preemption mode is recomputation.
+   for them (speculation's lookahead slots; a token tree's step N, src/trees/serving.py, and no
+   tree where N per sequence exceed the budget); each one still in prefill takes the next chunk
+   of its prompt from what is left of the token budget (slot order). If the KV blocks they need
+   exceed the GPU's capacity, the most recently admitted running request is preempted (its KV
+   freed; it goes back to the front of the queue and later recomputes prompt + tokens generated
+   so far), repeatedly until the rest fit. vLLM's default preemption mode is recomputation.
 3. If nothing was preempted, waiting requests are admitted first come, first served while a slot
    is free (running < max_num_seqs), token budget is left and the KV cache has blocks for their
    first chunk (chunked prefill: a long prompt is spread over several steps).
@@ -39,11 +40,11 @@ policy sees the same acceptance draws (common random numbers).
 Two implementations of this one model:
 * compiled (src/online/engine_compiled.py, engine_loop.py, step_prices.py, kernel_attention.py):
   numba, row after row, one step at a time; the default wherever it applies (`compiled_supported`:
-  batch-size policies and `adaptive`).
+  batch-size policies, `adaptive` and token trees `tree:S:K:N`).
 * numpy (src/online/engine_numpy.py, stretch.py): all rows side by side as [rows, slots] arrays,
   a stretch of decode steps at once where a row has nothing to admit; the reference, and the
   engine for what the compiled loop does not run (a policy reading the slots other than
-  `adaptive`). `adaptive` there holds its gamma through a
+  `adaptive` and the trees). `adaptive` there holds its gamma through a
   stretch of up to 8 steps; the compiled loop re-decides it every step.
 
 Interface (what src/online/study.py, policies.py, recommend.py and the capacity search call):
@@ -83,8 +84,8 @@ def Engine(requests: RequestTable, groups: list[RowGroup], deployments: list[Dep
         compiled = ok and not numpy_options
     if compiled:
         if not ok or numpy_options:
-            raise ValueError("the compiled engine runs batch-size policies and adaptive, "
-                             "without numpy options")
+            raise ValueError("the compiled engine runs batch-size policies, adaptive and "
+                             "token trees, without numpy options")
         return CompiledEngine(requests, groups, deployments, row_deployment, limits, max_gamma)
     return NumpyEngine(requests, groups, deployments, row_deployment, limits, max_gamma,
                        **numpy_options)

@@ -4,7 +4,10 @@ numba loop (src/online/engine_loop.py) and returns the same EngineResult as the 
 `compiled_supported` says whether the loop can run a set of row groups and deployments: every
 policy is either a batch-size policy (`reads_slot_state = False`: its gamma is a function of the
 running sequences only, tabled here by calling its own `gammas` once for batch sizes 0..
-max_num_seqs) or `Adaptive` (src/online/step_prices.py prices every deployment).
+max_num_seqs), `Adaptive`, or a token tree `FixedTree` (gamma S at every batch size; its rows
+draw their accepted depth against the requests' P(K >= d), src/trees/serving.row_thresholds,
+the numpy engine's arrays), and src/online/step_prices.py prices every deployment (a tree's
+TreeStepTimer included).
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ from src.online.engine_types import (
     RowGroup,
     check_prefill_first,
 )
-from src.online.policies import Adaptive
+from src.online.policies import Adaptive, FixedTree
 from src.online.step_prices import compiled_pricing_supported, pack_prices
 
 
 def compiled_supported(groups: list[RowGroup], deployments: list[Deployment]) -> bool:
     """Whether the compiled loop runs these policies and deployments (module docstring)."""
-    policies_ok = all(isinstance(g.policy, Adaptive)
+    policies_ok = all(isinstance(g.policy, (Adaptive, FixedTree))
                       or not getattr(g.policy, "reads_slot_state", True) for g in groups)
     return policies_ok and all(compiled_pricing_supported(d.timer) for d in deployments)
 
@@ -69,11 +72,16 @@ class CompiledEngine:
         self.limits = limits
         self.max_gamma = max_gamma
         R, N = requests.arrival_s.shape
+        self.tree_tokens, self.tree_thr = np.zeros(R, np.int64), np.zeros((1, 1, 1))
+        if any(getattr(g.policy, "shape", None) is not None for g in groups):
+            from src.trees.serving import row_thresholds
+            self.tree_tokens, self.tree_thr = row_thresholds(groups, requests, R, N)
         self.cap = np.array([deployments[d].kv_capacity_blocks for d in self.row_dep], np.int64)
         longest = np.where(np.isfinite(requests.arrival_s),
                            requests.prompt_tokens + requests.output_tokens, 0).max(axis=1)
         bs = limits.block_size_tokens
-        if np.any(self.cap < -(-(longest + max_gamma + 1) // bs) + 1):
+        positions = max(max_gamma + 1, int(self.tree_tokens.max(initial=0)))  # per step
+        if np.any(self.cap < -(-(longest + positions) // bs) + 1):
             raise ValueError("the KV cache cannot hold the longest request")
         self.prefill_first = np.array([d.prefill_first for d in deployments], np.bool_)
         check_prefill_first(longest, self.prefill_first[self.row_dep], limits)
@@ -103,7 +111,8 @@ class CompiledEngine:
                  self.max_gamma, M,
                  lim.max_num_batched_tokens, lim.block_size_tokens,
                  np.zeros(0) if profile is None else np.asarray(profile, float),
-                 profile is not None, ITL_BIN_EDGES_MS, *out.values())
+                 profile is not None, self.tree_tokens, self.tree_thr, ITL_BIN_EDGES_MS,
+                 *out.values())
         if progress is not None:
             progress(0, R)
         bad = np.nonzero(out["error"][:, 0])[0]

@@ -5,8 +5,10 @@ Rows are independent (each has its own clock, requests and counter-based draws),
 simulates row after row; within a row the slots are arrays of max_num_seqs entries of which the
 first `hi` are scanned (a slot is taken lowest-index first, as the numpy engine's argmax does).
 Every step is priced by src/online/step_prices.py; the policies run here are the batch-size
-tables (none, fixed, schedule, off-above: gamma = table[running sequences]) and the goodput
-maximiser `adaptive` (src/online/policies.py), re-decided every step.
+tables (none, fixed, schedule, off-above and the token trees tree:S:K:N: gamma =
+table[running sequences]) and the goodput maximiser `adaptive` (src/online/policies.py),
+re-decided every step. A tree row draws its accepted depth against its requests' P(K >= d) and
+its deployment's steps are priced as the tree's (step_prices.tree_decode_ms).
 
 A step the cost model's memory check would refuse (it cannot happen while the scheduler keeps
 the KV blocks within the deployment's capacity) stops the row with an error code; the caller
@@ -20,7 +22,16 @@ from numba import njit
 
 from src.online import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
 from src.online.counter_rng import uniform_one
-from src.online.step_prices import E_BUDGET, E_WITH_DRAFT, decode_ms, prefill_extra_ms, step_fits
+from src.online.step_prices import (
+    E_BUDGET,
+    E_TREE_TOKENS,
+    E_WITH_DRAFT,
+    decode_ms,
+    prefill_extra_ms,
+    step_fits,
+    tree_decode_ms,
+    tree_step_fits,
+)
 
 POLICY_TABLE, POLICY_ADAPTIVE = 0, 1
 # per-row statistics (columns of `stats`)
@@ -131,13 +142,17 @@ def _head_fits(arrival_ms, prompt, r, n_req, next_new, n_pre_wait, waiting_pre, 
 def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, row_group,
              group_kind, group_table, group_params, dep_prefill_first, max_gamma, max_num_seqs,
              budget_tokens,
-             block_size, hazard_profile, per_position, edges,
+             block_size, hazard_profile, per_position, tree_tokens, tree_thr, edges,
              first_sched, first_token, finish, preemptions, stats, gamma_steps, itl, error):
     """Simulate every row to completion; outputs (NaN-filled times in s, zeroed counts) are
     written in place. error[r] = 1: a step of row r failed the memory check (error[r, 1:] =
     n, C, gamma of it). dep_prefill_first[d]: deployment d schedules prefill-first (a step
     with a waiting prompt that fits whole is a prefill-only step of whole prompts, else a decode
-    step that admits nothing); else chunked prefill."""
+    step that admits nothing); else chunked prefill. tree_tokens[r] > 0: row r verifies a token
+    tree of that many tokens N (N positions of token budget and KV per decoding sequence, N - 1
+    drafts proposed; no speculation in a step whose N positions per sequence exceed the budget),
+    its request q's accepted depth K = #{d : U < tree_thr[r, q, d]} (P(K >= d), zero-padded),
+    priced by its deployment's tree tables (step_prices.tree_decode_ms)."""
     R, N = arrival_ms.shape
     M = max_num_seqs
     bs = block_size
@@ -176,6 +191,9 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
         grp = row_group[r]
         speculative = pt.eng[d, E_WITH_DRAFT] != 0.0
         prefill_first = dep_prefill_first[d]
+        row_tokens = tree_tokens[r]
+        is_tree = row_tokens > 0
+        tree_dep = pt.eng[d, E_TREE_TOKENS] > 0
         kind = group_kind[grp]
         G_adapt = min(int(group_params[grp, 2]), max_gamma)
         capr = cap[r]
@@ -232,9 +250,12 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                 if prefill_only:  # the running sequences wait for the prompts
                     n_dec = 0
                 g = min(gamma, max(budget_tokens // max(n_dec, 1) - 1, 0))
+                if is_tree and gamma > 0:  # N positions per sequence, or no speculation
+                    g = gamma if n_dec * row_tokens <= budget_tokens else 0
                 if prefill_only:
                     g = 0
-                left = budget_tokens - n_dec * (g + 1)
+                per_seq = row_tokens if is_tree and g > 0 else g + 1  # positions per sequence
+                left = budget_tokens - n_dec * per_seq
                 before = 0
                 demand = 0
                 C_dec = 0
@@ -248,7 +269,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                     if req[c] < 0:
                         continue
                     if dec[c]:
-                        demand += _blocks(ctx[c] + g + 1, bs, shift)
+                        demand += _blocks(ctx[c] + per_seq, bs, shift)
                         C_dec += ctx[c]
                     else:
                         x = max(min(pf[c], left - before), 0)
@@ -337,15 +358,23 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                     Ntok += take
                     Lp += need == take  # its ctx is 0
             # 4. the step's time
-            if not step_fits(pt, d, n_dec, C_dec, g):
+            bad_g = -1 if step_fits(pt, d, n_dec, C_dec, g) else g
+            tree_step = tree_dep and g > 0
+            if tree_step:
+                bad_g = tree_step_fits(pt, d, n_dec, C_dec, g)
+            if bad_g >= 0:
                 error[r, 0] = 1
                 error[r, 1] = n_dec
                 error[r, 2] = C_dec
-                error[r, 3] = g
+                error[r, 3] = bad_g
                 break
-            target, draft = _price(pt, d, n_dec, C_dec, g, ctx, dec, hi)
+            if tree_step:
+                target, draft = tree_decode_ms(pt, d, n_dec, C_dec)
+            else:
+                target, draft = _price(pt, d, n_dec, C_dec, g, ctx, dec, hi)
             if P > 0:  # (without chunks the extra is exactly 0: the same pass twice)
-                target += prefill_extra_ms(pt, d, n_dec, g, C_dec, P, Ntok, Cp, Lp)
+                g_pass = int(pt.eng[d, E_TREE_TOKENS]) - 1 if tree_step else g  # its positions
+                target += prefill_extra_ms(pt, d, n_dec, g_pass, C_dec, P, Ntok, Cp, Lp)
             step_ms = target + draft  # (the numpy engine's order of the sums)
             end = start + step_ms
             # 5. outcomes: decoding sequences commit K + 1 tokens, completed prompts one;
@@ -363,8 +392,14 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                     k = 0
                     if g > 0:
                         u = uniform_one(s_key[c], s_steps[c])
-                        while k < g and u <= s_thr[c, k]:
-                            k += 1
+                        if is_tree:  # the depth from the tree's survival (all of its depth)
+                            q = req[c]
+                            for i in range(tree_thr.shape[2]):
+                                if u < tree_thr[r, q, i]:
+                                    k += 1
+                        else:
+                            while k < g and u <= s_thr[c, k]:
+                                k += 1
                     commit = min(k + 1, rem[c])
                     if g > 0:
                         s_steps[c] += 1
@@ -413,7 +448,7 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
             itl[r, bin_seen] += bin_count
             pool_acc += acc_step
             stats[r, S_ACC] += acc_step
-            stats[r, S_PROP] += g * n_dec
+            stats[r, S_PROP] += (row_tokens - 1 if is_tree and g > 0 else g) * n_dec
             stats[r, S_STEPS] += 1
             stats[r, S_BUSY] += step_ms
             stats[r, S_RUN] += step_ms * n_sched

@@ -3,7 +3,7 @@ every live row per iteration (or a stretch of decode steps, src/online/stretch.p
 
 The reference implementation of the model src/online/engine.py describes, and the engine for
 what the compiled loop (src/online/engine_loop.py) does not price: a policy without a compiled
-form (one that reads the slots and is not `adaptive`).
+form (one that reads the slots and is neither `adaptive` nor a token tree).
 """
 
 from __future__ import annotations
@@ -90,23 +90,18 @@ class NumpyEngine:
         for i, g in enumerate(groups):
             self.row_group[g.rows] = i
         # token-tree policies: each request's accepted-depth thresholds (src/trees/serving.py)
-        self.tree_row = np.zeros(R, bool)
-        self.tree_thr = None
-        trees = [g for g in groups if getattr(g.policy, "shape", None) is not None]
-        if trees:
-            from src.trees.serving import tree_thresholds
-            thr = [tree_thresholds(g.policy.shape, requests.alpha[g.rows],
-                                   requests.hazard_profile) for g in trees]
-            self.tree_thr = np.zeros((R, N, max(t.shape[2] for t in thr)))
-            for g, t in zip(trees, thr):
-                self.tree_thr[g.rows, :, :t.shape[2]] = t
-                self.tree_row[g.rows] = True
+        self.tree_tokens, self.tree_thr = np.zeros(R, np.int64), None
+        if any(getattr(g.policy, "shape", None) is not None for g in groups):
+            from src.trees.serving import row_thresholds
+            self.tree_tokens, self.tree_thr = row_thresholds(groups, requests, R, N)
+        self.tree_row = self.tree_tokens > 0
         self.cap = np.array([deployments[d].kv_capacity_blocks for d in self.row_dep], np.int64)
         self.n_req = requests.n_requests
         longest = np.where(
             np.isfinite(requests.arrival_s), requests.prompt_tokens + requests.output_tokens, 0
         ).max(axis=1)
-        if np.any(self.cap < _ceil_div(longest + max_gamma + 1, limits.block_size_tokens) + 1):
+        positions = max(max_gamma + 1, int(self.tree_tokens.max(initial=0)))  # per step
+        if np.any(self.cap < _ceil_div(longest + positions, limits.block_size_tokens) + 1):
             raise ValueError("the KV cache cannot hold the longest request")
         self.pf_first = np.array([deployments[d].prefill_first for d in self.row_dep], bool)
         check_prefill_first(longest, self.pf_first, limits)
@@ -375,14 +370,20 @@ class NumpyEngine:
                 decoding = np.zeros_like(decoding)
             n_dec = decoding.sum(axis=1)
             g = np.minimum(gamma, np.maximum(budget // np.maximum(n_dec, 1) - 1, 0))
+            # a token tree: N positions per decoding sequence, or no speculation where they
+            # exceed the budget
+            tokens = self.tree_tokens[rows]
+            g = np.where((tokens > 0) & (gamma > 0),
+                         np.where(n_dec * tokens <= budget, gamma, 0), g)
             if mode == "prefill":
                 g = np.zeros_like(g)
-            left = budget - n_dec * (g + 1)
+            positions = np.where((tokens > 0) & (g > 0), tokens, g + 1)
+            left = budget - n_dec * positions
             want = np.where(in_pf, pf, 0)
             before = np.cumsum(want, axis=1) - want
             chunk = np.clip(np.minimum(want, left[:, None] - before), 0, None)
             ctx = s.ctx[rows]
-            need = np.where(decoding, ctx + (g + 1)[:, None], ctx + chunk)
+            need = np.where(decoding, ctx + positions[:, None], ctx + chunk)
             demand = (_ceil_div(need, bs) * running).sum(axis=1)
             over = demand > cap
             if not over.any():
@@ -504,7 +505,8 @@ class NumpyEngine:
         np.add.at(self.pool_acc, R_rows[spec], k[spec])
         np.add.at(self.pool_tested, R_rows[spec], tested[spec])
         self.stat["acc"] += np.bincount(R_rows, weights=np.where(spec, k, 0), minlength=self.R)
-        self.stat["prop"] += np.bincount(R_rows, weights=gr, minlength=self.R)
+        proposed = np.where(self.tree_row[R_rows] & spec, self.tree_tokens[R_rows] - 1, gr)
+        self.stat["prop"] += np.bincount(R_rows, weights=proposed, minlength=self.R)
         s.ctx[R_rows, cc] += commit
         s.rem[R_rows, cc] -= commit
         self._itl_add(R_rows, end[rr] - s.last_emit[R_rows, cc])

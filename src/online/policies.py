@@ -166,10 +166,11 @@ class Adaptive:
 class FixedTree:
     """`tree:S:K:N`: an SGLang token tree every step (src/trees/serving.py): the engine runs its S
     draft passes (gamma = S), verifies N tokens per sequence and draws each step's accepted depth
-    from the tree's survival by depth. Runs on the numpy engine, without stretches."""
+    from the tree's survival by depth. Both engines run it (the compiled loop as a tree kind of its
+    own), without stretches."""
 
     shape: object  # src.trees.shape.TreeShape
-    reads_slot_state: ClassVar[bool] = True  # keeps it off any loop that tables gammas by batch
+    reads_slot_state: ClassVar[bool] = True  # not a batch table: the engines route it by class
     speculative: bool = True
     max_segment_steps: int | None = None
 

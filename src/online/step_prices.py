@@ -14,7 +14,10 @@ rounding (tests/test_online_step_prices.py: 1e-9 relative); numba's exp, log and
 the last bit differently from numpy's vector loops.
 
 Attention kernels fitted on a GPU (`PassCoefficients.attn_kernels`) are priced by
-src/online/kernel_attention.py.
+src/online/kernel_attention.py. A token tree's deployment (src/trees/serving.py's TreeStepTimer,
+`tree_shape` set) prices its speculative steps as src/trees/costs.py does (tree_decode_ms); the
+verification's extras over the target pass of N positions depend on the sequence count only and
+are tabled by it from the timer (`tree_verify_extra_ms`).
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ N_NET = 23
 (E_CPU_FIXED, E_CPU_PER_SEQ, E_REJECTION, E_KV_BOOK, E_EXPANSION, E_SLOWDOWN, E_OVERLAP_DECODE,
  E_OVERLAP_SPEC, E_NGRAM_ONE_CALL, E_NGRAM_CPU, E_DRAFT_CPU_FIXED, E_DRAFT_CPU_PER_SEQ, E_COVERS,
  E_CATCHUP, E_BUDGET, E_WITH_DRAFT, E_WEIGHT_B, E_KV_PER_TOKEN_B, E_KV_PER_SEQ_B, E_USABLE_B,
- E_ONE_GRAPH, E_SPEC_EAGER) = range(22)
-N_ENG = 22
+ E_ONE_GRAPH, E_SPEC_EAGER, E_TREE_TOKENS, E_TREE_STEPS, E_TREE_TOPK) = range(25)
+N_ENG = 25
 TARGET, DRAFT = 0, 1
 
 
@@ -55,11 +58,16 @@ class PriceTables(NamedTuple):
     select: np.ndarray  # [D, 2, 2, G] GEMM g in the layers (0) / the LM head (1)
     comm: np.ndarray  # [D, 2, T + 1] all-reduce s of a pass of that many tokens
     kernels: np.ndarray  # [D, 2, K, N_KERNEL] fitted attention kernels (N_KERNELS_FITTED each)
+    tree_extra: np.ndarray  # [D, S + 1] a token tree's verification extras by sequences (ms)
 
 
 def compiled_pricing_supported(timer) -> bool:
-    """Whether step_prices prices this StepTimer's steps (every cost model it builds)."""
-    return timer.cost is not None
+    """Whether step_prices prices this StepTimer's steps: every cost model it builds; a token
+    tree's timer (src/trees/serving.py) without a draft KV budget (whose capped sums the tree's
+    pricing does not take: the numpy engine refuses it too)."""
+    if timer.cost is None:
+        return False
+    return getattr(timer, "tree_shape", None) is None or timer.cost.draft_kv_budget_tokens is None
 
 
 def _net_row(c) -> np.ndarray:
@@ -103,11 +111,16 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
     sequences, gamma <= max_gamma and max_tokens positions (decode + prefill)."""
     D = len(timers)
     nets, engs, tabs, gemms, sels, comms, kerns = [], [], [], [], [], [], []
-    for timer in timers:
+    tree_extra = np.zeros((D, max_seqs + 1))
+    for d, timer in enumerate(timers):
         cost, e = timer.cost, timer.engine
         draft_c = cost._draft_c  # the cost model's (step_ms uses it for the overlap rule too)
         catchup = int(e.draft_catchup_positions_per_seq)
         width = max(max_gamma + 2, catchup + 2)
+        shape = getattr(timer, "tree_shape", None)
+        if shape is not None:  # the verification of N positions, the draft's K-wide passes
+            width = max(width, shape.tokens + 1, shape.topk + 1)
+            tree_extra[d] = timer.tree_verify_extra_ms(max_seqs)
         per_net = []
         for which, c in (("target", timer.target_c), ("draft", draft_c)):
             if c is None:
@@ -145,6 +158,9 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
         stateful = cost.draft.kind in STATEFUL_DRAFT_KINDS
         v[E_ONE_GRAPH] = float(e.draft_passes_one_graph and stateful)
         v[E_SPEC_EAGER] = timer.target_c.spec_step_eager_s * 1e3 if stateful else 0.0
+        if shape is not None:
+            v[[E_TREE_TOKENS, E_TREE_STEPS, E_TREE_TOPK]] = (shape.tokens, shape.steps,
+                                                             shape.topk)
         engs.append(v)
     W = max(t.shape[1] for pair in tabs for t in pair)
     G = max(g.shape[0] for pair in gemms for g in pair if g is not None)
@@ -164,7 +180,7 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
         for n in range(2):
             kernels[d, n, : kerns[d][n].shape[0]] = kerns[d][n]
     return PriceTables(np.array(nets), np.array(engs), table, gemm, select, np.array(comms),
-                       kernels)
+                       kernels, tree_extra)
 
 
 @njit(cache=True)
@@ -317,6 +333,42 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     if overlap_spec:
         return target, d_phys + d_gpu
     return target, d_phys + (d_cpu + d_gpu)
+
+
+@njit(cache=True)
+def tree_step_fits(pt, d, n, C, g):
+    """A token tree's step at g > 0 (TreeStepTimer): the memory checks of the chain step at g, of
+    the verification of N positions and of the S draft passes (a draft network's), in that
+    order; the gamma of the first that fails, else -1."""
+    if not step_fits(pt, d, n, C, g):
+        return g
+    e = pt.eng[d]
+    N, S = int(e[E_TREE_TOKENS]), int(e[E_TREE_STEPS])
+    if not step_fits(pt, d, n, C, N - 1):
+        return N - 1
+    if pt.net[d, DRAFT, N_PRESENT] != 0.0 and not step_fits(pt, d, n, C, S):
+        return S
+    return -1
+
+
+@njit(cache=True)
+def tree_decode_ms(pt, d, n, C):
+    """(target_ms, draft_ms) of a token tree's speculative step (src/trees/costs.py: verify_ms,
+    draft_ms; no draft KV budget): the target pass of N positions (the chain's at gamma N - 1)
+    plus the tree's verification extras (tabled by sequences, tree_extra), and the chain's S
+    draft passes plus (S - 1) x (the draft pass of K positions - the pass of 1) at the mean
+    context C + n (S - 1) / 2."""
+    e = pt.eng[d]
+    N, S, K = int(e[E_TREE_TOKENS]), int(e[E_TREE_STEPS]), int(e[E_TREE_TOPK])
+    target = decode_ms(pt, d, n, C, N - 1, 0.0, 0.0)[0] + pt.tree_extra[d, n]
+    draft = decode_ms(pt, d, n, C, S, 0.0, 0.0)[1]
+    if S > 1 and n > 0 and pt.net[d, DRAFT, N_PRESENT] != 0.0:
+        tab = pt.table[d, DRAFT]
+        ctx = C + n * ((S - 1) * 0.5)
+        wide = (tab[n, K] - tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n * K, K, ctx)
+                - attention_exp_ms(pt, d, DRAFT, n, n, 1, ctx))
+        draft = draft + (S - 1) * wide
+    return target, draft
 
 
 @njit(cache=True)
