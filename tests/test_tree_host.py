@@ -16,7 +16,7 @@ from src.trees.costs import TREE_ENGINES_FILE, tree_eager_ms, tree_engines, veri
 from src.trees.shape import TreeShape
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EAGLE1_TREE = TreeShape(5, 4, 23)  # src/trees/validation.py EAGLE_TREE: depth 5, 23 nodes
+EAGLE1_TREE = TreeShape(5, 4, 23)  # EAGLE-1's 23-node tree of depth 5 (S 5, K 4)
 
 
 def eagle1_cost(engine):
