@@ -21,7 +21,10 @@ from src.doc_blocks import readme_hardware_headline, readme_headline, replace_bl
 from src.hardware import moe_validation, published_checks  # noqa: E402
 from src.online import blog_check  # noqa: E402
 from src.reporting import write_atomic  # noqa: E402
+from src.trees import report as tree_report  # noqa: E402
 from src.trees import validation as tree_validation  # noqa: E402
+
+TREE_RESULTS = os.path.join("studies", "trees", "results", "results.csv")  # the tree study
 
 
 def blocks(root: str = ROOT, sets: list | None = None, blog: dict | None = None,
@@ -47,6 +50,9 @@ def blocks(root: str = ROOT, sets: list | None = None, blog: dict | None = None,
                pd.read_csv(os.path.join(root, "results", "moe_validation.csv"))),
            ("design.md", "validation"): validation.block(sets=sets),
            ("design.md", "tree-validation"): tree_validation.table()}
+    trees = os.path.join(root, TREE_RESULTS)
+    if os.path.exists(trees):  # a copy of the docs without the tree study keeps its block
+        out[("README.md", "tree-headline")] = tree_report.readme_headline(pd.read_csv(trees))
     if validation.available(cal_dir):
         out[("design.md", "validation-shared")] = validation.shared_block(sets, cal_dir)
     return out

@@ -178,7 +178,7 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
         scenario = replace(scenario, study=replace(scenario.study, **overrides))
         if "trees" in overrides:
             check_tree_engines(scenario, "--trees" if args.trees is not None
-                               else f"--config {args.config}")
+                               else f"--config {args.config}: trees")
         try:
             check_memory(scenario)
         except ConfigError as e:
@@ -205,6 +205,29 @@ class RunPlan:
     dask: str | None = None  # --dask (src/executor.py), checked; None = local processes
 
 
+def run_sibling_vector(args: argparse.Namespace, cfg: StudyConfig,
+                       scenario: Scenario | None) -> tuple | None:
+    """The sibling vector a tree-shape --shape-measured fit must use where the run's is not the
+    default (None otherwise); ConfigError where the reference study and the scenario differ."""
+    from src.trees.shape import TreeShapeError, parse_shape
+    from src.trees.siblings import SEQUOIA_VECTOR
+    if args.acceptance_length is None or args.shape_measured is None:
+        return None
+    try:
+        if parse_shape(args.shape_measured).is_chain:
+            return None
+    except TreeShapeError:
+        return None  # measured_acceptance has named it already
+    only_scenario = args.scenario not in (None, "reference")
+    vectors = {tuple(v) for v in ([] if only_scenario else [cfg.sibling_vector])
+               + ([scenario.study.sibling_vector] if scenario is not None else [])}
+    if len(vectors) > 1:
+        raise ConfigError("--shape-measured", "the reference study and the scenario use different "
+                                              "sibling_vector values; the tree fit needs one")
+    vector = vectors.pop() if vectors else tuple(SEQUOIA_VECTOR)
+    return None if vector == tuple(SEQUOIA_VECTOR) else vector
+
+
 def parse(argv: list[str]) -> RunPlan:
     """The command line as a RunPlan; ConfigError naming the option on bad input (argparse's own
     usage errors exit 2 with one line)."""
@@ -212,6 +235,11 @@ def parse(argv: list[str]) -> RunPlan:
     measured = acceptance_options.measured_acceptance(args)
     cfg = config_from_args(args, measured.modes)
     scenario = scenario_from_args(args, cfg, measured.modes)
+    vector = run_sibling_vector(args, cfg, scenario)
+    if vector is not None:  # a tree's length is fitted under the vector the run simulates
+        measured = acceptance_options.measured_acceptance(args, vector)
+        cfg = config_from_args(args, measured.modes)
+        scenario = scenario_from_args(args, cfg, measured.modes)
     only_scenario = args.scenario not in (None, "reference")
     out = args.out if args.out is not None else (os.path.join("runs", scenario.name)
                                                  if only_scenario else ".")

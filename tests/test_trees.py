@@ -159,3 +159,52 @@ def test_lockstep_tree_keeps_the_batch_minimum():
                           np.random.default_rng(5)) for d in ("ragged", "lockstep")}
     assert runs["lockstep"].steps.mean() > runs["ragged"].steps.mean()
     assert (runs["lockstep"].committed_tokens == runs["ragged"].committed_tokens).all()
+
+
+@pytest.mark.parametrize("profile", [None, np.cumsum(np.linspace(0.6, 1.6, 64))])
+def test_the_tree_loop_on_a_chain_tree_has_the_chain_loops_law(profile):
+    """A chain shape never reaches the tree loop (serve_tree hands it to the chain path), so the
+    chain study's bytes cannot tell whether the tree code itself gets chains right. Fed the chain
+    tree, the tree loop (one uniform per level) and the chain loop (one exponential per slot)
+    must accept the same mean drafts per verification: the chain's closed form
+    sum_{d=1..G} prod_{i<=d} a_i, within 4 standard errors each (replications independent)."""
+    from dataclasses import replace
+
+    from src.serving import simulate_steps
+    from src.trees.serve import representative_rates, simulate_tree_steps
+    alpha, gamma = 0.72, 4
+    req = replace(requests(alpha, R=96, n=16, out=150), hazard_profile=profile)
+    rates = representative_rates(alpha, profile, gamma)
+    closed = float(np.cumprod(rates).sum())
+    for record in (simulate_tree_steps(req, 4, "continuous_refill", "ragged", chain_tree(gamma),
+                                       SIBLINGS, np.random.default_rng(11)),
+                   simulate_steps(req, 4, "continuous_refill", "ragged", gamma,
+                                  np.random.default_rng(12))):
+        per_rep = record.accepted_drafts / record.rep_slot_steps
+        se = per_rep.std(ddof=1) / np.sqrt(per_rep.size)
+        assert abs(per_rep.mean() - closed) < 4 * se, (per_rep.mean(), closed, se)
+
+
+def test_sglang_selection_is_the_best_n_minus_1_of_an_independently_built_pool():
+    """The pool rebuilt here from rank paths: pass 1 proposes the root's K children, each later
+    pass the K children of each of the previous pass's best K proposals (by path product). The
+    chosen tree's node values must be the N - 1 largest of the pool's (plus the root's 1)."""
+    import itertools
+
+    from src.trees.tree import node_values
+    for shape, alpha in (("3:2:6", 0.6), ("4:3:12", 0.75), ("5:4:8", 0.8), ("3:4:20", 0.5)):
+        sh = parse_shape(shape)
+        q = q_iid(alpha, sh.steps, sh.topk)
+
+        def value(path):
+            return float(np.prod([q[d, j] for d, j in enumerate(path)]))
+        level = [(j,) for j in range(sh.topk)]
+        pool = list(level)
+        for _ in range(sh.steps - 1):
+            kept = sorted(level, key=lambda p: -value(p))[:sh.topk]
+            level = [p + (j,) for p, j in itertools.product(kept, range(sh.topk))]
+            pool += level
+        assert len(pool) == sh.candidate_pool
+        best = sorted((value(p) for p in pool), reverse=True)[:sh.tokens - 1]
+        chosen = sorted(node_values(sglang_tree(sh, q), q)[1:], reverse=True)
+        assert np.allclose(chosen, best, rtol=1e-12), shape

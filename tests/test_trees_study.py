@@ -70,6 +70,16 @@ def test_bad_tree_options(tmp_path, argv, fragment):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+def test_a_tree_in_a_config_file_on_a_chains_only_profile_names_the_field(tmp_path):
+    """The refusal names the file and its field, as every other config error does."""
+    path = tmp_path / "c.toml"
+    path.write_text('trees = ["5:4:8"]\n')
+    done = run_captured(["--config", str(path), "--out", str(tmp_path / "o")])
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert f"--config {path}: trees: 5:4:8 is a tree (topk 4 > 1)" in done.stderr, done.stderr
+    assert not os.path.exists(tmp_path / "o")
+
+
 def test_rising_sibling_vector_in_a_config_file_is_refused(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('trees = ["3:2:6"]\nsibling_vector = [0.7, 0.05, 0.1]\n')
@@ -97,6 +107,78 @@ def test_reference_study_with_trees_writes_rows_section_and_plot(tmp_path):
     # flat cost, draft 0.2 per pass: the tree 3:2:6 costs what the chain 3 costs, commits more
     tree = df[df.tree_topk == 2].set_index("batch_size")
     assert (tree.tokens_per_step > 3.0).all()
+
+
+def test_tree_section_gives_the_shape_to_run_per_batch_as_sglang_flags():
+    """A tree that wins at batch 1, ties at 8 and loses at 64: the section's flag lines run the
+    tree at 1 and the best chain (a tie goes to the chain) at 8 and 64, all three flags each."""
+    import re
+
+    from src.trees.report import summary_text
+    from src.trees.shape import check_shape
+
+    def row(batch, s, k, n, speedup, tokens):
+        return {"quality_mode": "m", "serving_mode": "continuous_refill", "batch_size": batch,
+                "tree_steps": s, "tree_topk": k, "tree_tokens": n, "gamma": n - 1,
+                "speedup": speedup, "speedup_ci_low": speedup - 0.01,
+                "speedup_ci_high": speedup + 0.01, "tokens_per_step": tokens}
+    rows = pd.DataFrame([row(1, 5, 4, 8, 2.0, 4.0), row(1, 4, 1, 5, 1.6, 3.3),
+                         row(8, 5, 4, 8, 1.505, 4.0), row(8, 4, 1, 5, 1.5, 3.3),
+                         row(64, 5, 4, 8, 1.1, 4.0), row(64, 4, 1, 5, 1.3, 3.3)])
+    text = summary_text([("t", rows, None)])
+    flags = re.findall(r"^\s+batch ([\d, ]+?)\s+--speculative-num-steps (\d+) "
+                       r"--speculative-eagle-topk (\d+) --speculative-num-draft-tokens (\d+)$",
+                       text, re.M)
+    assert [(b, (int(s), int(k), int(n))) for b, s, k, n in flags] == [
+        ("1", (5, 4, 8)), ("8, 64", (4, 1, 5))], text
+    for _, s, k, n in flags:
+        check_shape(TreeShape(int(s), int(k), int(n)))
+    assert "the share of" not in text  # 'speed' is a ratio of speedups, not a share
+
+
+def test_tree_section_names_the_shapes_within_the_best_ones_interval():
+    """Two trees within each other's interval at batch 8, apart at batch 1: the section says the
+    order at 8 is noise (a best shape that changes between batch sizes may be just that)."""
+    from src.trees.report import summary_text
+
+    def row(batch, s, k, n, speedup):
+        return {"quality_mode": "m", "serving_mode": "continuous_refill", "batch_size": batch,
+                "tree_steps": s, "tree_topk": k, "tree_tokens": n, "gamma": n - 1,
+                "speedup": speedup, "speedup_ci_low": speedup - 0.01,
+                "speedup_ci_high": speedup + 0.01, "tokens_per_step": 3.0}
+    rows = pd.DataFrame([row(1, 5, 4, 8, 2.0), row(1, 3, 2, 6, 1.8), row(1, 4, 1, 5, 1.6),
+                         row(8, 5, 4, 8, 1.5), row(8, 3, 2, 6, 1.495), row(8, 4, 1, 5, 1.3)])
+    text = summary_text([("t", rows, None)])
+    assert "within the best's 95% CI (which of these is best is noise):" in text
+    assert "      batch 8: 5:4:8 ~ 3:2:6" in text and "batch 1: 5:4:8" not in text, text
+
+
+def test_readme_tree_findings_are_generated_from_the_tree_study():
+    """README's tree findings are the block update_docs writes from the committed tree study,
+    not figures typed in (they went stale silently before)."""
+    from src.trees.report import readme_headline
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    start, end = "<!-- tree-headline:start -->", "<!-- tree-headline:end -->"
+    block = text[text.index(start) + len(start):text.index(end)].strip()
+    rows = pd.read_csv(os.path.join(ROOT, "studies", "trees", "results", "results.csv"))
+    assert block == readme_headline(rows).strip()
+    assert block.count("- ") >= 2 and "sglang / continuous_refill" in block
+
+
+def test_tree_plot_labels_each_shape_once_per_point():
+    """Where quality modes share a best tree at a batch size the plot labels it once (three modes
+    overprinted '4:4:16' at batch 1-8 of the committed study)."""
+    from src.trees.plots import plot_trees
+    rows = pd.read_csv(os.path.join(ROOT, "studies", "trees", "results", "results.csv"))
+    fig = plot_trees(rows, "t")
+    try:
+        for ax in fig.axes[::2][:2]:  # the two best-N panels
+            labels = [(t.xy, t.get_text()) for t in ax.texts]
+            assert labels and len(labels) == len(set(labels)), labels
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
 
 
 def test_tree_scenario_loads_and_names_its_shapes():
@@ -127,12 +209,31 @@ def test_acceptance_length_with_a_tree_shape(tmp_path):
                          "--no-plots", "--out", str(tmp_path / "o")])
     assert done.returncode == 0, done.stderr
     assert "with the tree 5:4:8" in done.stdout and "alpha = 0.8058" in done.stdout
+    # the default run verifies no trees (vllm-v1): the output says where the shapes are compared
+    assert "add --scenario configs/scenarios/h100-llama8b-eagle-trees.toml" in done.stdout
     # read as a chain of 5 drafts the same length means a higher top-1 rate (in the tree the
     # siblings accept part of it)
     chain = run_captured(["--acceptance-length", "3.9", "--gamma-measured", "5", "--scenario",
                           "reference", "--batch-sizes", "1", "--gammas", "2", "--quiet",
                           "--no-plots", "--out", str(tmp_path / "p")])
     assert float(chain.stdout.split("alpha = ")[1][:6]) > 0.8058
+
+
+def test_a_tree_length_is_fitted_under_the_runs_own_sibling_vector(tmp_path):
+    """With sibling_vector set in the config file, the rate fitted to a tree's accepted length is
+    the one whose tree gives that length under that vector (it used the default vector, so the
+    run's own 5:4:8 did not reproduce the 3.9 it was fitted to)."""
+    from src.cli import parse
+    from src.trees.fit import tree_tokens
+    from src.trees.siblings import vector_siblings
+    path = tmp_path / "c.toml"
+    path.write_text("sibling_vector = [0.8, 0.15, 0.05]\n")
+    plan = parse(["--config", str(path), "--acceptance-length", "3.9", "--shape-measured",
+                  "5:4:8", "--scenario", "reference", "--out", str(tmp_path / "o")])
+    alpha = plan.cfg.alpha_modes["tau3.9_s5k4n8"].rates[0]
+    assert tree_tokens(alpha, parse_shape("5:4:8"), vector_siblings((0.8, 0.15, 0.05))) == \
+        pytest.approx(3.9, abs=1e-6)
+    assert any("sibling vector [0.8, 0.15, 0.05]" in line for line in plan.measured_acceptance)
 
 
 def test_acceptance_length_shape_errors(tmp_path):
@@ -165,6 +266,42 @@ def test_recommend_prints_the_best_tree_as_all_three_sglang_flags():
     assert any(int(k) > 1 for _, k, _ in flags)  # at batch 1 and alpha 0.8 a tree is best
 
 
+def test_recommend_names_only_the_batch_sizes_it_evaluated_for_the_chain():
+    """Batch 1, 8, 64 at alpha 0.8: a tree at 8, a chain at 64; the advice names 64, the batch
+    evaluated, instead of claiming every batch above 8."""
+    import re
+    done = run_captured(["recommend", "--gpu", "h100-sxm", "--target", "llama-3.1-8b", "--draft",
+                         "eagle", "--draft-model-path", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+                         "--acceptance", "0.8", "--batch", "1,8,64"])
+    assert done.returncode == 0, done.stderr
+    best = dict(re.findall(r"^\s+(\d+)\s+(\d+:\d+:\d+)\s+[\d.]+x", done.stdout, re.M))
+    assert set(best) == {"1", "8", "64"}
+    assert not parse_shape(best["8"]).is_chain and parse_shape(best["64"]).is_chain
+    assert "a chain is best at batch 64 (the table's batch sizes above 8)" in done.stdout
+    assert "above batch 8 a chain is best" not in done.stdout
+    # the conditions of SGLang v0.5.10's parser, the sglang profile's version: at page size > 1
+    # it takes fa3 as well as flashinfer (server_args.py: not in ["flashinfer", "fa3"])
+    assert "SGLang v0.5.10, server_args.py: topk > 1 is refused with the trtllm_mha backend, " \
+        "with SGLANG_ENABLE_SPEC_V2=1, and at --page-size > 1 unless --attention-backend is " \
+        "flashinfer or fa3" in done.stdout
+    assert "needs page size 1 unless --attention-backend flashinfer" not in done.stdout
+
+
+def test_recommend_by_rate_gives_the_best_shape_at_each_rates_running_batch():
+    """recommend --rate: each rate gets the best shape at the batch it runs at (the mean running
+    batch of its simulation), not only the batch table."""
+    from src.hardware.scenario import load_scenario
+    from src.trees.recommend import best_shapes, recommend_lines
+    sc = load_scenario(os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle.toml"))
+    rates = [(2.0, 1.8), (16.0, 12.6)]
+    lines = recommend_lines(sc, 0.8, [1, 2, 4, 8, 16, 32, 64], 329, "launch", rates=rates)
+    expected = {b: r for b, r in ((r["batch"], r) for r in best_shapes(
+        sc.cost_model("sglang"), 0.8, [2, 13], 329))}
+    for rate, batch in (("2/s", 2), ("16/s", 13)):
+        line = next(x for x in lines if x.strip().startswith(f"{rate}: batch {batch}: "))
+        assert expected[batch]["shape"].label in line, line
+
+
 def test_trees_with_an_ngram_draft_are_refused():
     from src.config import ConfigError
     from src.hardware.scenario import scenario_from_dict
@@ -190,6 +327,23 @@ def test_serve_runs_a_tree_policy_and_refuses_it_on_vllm(tmp_path):
     df = pd.read_csv(tmp_path / "s" / "results" / "serving.csv").set_index("policy")
     assert set(df.index) == {"none", "fixed:4", "tree:4:2:8"}
     assert df.loc["tree:4:2:8", "tpot_p50_s"] < df.loc["none", "tpot_p50_s"]
+
+
+def test_serve_refuses_a_tree_on_a_chains_only_profile_before_any_costing(monkeypatch):
+    """The refusal comes before the deployments and the steady-state closed form are computed
+    (they take seconds): a bad input answers at once."""
+    from src.config import ConfigError
+    from src.online import study
+    from src.online.cli import config_from_args, make_parser
+    eagle = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle.toml")
+    cfg = config_from_args(make_parser().parse_args(
+        ["--scenario", eagle, "--policies", "none,tree:5:4:8", "--rates", "1"]))
+
+    def costed(*a, **k):
+        raise AssertionError("the deployments were built before the policies were checked")
+    monkeypatch.setattr(study, "deployments", costed)
+    with pytest.raises(ConfigError, match="engine profile vllm-v1 verifies chains only"):
+        study.prepare(cfg)
 
 
 def test_serving_tree_draw_matches_the_closed_form():

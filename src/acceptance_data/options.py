@@ -56,8 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "as trace_iid")
 
 
-def measured_acceptance(args: argparse.Namespace) -> MeasuredAcceptance:
-    """The modes the options ask for (empty when none is given); ConfigError on bad input."""
+def measured_acceptance(args: argparse.Namespace,
+                        sibling_vector: tuple | None = None) -> MeasuredAcceptance:
+    """The modes the options ask for (empty when none is given); ConfigError on bad input.
+    `sibling_vector`: the run's Sequoia vector, for a length measured with a tree (None: the
+    default)."""
     modes: dict[str, AlphaDistribution] = {}
     lines: list[str] = []
     if args.model_name is not None and args.acceptance_from_vllm is None:
@@ -73,7 +76,7 @@ def measured_acceptance(args: argparse.Namespace) -> MeasuredAcceptance:
     if args.acceptance_length is not None and args.shape_measured is not None:
         from src.trees.measured import acceptance_from_tree_length
         acc = acceptance_from_tree_length(args.acceptance_length, args.shape_measured,
-                                          args.gamma_measured)
+                                          args.gamma_measured, sibling_vector)
         modes[acc.mode_name] = acc.to_mode()
         lines += acc.describe()
     elif args.acceptance_length is not None:

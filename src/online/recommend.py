@@ -369,6 +369,7 @@ def report(args) -> str:
         t = t.set_index(["policy", "rate_per_s"])
         bursts = [f"{r:g}/s" for r in rates
                   if not (t.loc[("schedule", r)].steady_state and t.loc[("none", r)].steady_state)]
+        rate_batches = [(r, float(t.loc[("schedule", r)].mean_batch)) for r in rates]
         for r in rates:
             row = t.loc[("schedule", r)]
             tpot = 1 / row.tpot_p50_speedup - 1
@@ -468,7 +469,7 @@ def report(args) -> str:
             launch = (f"python -m sglang.launch_server --model-path {model}{tp_flag} "
                       + chain_flags.rsplit(" --speculative-num-steps", 1)[0])
             lines += recommend_lines(sc, alpha, batches or [1, 2, 4, 8, 16, 32, 64], context,
-                                     launch) + [""]
+                                     launch, rates=None if batches else rate_batches) + [""]
     lines.append("Assumptions:")
     lines += [
         f"  - acceptance: every draft token is accepted with probability {alpha:g}, independently "

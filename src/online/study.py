@@ -81,8 +81,26 @@ def longest_request_tokens(cfg: ServeConfig) -> int:
     return max_length_tokens(cfg.prompt_len) + max_length_tokens(cfg.output_len)
 
 
+def check_tree_policies(cfg: ServeConfig) -> None:
+    """ConfigError now, before the deployments and the steady state are computed (seconds), where
+    a tree:S:K:N policy (topk > 1) meets an engine profile that verifies chains only
+    (src/presets/tree_engines.toml). A malformed item is left to parse_policies, which names it."""
+    from src.trees.costs import check_engines_verify
+    from src.trees.shape import TreeShapeError, parse_shape
+    trees = []
+    for part in str(cfg.policies).split(","):
+        head, _, rest = part.strip().partition(":")
+        if head == "tree":
+            try:
+                trees.append(parse_shape(rest))
+            except TreeShapeError:
+                continue
+    check_engines_verify(trees, (cfg.engine_profile,), "--policies")
+
+
 def prepare(cfg: ServeConfig) -> Prepared:
     """Deployments, policies, the default schedule; ConfigError where a request cannot fit."""
+    check_tree_policies(cfg)
     deps = deployments(cfg)
     bs = cfg.limits.block_size_tokens
     need_tokens = longest_request_tokens(cfg) + cfg.max_gamma + 1
@@ -137,10 +155,6 @@ def prepare(cfg: ServeConfig) -> Prepared:
     policies = parse_policies(
         cfg.policies, default_gamma, cfg.max_gamma, schedule, max(default_off_above, 1)
     )
-    trees = [p.shape for p in policies if getattr(p, "shape", None) is not None]
-    if trees:  # a tree needs an engine profile that verifies trees (src/presets/tree_engines.toml)
-        from src.trees.costs import check_engines_verify
-        check_engines_verify(trees, (cfg.engine_profile,), "--policies")
     if not any(p.name == "none" for p in policies):  # every speedup is measured against it
         policies = [NoSpeculation()] + policies
     return Prepared(deps, tuple(policies), schedule, speedups, default_gamma, mean_ctx, profile)

@@ -57,6 +57,7 @@ class TreeLengthAcceptance:
     tau: float
     shape: TreeShape
     alpha: float
+    sibling_vector: tuple | None = None  # Sequoia's p_1, p_2, ... of the fit; None: the default
 
     @property
     def mode_name(self) -> str:
@@ -66,6 +67,11 @@ class TreeLengthAcceptance:
     def describe(self) -> list[str]:
         return [f"mean acceptance length {self.tau:g} with the tree {self.shape.label} "
                 f"(S:K:N, bonus token included) -> top-1 per-token rate alpha = {self.alpha:.4f} "
-                "(tree acceptance model, default sibling vector)",
+                "(tree acceptance model, "
+                + ("default sibling vector)" if self.sibling_vector is None else
+                   f"sibling vector {list(self.sibling_vector)})"),
                 "  (the weaker input: a single mean hides any decay along the draft and the "
-                "siblings' real shares; other shapes are extrapolated)"]
+                "siblings' real shares; other shapes are extrapolated)",
+                "  (trees run only on engine profiles that verify them: add --scenario "
+                "configs/scenarios/h100-llama8b-eagle-trees.toml, or a scenario of yours with "
+                "engine_profiles = [\"sglang\"] and trees, to compare shapes)"]

@@ -43,7 +43,9 @@ class TreeLength:
                                 f"the tree {a.shape.label}, tree-model inversion")
 
 
-def acceptance_from_tree_length(tau, shape_text, gamma_measured):
+def acceptance_from_tree_length(tau, shape_text, gamma_measured, sibling_vector=None):
+    """The mode of a mean accepted length measured with a shape; a tree's rate is fitted under
+    `sibling_vector` (Sequoia's p_1, p_2, ...; None: the default), the vector the run uses."""
     if gamma_measured is not None:
         raise ConfigError("--shape-measured", "give either --gamma-measured K (a chain) or "
                                               "--shape-measured S:K:N, not both")
@@ -54,8 +56,12 @@ def acceptance_from_tree_length(tau, shape_text, gamma_measured):
     if shape.is_chain:
         return ChainLength(sglang.acceptance_from_length(tau, shape.steps))
     t = _number("--acceptance-length", tau)
+    from src.trees.siblings import SiblingVector, vector_siblings
+    siblings = SiblingVector() if sibling_vector is None else vector_siblings(sibling_vector)
     try:
-        alpha = alpha_from_tree_length(t, shape)
+        alpha = alpha_from_tree_length(t, shape, siblings)
     except TreeFitError as e:
         raise ConfigError("--acceptance-length", str(e)) from None
-    return TreeLength(TreeLengthAcceptance(t, shape, alpha))
+    return TreeLength(TreeLengthAcceptance(t, shape, alpha,
+                                           None if sibling_vector is None else
+                                           tuple(sibling_vector)))

@@ -28,6 +28,7 @@ def plot_trees(rows: pd.DataFrame, title: str):
     for e_i, engine in enumerate(engines):
         best = best_rows(rows[rows.engine_profile == engine])
         ax_n, ax_s = axes[e_i]
+        labelled: dict[tuple, list[str]] = {}  # (batch, N) -> shapes annotated there
         for m_i, mode in enumerate(modes):
             b = best[best.quality_mode == mode].sort_values("batch_size")
             if b.empty:
@@ -43,8 +44,15 @@ def plot_trees(rows: pd.DataFrame, title: str):
             ax_s.plot(b.batch_size, [c.speedup for c in b.chain], marker=MARKERS[m_i],
                       color=colors[mode], ls="--", mfc="white", label=f"{mode}: best chain")
             for x, t in zip(b.batch_size, b.tree):
+                # one label per shape and point (modes that share it would overprint it); a
+                # second shape of the same N at the same batch goes below the first
+                here = labelled.setdefault((int(x), int(t.tree_tokens)), [])
+                if shape_label(t) in here:
+                    continue
                 ax_n.annotate(shape_label(t), (x, int(t.tree_tokens)), fontsize=FONT_PT - 2,
-                              xytext=(3, 3), textcoords="offset points", color=colors[mode])
+                              xytext=(3, 3 - 9 * len(here)), textcoords="offset points",
+                              color=colors[mode])
+                here.append(shape_label(t))
         ax_n.set_yscale("log", base=2)
         ax_n.set_ylabel("best tree size N (tokens verified per sequence)")
         ticks = sorted({int(v) for v in rows[rows.tree_topk > 1].tree_tokens})

@@ -7,11 +7,13 @@ these are SGLang's flags) and the tree acceptance model at the i.i.d. top-1 rate
 with Sequoia's sibling vector (src/trees/siblings.py). Shapes searched: S = 1..8, K in 2, 4, 8,
 N in TOKENS within SGLang's candidate pool, and the chains S:1:S+1.
 
-SGLang's rules (python/sglang/srt/server_args.py): --speculative-num-steps, --speculative-eagle-topk
-and --speculative-num-draft-tokens are given together (the auto defaults apply only when
-num_steps is unset, and then the other two must be unset too); with topk 1 num_draft_tokens is
-set to num_steps + 1; topk > 1 is refused with the trtllm_mha backend and, with page_size > 1,
-with any backend but flashinfer; the overlap scheduler (spec v2) needs topk 1.
+SGLang's rules, v0.5.10.post1 (the sglang profile's version), python/sglang/srt/server_args.py
+_handle_speculative_decoding: --speculative-num-steps, --speculative-eagle-topk and
+--speculative-num-draft-tokens are given together (the auto defaults apply only when num_steps is
+unset, and then the other two must be unset too); with topk 1 num_draft_tokens is set to
+num_steps + 1; topk > 1 raises with the trtllm_mha backend, with SGLANG_ENABLE_SPEC_V2, and with
+page_size > 1 unless the attention backend is flashinfer or fa3 (its message names flashinfer
+only); _handle_page_size sets page_size 1 when unset. Other versions differ (design.md).
 """
 from __future__ import annotations
 
@@ -64,8 +66,23 @@ def sglang_tree_flags(shape: TreeShape) -> str:
             f"--speculative-num-draft-tokens {shape.tokens}")
 
 
-def recommend_lines(scenario, alpha: float, batches, context: int, launch: str) -> list[str]:
-    """The section's lines; `launch` is the SGLang command before its speculative flags."""
+def rate_lines(cost, alpha: float, rates, context: int) -> list[str]:
+    """recommend --rate: per request rate, the best shape at the batch that rate runs at (the
+    mean running batch its simulation found, rounded; at least 1)."""
+    at = [max(1, int(round(b))) for _, b in rates]
+    best = {r["batch"]: r for r in best_shapes(cost, alpha, sorted(set(at)), context)}
+    out = ["  by request rate (each at the mean running batch simulated above, rounded):"]
+    for (rate, _), b in zip(rates, at):
+        r = best[b]
+        out.append(f"    {rate:g}/s: batch {b}: {r['shape'].label} ({r['speedup']:.2f}x; best "
+                   f"chain {r['chain'].label} {r['chain_speedup']:.2f}x)")
+    return out
+
+
+def recommend_lines(scenario, alpha: float, batches, context: int, launch: str,
+                    rates=None) -> list[str]:
+    """The section's lines; `launch` is the SGLang command before its speculative flags;
+    `rates`: (rate, mean running batch) pairs of recommend --rate, answered per rate too."""
     cost = scenario.cost_model("sglang")
     rows = best_shapes(cost, alpha, batches, context)
     lines = [f"SGLang token trees (engine profile sglang, steady state at {context} tokens; tree "
@@ -75,6 +92,8 @@ def recommend_lines(scenario, alpha: float, batches, context: int, launch: str) 
     for r in rows:
         lines.append(f"  {r['batch']:>5}  {r['shape'].label:<10} {r['speedup']:>6.2f}x  "
                      f"{r['chain'].label:<10} {r['chain_speedup']:>6.2f}x")
+    if rates:
+        lines += rate_lines(cost, alpha, rates, context)
     first = rows[0]
     if first["speedup"] <= 1.0:
         lines.append("  no shape speeds up these batch sizes: serve without speculation")
@@ -84,11 +103,19 @@ def recommend_lines(scenario, alpha: float, batches, context: int, launch: str) 
     trees_win = [r["batch"] for r in rows if not r["shape"].is_chain]
     if trees_win and len(trees_win) < len(rows):
         above = max(trees_win)
-        chain = next(r for r in rows if r["batch"] > above)["chain"]
-        lines.append(f"  (one shape per server: above batch {above} a chain is best; for such "
-                     f"loads use {sglang_tree_flags(chain)})")
-    lines.append("  (topk > 1 needs page size 1 unless --attention-backend flashinfer, and no "
-                 "trtllm_mha backend; SGLANG_ENABLE_SPEC_V2 needs topk 1: server_args.py)")
+        chain_rows = [r for r in rows if r["batch"] > above]
+        asked = ", ".join(str(r["batch"]) for r in chain_rows)
+        # only the batch sizes asked were evaluated: say which, not "above batch X"
+        lines.append(f"  (one shape per server: a chain is best at batch {asked} (the table's "
+                     f"batch sizes above {above}); for such loads use "
+                     f"{sglang_tree_flags(chain_rows[0]['chain'])})")
+    # SGLang v0.5.10.post1 (the sglang profile's version, engines.toml sgl-0510), server_args.py
+    # _handle_speculative_decoding: topk > 1 raises with trtllm_mha, with SGLANG_ENABLE_SPEC_V2,
+    # and with page_size > 1 unless the attention backend is flashinfer or fa3
+    lines.append("  (SGLang v0.5.10, server_args.py: topk > 1 is refused with the trtllm_mha "
+                 "backend, with SGLANG_ENABLE_SPEC_V2=1, and at --page-size > 1 unless "
+                 "--attention-backend is flashinfer or fa3; the default page size is 1; other "
+                 "versions differ: design.md, section 18)")
     lines.append("vLLM V1 verifies chains only (tree attention removed, PR #42121): its best is "
                  "the chain schedule above.")
     return lines

@@ -67,8 +67,35 @@ def best_rows(rows: pd.DataFrame) -> pd.DataFrame:
             verdict = "chain"
         else:
             verdict = "tie"
-        out.append({**dict(zip(keys, key)), "tree": t, "chain": c, "verdict": verdict})
+        out.append({**dict(zip(keys, key)), "tree": t, "chain": c, "verdict": verdict,
+                    "tree_ties": _ties(trees, t), "chain_ties": _ties(chains, c)})
     return pd.DataFrame(out)
+
+
+def _ties(shapes: pd.DataFrame, best) -> list[str]:
+    """Labels of the other shapes whose interval reaches the best's (their order is noise)."""
+    others = shapes[(shapes.speedup_ci_high >= best.speedup_ci_low) & (shapes.index != best.name)]
+    return [shape_label(r) for _, r in others.sort_values("speedup", ascending=False).iterrows()]
+
+
+def tie_lines(best: pd.DataFrame) -> list[str]:
+    """Where another shape's interval overlaps the best tree's or chain's: the best of those is
+    the best by its mean only, so a change of best shape between batch sizes may be noise."""
+    parts = []
+    for _, r in best.sort_values("batch_size").iterrows():
+        ties = [f"{shape_label(b)} ~ {', '.join(t)}" for b, t in
+                ((r.tree, r.tree_ties), (r.chain, r.chain_ties)) if t]
+        if ties:
+            parts.append(f"batch {int(r.batch_size)}: {'; '.join(ties)}")
+    if not parts:
+        return []
+    lines = ["    within the best's 95% CI (which of these is best is noise):"]
+    for part in parts:  # one batch size's ties are never split across lines
+        if len(lines) > 1 and len(lines[-1]) + 3 + len(part) <= 100:
+            lines[-1] += " | " + part
+        else:
+            lines.append("      " + part)
+    return lines
 
 
 def tree_loses_from(best: pd.DataFrame) -> int | None:
@@ -81,6 +108,43 @@ def tree_loses_from(best: pd.DataFrame) -> int | None:
     return int(b.batch_size.iloc[last_win + 1])
 
 
+def run_shape(r) -> str:
+    """What to run at a batch: the tree where it wins, plain decoding where neither speeds up,
+    else the best chain (a tie goes to the chain: it needs no tree attention)."""
+    if r.verdict == "tree":
+        return shape_label(r.tree)
+    if r.verdict == "no speculation":
+        return "none"
+    return shape_label(r.chain)
+
+
+def sglang_flags(label: str) -> str:
+    """SGLang's three flags for a shape label ('S:K:N' or 'chain G'); SGLang needs all three."""
+    from src.trees.recommend import sglang_tree_flags
+    from src.trees.shape import TreeShape, parse_shape
+    if label == "none":
+        return "no speculation (leave out --speculative-algorithm)"
+    if label.startswith("chain "):
+        return sglang_tree_flags(TreeShape.chain(int(label.split()[1])))
+    return sglang_tree_flags(parse_shape(label))
+
+
+def flag_lines(best: pd.DataFrame) -> list[str]:
+    """One line per run of consecutive batch sizes that share the shape to run (run_shape)."""
+    groups: list[tuple[str, list[int]]] = []
+    for _, r in best.sort_values("batch_size").iterrows():
+        label = run_shape(r)
+        if groups and groups[-1][0] == label:
+            groups[-1][1].append(int(r.batch_size))
+        else:
+            groups.append((label, [int(r.batch_size)]))
+    out = ["    as SGLang flags:"]
+    for label, batches in groups:
+        which = "batch " + ", ".join(map(str, batches))
+        out.append(f"      {which:<16} {sglang_flags(label)}")
+    return out
+
+
 def summary_text(parts: list[tuple[str, pd.DataFrame, object]]) -> str | None:
     """The section for parts (title, chain + tree rows, StudyConfig); None without tree rows."""
     parts = [p for p in parts if p[1] is not None and (p[1].tree_topk > 1).any()]
@@ -89,9 +153,11 @@ def summary_text(parts: list[tuple[str, pd.DataFrame, object]]) -> str | None:
     out = ["Token trees at batch > 1", "=" * 24, "",
            "Best SGLang tree (S:K:N = num_steps:eagle_topk:num_draft_tokens) and best chain per "
            "batch size, simulated speedup over greedy with 95% CI; 'wins' needs disjoint CIs "
-           "(design.md, 'Token trees'). 'tokens' is the tree's accepted length over the chain's "
-           "(tokens per step), 'speed' its speedup over the chain's: the share of the accepted-"
-           "length gain the tree's extra verification and draft work leaves."]
+           "(design.md, 'Token trees'). 'tokens': the best tree's tokens per step over the best "
+           "chain's (that chain's length, not the tree's depth), 'speed': the tree's speedup over "
+           "the chain's; 'speed' below 'tokens' is what the tree's extra verification and draft "
+           "work costs of the gain. Under each table, the shape to run per batch size as SGLang "
+           "flags (the tree where it wins, else the best chain)."]
     for title, rows, cfg in parts:
         best = best_rows(rows)
         out += ["", title]
@@ -116,6 +182,8 @@ def summary_text(parts: list[tuple[str, pd.DataFrame, object]]) -> str | None:
             else:
                 out.append(f"    from batch {loses} on a chain (or plain decoding) is at least "
                            "as good as every tree")
+            out += tie_lines(g)
+            out += flag_lines(g)
         out += sequoia_lines(rows, cfg)
     return "\n".join(out)
 
@@ -154,3 +222,33 @@ def sequoia_lines(rows: pd.DataFrame, cfg) -> list[str]:
             cells.append(f"{ours:.2f} / {best:.2f}")
         out.append(f"    {mode:<28}" + "".join(f"{c:>15}" for c in cells))
     return out
+
+
+def readme_headline(rows: pd.DataFrame) -> str:
+    """README's tree findings, from the tree study's results.csv (chain and tree rows): per engine
+    profile and serving mode, the quality modes grouped by the batch size from which a chain (or
+    plain decoding) is at least as good as every tree (tree_loses_from), and the best tree at
+    the smallest batch size."""
+    best = best_rows(rows)
+    keys = [k for k in ("engine_profile", "serving_mode") if k in best]
+    lines = []
+    for key, g in best.groupby(keys, sort=False):
+        where = " / ".join(str(v) for v in (key if isinstance(key, tuple) else (key,)))
+        groups: dict[str, list[str]] = {}
+        for mode, m in g.groupby("quality_mode", sort=False):
+            loses = tree_loses_from(m)
+            m = m.sort_values("batch_size")
+            first = m.iloc[0]
+            if loses is None:
+                text = f"the tree still wins at batch {int(m.batch_size.max())}"
+            elif loses > m.batch_size.min():
+                text = (f"from batch {loses} on a chain (or plain decoding) is at least as good "
+                        "as every tree")
+            else:
+                text = "no tree beats the best chain at any batch size"
+            groups.setdefault(text, []).append(
+                f"{mode} (best at batch {int(first.batch_size)}: "
+                f"{shape_label(first.tree)}, {first.tree.speedup:.2f}x)")
+        parts = [f"{text} in {', '.join(modes)}" for text, modes in groups.items()]
+        lines.append(f"- {where}: " + "; ".join(parts) + ".")
+    return "\n".join(lines)
