@@ -15,6 +15,12 @@ Hardware cost model (src/costmodel/hardware.py), per step with n active sequence
   2..S draft K tokens per sequence: the chain's S one-token passes plus (S - 1) x (the pass of
   K positions - the pass of 1 position), physics from the same tables.
 * host work per tree: tree_cpu_per_seq_ms x n (0 for SGLang: the tree is built on the GPU).
+* the tree's own tensor ops (engines that launch them one by one from Python, as EAGLE's reference
+  implementation does): k = tree_eager_kernels_fixed + (S - 1) tree_eager_kernels_per_draft_pass
+  + (N - 1) tree_eager_kernels_per_token ops per step, priced as SGLang's spec_step_eager_kernels
+  are (roofline.py): pnorm(k (kernel_fixed + gap), k cpu_launch, p) with pytorch-eager's fitted
+  launch costs (engines.toml, h200_calibration.toml), once per step, serial with the passes (the
+  ops sit behind host syncs: .tolist(), .item(); tree_engines.toml lists them).
 The flat cost model has no notion of tokens: a tree step costs 1 + S c, as a chain of S.
 Which passes replay CUDA graphs, up to which batch, and what SGLang runs eagerly between them is
 the engine profile's (engines.toml: cuda_graph_max_batch_by_gpu_memory, draft_passes_one_graph,
@@ -39,18 +45,42 @@ class TreeEngine:
     cascade_attention: bool = False
     accepted_path_copy: bool = False
     tree_cpu_per_seq_ms: float = 0.0
+    tree_eager_kernels_fixed: int = 0
+    tree_eager_kernels_per_draft_pass: int = 0
+    tree_eager_kernels_per_token: int = 0
+
+    def eager_kernels(self, shape: TreeShape) -> int:
+        """Tensor ops a step of this tree launches eagerly for the tree itself (0 for chains)."""
+        if shape.is_chain:
+            return 0
+        return (self.tree_eager_kernels_fixed
+                + (shape.steps - 1) * self.tree_eager_kernels_per_draft_pass
+                + (shape.tokens - 1) * self.tree_eager_kernels_per_token)
 
 
-def tree_engines(path: Path = TREE_ENGINES_FILE) -> dict[str, TreeEngine]:
+EAGER_COUNT_FIELDS = ("tree_eager_kernels_fixed", "tree_eager_kernels_per_draft_pass",
+                      "tree_eager_kernels_per_token")
+
+
+def tree_engines(path: Path | None = None) -> dict[str, TreeEngine]:
     """The [engines] table of src/presets/tree_engines.toml, read by the project's one TOML
-    reader (src/input_files.py; its parse is cached, and tree_engine asks once per profile)."""
-    table = read_toml(path, "tree engines")["engines"]
+    reader (src/input_files.py; its parse is cached, and tree_engine asks once per profile).
+    CostModelInputError naming the field where an eager kernel count is not an integer >= 0."""
+    from src.costmodel.presets import CostModelInputError
+    table = read_toml(TREE_ENGINES_FILE if path is None else path, "tree engines")["engines"]
+    for name, values in table.items():
+        for field in EAGER_COUNT_FIELDS:
+            v = values.get(field, 0)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise CostModelInputError(f"tree_engines.toml engines.{name}.{field}",
+                                          f"{v!r} is not a kernel count (an integer >= 0)")
     return {name: TreeEngine(**values) for name, values in table.items()}
 
 
-def chains_only_reason(name: str, path: Path = TREE_ENGINES_FILE) -> str:
+def chains_only_reason(name: str, path: Path | None = None) -> str:
     """Why a profile verifies chains only: its [chains_only] line in tree_engines.toml."""
-    reasons = read_toml(path, "tree engines").get("chains_only", {})
+    reasons = read_toml(TREE_ENGINES_FILE if path is None else path,
+                        "tree engines").get("chains_only", {})
     return reasons.get(name, "src/presets/tree_engines.toml lists no tree verification for it")
 
 
@@ -81,6 +111,24 @@ def _engine_name(cost) -> str:
     return getattr(engine, "name", "") if engine is not None else ""
 
 
+EAGER_LAUNCH_COSTS_FROM = "pytorch-eager"  # the profile whose eager launch costs were fitted
+
+
+def tree_eager_ms(cost, e: TreeEngine, shape: TreeShape) -> float:
+    """Time of a tree step's own eager tensor ops (see the module docstring), ms per step."""
+    k = e.eager_kernels(shape)
+    if k == 0:
+        return 0.0
+    from src.costmodel.engines import engine_profile
+    from src.costmodel.roofline import _pnorm, kernel_fixed_s
+    p = cost.engine  # its own launch costs where it has them (pytorch-eager), else pytorch-eager's
+    if not p.cpu_launch_us_per_kernel:
+        p = engine_profile(EAGER_LAUNCH_COSTS_FROM)
+    kfix = kernel_fixed_s(cost.gpu, cost.params)
+    return float(_pnorm(k * (kfix + p.launch_gap_us_per_kernel * 1e-6),
+                        k * p.cpu_launch_us_per_kernel * 1e-6, p.launch_overlap_p)) * 1e3
+
+
 def verify_ms(cost, shape: TreeShape, n_seqs, sum_ctx, mid=None, start=None) -> np.ndarray:
     """Time of one tree verification (see the module docstring), per step."""
     base = np.asarray(cost.target_pass_time_totals(n_seqs, sum_ctx, shape.tokens, mid, start),
@@ -91,7 +139,7 @@ def verify_ms(cost, shape: TreeShape, n_seqs, sum_ctx, mid=None, start=None) -> 
     e = tree_engine(_engine_name(cost))
     n = np.asarray(n_seqs, dtype=float)
     N = shape.tokens
-    extra = e.tree_cpu_per_seq_ms * n
+    extra = e.tree_cpu_per_seq_ms * n + np.where(n > 0, tree_eager_ms(cost, e, shape), 0.0)
     if e.cascade_attention:
         second = cost._attention_pnorm_ms(target_c, n, n * N, N, n * N)
         extra = extra + np.where(n > 0, target_c.attn_fixed_s * 1e3, 0.0) + second
