@@ -33,8 +33,9 @@ refills each freed slot, in slot order, with the next queued request before the 
 
 numba compiles this loop (cache=True keeps the machine code in __pycache__, so only the first run
 on a machine pays the compile time); design.md, "Speed", gives the measurements behind it.
-numba keys a cached function by its own file: after a change to a draw function in another file
-(src/acceptance.py, src/trees/accept.py) delete __pycache__, or the loop keeps the old one.
+numba keys a cached function by its own file; src/online/compiled_cache.py stamps this file's
+and the draws' (src/acceptance.py, src/trees/accept.py) with one hash of all three, so a change to
+a draw recompiles the loop too.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ import numpy as np
 from numba import njit
 
 from src import acceptance
+from src.online import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
 from src.trees import accept
 
 accepted_drafts_from_exponential = njit(cache=True)(acceptance.accepted_drafts_from_exponential)

@@ -255,3 +255,18 @@ def test_sglang_selection_is_the_best_n_minus_1_of_an_independently_built_pool()
         best = sorted((value(p) for p in pool), reverse=True)[:sh.tokens - 1]
         chosen = sorted(node_values(sglang_tree(sh, q), q)[1:], reverse=True)
         assert np.allclose(chosen, best, rtol=1e-12), shape
+
+
+def test_the_study_loop_s_numba_cache_is_stamped_with_its_draws_files():
+    """The study loop compiles the draws of src/acceptance.py and src/trees/accept.py into itself;
+    numba would key its cache by step_engine.py alone and keep a stale draw after an edit there.
+    src/online/compiled_cache.py stamps all three with one hash of the three files."""
+    from src import step_engine
+    from src.online import compiled_cache
+    stamp = compiled_cache.sources_stamp(compiled_cache.STUDY_LOOP_SOURCES)
+    assert stamp != compiled_cache.sources_stamp()
+    for f in (step_engine.run_steps, step_engine.accepted_drafts_from_exponential,
+              step_engine.accepted_tree_drafts):
+        locator = f._cache._impl._locator
+        assert isinstance(locator, compiled_cache.EngineSourcesLocator), f
+        assert locator.get_source_stamp() == stamp
