@@ -437,3 +437,15 @@ def test_every_engine_profile_says_whether_it_verifies_trees():
     profiles = set(read_toml(ENGINES_FILE, "engines")["engines"])
     trees = read_toml(TREE_ENGINES_FILE, "tree engines")
     assert profiles == set(trees["engines"]) | set(trees["chains_only"])
+
+
+def test_a_best_tree_at_the_edge_of_the_tree_grid_is_flagged():
+    """As a best gamma at the top of the gamma grid is: the committed tree study's best at batch 1
+    is its largest tree, 8:8:64; from batch 16 on its best trees lie inside the grid."""
+    from src.trees.report import best_rows, edge_lines
+    rows = pd.read_csv(os.path.join(ROOT, "studies", "trees", "results", "results.csv"))
+    rows = rows[(rows.engine_profile == "sglang") & (rows.quality_mode == "eagle_mtbench")]
+    lines = edge_lines(best_rows(rows), rows)
+    assert len(lines) == 1 and "8:8:64 at batch 1" in lines[0] and "largest N 64" in lines[0]
+    large = rows[rows.batch_size >= 16]
+    assert edge_lines(best_rows(large), large) == []

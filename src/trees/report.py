@@ -98,6 +98,21 @@ def tie_lines(best: pd.DataFrame) -> list[str]:
     return lines
 
 
+def edge_lines(best: pd.DataFrame, rows: pd.DataFrame) -> list[str]:
+    """A line where the best tree is the grid's largest (most tokens N, or deepest S): the optimum
+    may lie beyond the shapes tried, as a best gamma at the top of the gamma grid may."""
+    trees = rows[rows.tree_topk > 1]
+    top_n, top_s = int(trees.tree_tokens.max()), int(trees.tree_steps.max())
+    at_edge = [r for _, r in best.sort_values("batch_size").iterrows()
+               if int(r.tree.tree_tokens) == top_n or int(r.tree.tree_steps) == top_s]
+    if not at_edge:
+        return []
+    where = ", ".join(f"{shape_label(r.tree)} at batch {int(r.batch_size)}" for r in at_edge)
+    return [f"    at the edge of the tree grid (largest N {top_n} or depth S {top_s} tried): "
+            f"{where}; a larger tree may be faster: add one to --trees (N - 1 <= K + (S - 1) "
+            "K^2)"]
+
+
 def tree_loses_from(best: pd.DataFrame) -> int | None:
     """Smallest batch size from which on the tree never wins (None if it wins at the largest)."""
     b = best.sort_values("batch_size")
@@ -182,6 +197,7 @@ def summary_text(parts: list[tuple[str, pd.DataFrame, object]]) -> str | None:
             else:
                 out.append(f"    from batch {loses} on a chain (or plain decoding) is at least "
                            "as good as every tree")
+            out += edge_lines(g, rows)
             out += tie_lines(g)
             out += flag_lines(g)
         out += sequoia_lines(rows, cfg)
