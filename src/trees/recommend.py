@@ -86,7 +86,9 @@ def recommend_lines(scenario, alpha: float, batches, context: int, launch: str,
     cost = scenario.cost_model("sglang")
     rows = best_shapes(cost, alpha, batches, context)
     lines = [f"SGLang token trees (engine profile sglang, steady state at {context} tokens; tree "
-             f"acceptance model: top-1 rate {alpha:g}, Sequoia's sibling vector):",
+             f"acceptance model: top-1 rate {alpha:g}, Sequoia's sibling vector; 'best chain' is "
+             "the fastest chain S:1:S+1 at each batch, where the gamma schedule above keeps the "
+             "fewest gammas within its tolerance of the best, so the two may differ):",
              f"  {'batch':>5}  {'best shape':<10} {'speedup':>7}  {'best chain':<10} "
              f"{'speedup':>7}"]
     for r in rows:
