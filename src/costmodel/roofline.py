@@ -296,9 +296,7 @@ def pass_coefficients(
         n_kernels_verify_extra=L * e.verification_extra_kernels_per_layer,
         cuda_graphs=e.cuda_graphs,
         cuda_graph_max_seqs=e.cuda_graph_max_batch(gpu.memory_gb, tp),
-        spec_step_eager_s=float(_pnorm(
-            e.spec_step_eager_kernels * (kfix + e.launch_gap_us_per_kernel * 1e-6),
-            e.spec_step_eager_kernels * e.cpu_launch_us_per_kernel * 1e-6, e.launch_overlap_p)),
+        spec_step_eager_s=eager_kernels_s(e.spec_step_eager_kernels, kfix, e),
         cpu_launch_s=e.cpu_launch_us_per_kernel * 1e-6,
         launch_gap_s=e.launch_gap_us_per_kernel * 1e-6,
         launch_overlap_p=e.launch_overlap_p,
@@ -307,6 +305,13 @@ def pass_coefficients(
         comm_bytes_per_token=h * B,
         **variant,
     )
+
+
+def eager_kernels_s(n_kernels: int, kernel_fixed: float, e: EngineProfile) -> float:
+    """Seconds of n kernels launched one by one from the host with e's launch costs:
+    pnorm(n (kernel_fixed + gap), n cpu_launch, p), GPU time and host launches overlapping."""
+    return float(_pnorm(n_kernels * (kernel_fixed + e.launch_gap_us_per_kernel * 1e-6),
+                        n_kernels * e.cpu_launch_us_per_kernel * 1e-6, e.launch_overlap_p))
 
 
 def _pnorm(a, b, p):

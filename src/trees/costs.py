@@ -120,13 +120,11 @@ def tree_eager_ms(cost, e: TreeEngine, shape: TreeShape) -> float:
     if k == 0:
         return 0.0
     from src.costmodel.engines import engine_profile
-    from src.costmodel.roofline import _pnorm, kernel_fixed_s
+    from src.costmodel.roofline import eager_kernels_s, kernel_fixed_s
     p = cost.engine  # its own launch costs where it has them (pytorch-eager), else pytorch-eager's
     if not p.cpu_launch_us_per_kernel:
         p = engine_profile(EAGER_LAUNCH_COSTS_FROM)
-    kfix = kernel_fixed_s(cost.gpu, cost.params)
-    return float(_pnorm(k * (kfix + p.launch_gap_us_per_kernel * 1e-6),
-                        k * p.cpu_launch_us_per_kernel * 1e-6, p.launch_overlap_p)) * 1e3
+    return eager_kernels_s(k, kernel_fixed_s(cost.gpu, cost.params), p) * 1e3
 
 
 def verify_ms(cost, shape: TreeShape, n_seqs, sum_ctx, mid=None, start=None) -> np.ndarray:
