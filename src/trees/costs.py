@@ -165,6 +165,19 @@ def draft_ms(cost, shape: TreeShape, n_seqs, sum_ctx, mid=None, start=None) -> n
     return base + (shape.steps - 1) * np.where(n > 0, wide, 0.0)
 
 
+def steady_step_ms(cost, shape: TreeShape, batch: int, context: int) -> float:
+    """One speculative step of `batch` sequences, each at `context` tokens: the tree's
+    verification of N tokens + its S draft passes."""
+    n, ctx = np.array([batch]), np.array([batch * context])
+    return float(verify_ms(cost, shape, n, ctx)[0] + draft_ms(cost, shape, n, ctx)[0])
+
+
+def steady_greedy_ms(cost, batch: int, context: int) -> float:
+    """One greedy pass of `batch` sequences, each at `context` tokens."""
+    n, ctx = np.array([batch]), np.array([batch * context])
+    return float(cost.target_pass_time_totals(n, ctx, 1)[0])
+
+
 @dataclass(frozen=True)
 class TreeCost:
     """A cost model seen through one tree shape, in the interface src/serving.price_steps uses

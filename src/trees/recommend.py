@@ -17,9 +17,7 @@ only); _handle_page_size sets page_size 1 when unset. Other versions differ (des
 """
 from __future__ import annotations
 
-import numpy as np
-
-from src.trees.costs import draft_ms, verify_ms
+from src.trees.costs import steady_greedy_ms, steady_step_ms
 from src.trees.fit import tree_tokens
 from src.trees.shape import TreeShape
 from src.trees.siblings import SiblingVector
@@ -45,12 +43,11 @@ def best_shapes(cost, alpha: float, batches, context: int, max_steps: int = 8) -
     tokens = {s: tree_tokens(alpha, s, siblings) for s in shapes}
     out = []
     for b in batches:
-        n, ctx = np.array([b]), np.array([b * context])
-        greedy = float(cost.target_pass_time_totals(n, ctx, 1)[0])
+        greedy = steady_greedy_ms(cost, b, context)
         table = []
         for shape in shapes:
             try:
-                step = float(verify_ms(cost, shape, n, ctx)[0] + draft_ms(cost, shape, n, ctx)[0])
+                step = steady_step_ms(cost, shape, b, context)
             except CostModelInputError:
                 continue
             table.append((shape, tokens[shape] * greedy / step))

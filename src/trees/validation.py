@@ -15,13 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
-
 from src.costmodel import HardwareCostModel
 from src.costmodel.drafts import DraftSpec
 from src.costmodel.engines import engine_profile
 from src.costmodel.presets import load_presets
-from src.trees.costs import draft_ms, verify_ms
+from src.trees.costs import steady_greedy_ms, steady_step_ms
 from src.trees.shape import TreeShape
 
 VALIDATION_PRESETS_FILE = (Path(__file__).resolve().parents[1] / "presets"
@@ -71,13 +69,11 @@ def cost_model(setup: Setup) -> HardwareCostModel:
 
 def step_ms(cost, shape: TreeShape, batch: int, context: int = CONTEXT_TOKENS) -> float:
     """One speculative step of `batch` sequences: verification of N tokens + S draft passes."""
-    n, ctx = np.array([batch]), np.array([batch * context])
-    return float(verify_ms(cost, shape, n, ctx)[0] + draft_ms(cost, shape, n, ctx)[0])
+    return steady_step_ms(cost, shape, batch, context)
 
 
 def greedy_ms(cost, batch: int, context: int = CONTEXT_TOKENS) -> float:
-    n, ctx = np.array([batch]), np.array([batch * context])
-    return float(cost.target_pass_time_totals(n, ctx, 1)[0])
+    return steady_greedy_ms(cost, batch, context)
 
 
 def shape_of(choices) -> TreeShape:
