@@ -24,6 +24,7 @@ import json
 import pandas as pd
 
 from src.hardware.schedules import schedule_ranges
+from src.trees.shape import TreeShape
 
 SECTION_BEGIN = "=== MIXTURE-OF-EXPERTS TARGETS (python run.py moe-study) ==="
 SECTION_END = "=== END MIXTURE-OF-EXPERTS TARGETS ==="
@@ -53,13 +54,16 @@ def vllm_config(kind: str, head_path: str | None, best: pd.DataFrame) -> dict | 
     return out
 
 
-def sglang_flags(kind: str, head_path: str | None, gamma: int) -> str:
+def sglang_draft_flags(kind: str, head_path: str | None) -> str:
+    """SGLang's algorithm and draft flags of an EAGLE-family draft (MTP: no draft path)."""
     flags = [f"--speculative-algorithm {SGLANG_ALGORITHM[kind]}"]
     if kind != "mtp":
         flags.append(f"--speculative-draft-model-path {head_path}")
-    flags += [f"--speculative-num-steps {gamma}", "--speculative-eagle-topk 1",
-              f"--speculative-num-draft-tokens {gamma + 1}"]
     return " ".join(flags)
+
+
+def sglang_flags(kind: str, head_path: str | None, gamma: int) -> str:
+    return f"{sglang_draft_flags(kind, head_path)} {TreeShape.chain(gamma).sglang_flags}"
 
 
 def _x(speedup: float) -> str:

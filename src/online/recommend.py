@@ -32,6 +32,7 @@ from src.config import (
     list_items,
 )
 from src.online.gamma_rule import SCHEDULE_TOLERANCE, rises, tolerant_gammas, tops_out
+from src.trees.shape import TreeShape
 
 FIELD_FLAGS = {"scenario.gpu": "--gpu", "scenario.target": "--target", "scenario.draft": "--draft",
                "scenario.tp": "--tp", "scenario.draft_tp": "--draft-tp"}
@@ -292,30 +293,36 @@ def vllm_v06_flags(cfg, gamma: int, draft_path: str | None, off_above: int | Non
     return " ".join(flags)
 
 
-def sglang_flags(cfg, gamma: int, draft_path: str | None) -> str:
-    sc = cfg.scenario
+def _sglang_kind(cfg) -> str:
     from src.costmodel import load_presets
     from src.hardware.moe_report import draft_kind
-    from src.hardware.moe_report import sglang_flags as eagle_family_flags
-    kind = "ngram" if sc.draft == "ngram" else draft_kind(sc.draft, load_presets().models)
+    sc = cfg.scenario
+    return "ngram" if sc.draft == "ngram" else draft_kind(sc.draft, load_presets().models)
+
+
+def sglang_draft_flags(cfg, draft_path: str | None) -> str:
+    """SGLang's algorithm and draft flags of a model draft (not n-gram), before the shape's."""
+    from src.costmodel import load_presets
+    from src.hardware.moe_report import sglang_draft_flags as eagle_family_flags
+    kind = _sglang_kind(cfg)
     if kind in ("eagle3", "mtp"):  # EAGLE3 with the head; DeepSeek MTP: EAGLE, no draft path
-        return eagle_family_flags(kind, draft_path, gamma)
-    flags = [f"--speculative-algorithm {SGLANG_ALGORITHM[kind]}"]
-    if kind == "ngram":
-        # SGLang's NGRAM handler sets speculative_eagle_topk = speculative_ngram_max_bfs_breadth
-        # (default 10: a BFS tree) and never reads num-steps for drafting; the n-gram cache
-        # proposes num_draft_tokens - 1 tokens after the last verified one. Breadth 1 (= the
-        # default min breadth) expands one continuation per level: gamma drafts, gamma + 1
-        # verified positions (design.md, `recommend`).
-        flags += ["--speculative-ngram-max-bfs-breadth 1",
-                  f"--speculative-num-draft-tokens {gamma + 1}"]
-        return " ".join(flags)
-    path = draft_path or load_presets().models[sc.draft].hf_name
-    flags.append(f"--speculative-draft-model-path {path}")
-    # EAGLE/STANDALONE with topk 1: server_args sets num_draft_tokens = num_steps + 1, a chain.
-    flags += [f"--speculative-num-steps {gamma}", "--speculative-eagle-topk 1",
-              f"--speculative-num-draft-tokens {gamma + 1}"]
-    return " ".join(flags)
+        return eagle_family_flags(kind, draft_path)
+    path = draft_path or load_presets().models[cfg.scenario.draft].hf_name
+    return f"--speculative-algorithm {SGLANG_ALGORITHM[kind]} --speculative-draft-model-path {path}"
+
+
+def sglang_flags(cfg, gamma: int, draft_path: str | None) -> str:
+    kind = _sglang_kind(cfg)
+    if kind != "ngram":
+        # EAGLE/STANDALONE with topk 1: server_args sets num_draft_tokens = num_steps + 1, a chain.
+        return f"{sglang_draft_flags(cfg, draft_path)} {TreeShape.chain(gamma).sglang_flags}"
+    # SGLang's NGRAM handler sets speculative_eagle_topk = speculative_ngram_max_bfs_breadth
+    # (default 10: a BFS tree) and never reads num-steps for drafting; the n-gram cache proposes
+    # num_draft_tokens - 1 tokens after the last verified one. Breadth 1 (= the default min
+    # breadth) expands one continuation per level: gamma drafts, gamma + 1 verified positions
+    # (design.md, `recommend`).
+    return (f"--speculative-algorithm {SGLANG_ALGORITHM[kind]} "
+            f"--speculative-ngram-max-bfs-breadth 1 --speculative-num-draft-tokens {gamma + 1}")
 
 
 def _pct(x: float) -> str:
@@ -465,9 +472,8 @@ def report(args) -> str:
         lines.append("")
         if sc.draft != "ngram":  # token trees: src/trees/recommend.py
             from src.trees.recommend import recommend_lines
-            chain_flags = sglang_flags(cfg, 1, args.draft_model_path)
             launch = (f"python -m sglang.launch_server --model-path {model}{tp_flag} "
-                      + chain_flags.rsplit(" --speculative-num-steps", 1)[0])
+                      + sglang_draft_flags(cfg, args.draft_model_path))
             lines += recommend_lines(sc, alpha, batches or [1, 2, 4, 8, 16, 32, 64], context,
                                      launch, rates=None if batches else rate_batches) + [""]
     lines.append("Assumptions:")

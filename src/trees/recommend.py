@@ -58,11 +58,6 @@ def best_shapes(cost, alpha: float, batches, context: int, max_steps: int = 8) -
     return out
 
 
-def sglang_tree_flags(shape: TreeShape) -> str:
-    return (f"--speculative-num-steps {shape.steps} --speculative-eagle-topk {shape.topk} "
-            f"--speculative-num-draft-tokens {shape.tokens}")
-
-
 def rate_lines(cost, alpha: float, rates, context: int) -> list[str]:
     """recommend --rate: per request rate, the best shape at the batch that rate runs at (the
     mean running batch its simulation found, rounded; at least 1)."""
@@ -98,7 +93,7 @@ def recommend_lines(scenario, alpha: float, batches, context: int, launch: str,
         lines.append("  no shape speeds up these batch sizes: serve without speculation")
         return lines
     lines.append(f"  best at batch {first['batch']} ({first['shape'].label}, S:K:N):")
-    lines.append(f"  {launch} {sglang_tree_flags(first['shape'])}")
+    lines.append(f"  {launch} {first['shape'].sglang_flags}")
     trees_win = [r["batch"] for r in rows if not r["shape"].is_chain]
     if trees_win and len(trees_win) < len(rows):
         above = max(trees_win)
@@ -107,7 +102,7 @@ def recommend_lines(scenario, alpha: float, batches, context: int, launch: str,
         # only the batch sizes asked were evaluated: say which, not "above batch X"
         lines.append(f"  (one shape per server: a chain is best at batch {asked} (the table's "
                      f"batch sizes above {above}); for such loads use "
-                     f"{sglang_tree_flags(chain_rows[0]['chain'])})")
+                     f"{chain_rows[0]['chain'].sglang_flags})")
     # SGLang v0.5.10.post1 (the sglang profile's version, engines.toml sgl-0510), server_args.py
     # _handle_speculative_decoding: topk > 1 raises with trtllm_mha, with SGLANG_ENABLE_SPEC_V2,
     # and with page_size > 1 unless the attention backend is flashinfer or fa3

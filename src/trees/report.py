@@ -135,13 +135,12 @@ def run_shape(r) -> str:
 
 def sglang_flags(label: str) -> str:
     """SGLang's three flags for a shape label ('S:K:N' or 'chain G'); SGLang needs all three."""
-    from src.trees.recommend import sglang_tree_flags
     from src.trees.shape import TreeShape, parse_shape
     if label == "none":
         return "no speculation (leave out --speculative-algorithm)"
     if label.startswith("chain "):
-        return sglang_tree_flags(TreeShape.chain(int(label.split()[1])))
-    return sglang_tree_flags(parse_shape(label))
+        return TreeShape.chain(int(label.split()[1])).sglang_flags
+    return parse_shape(label).sglang_flags
 
 
 def flag_lines(best: pd.DataFrame) -> list[str]:

@@ -44,6 +44,13 @@ class TreeShape:
     def label(self) -> str:
         return f"{self.steps}:{self.topk}:{self.tokens}"
 
+    @property
+    def sglang_flags(self) -> str:
+        """SGLang's three flags for the shape (server_args.py needs all three or none; a chain of
+        gamma is num_steps gamma, topk 1, num_draft_tokens gamma + 1)."""
+        return (f"--speculative-num-steps {self.steps} --speculative-eagle-topk {self.topk} "
+                f"--speculative-num-draft-tokens {self.tokens}")
+
     @classmethod
     def chain(cls, gamma: int) -> "TreeShape":
         return cls(gamma, 1, gamma + 1)
