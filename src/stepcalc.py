@@ -131,26 +131,26 @@ def _params_text(m) -> str:
     return text
 
 
-def _kernels(args):
-    """MeasuredKernels of --engine on --gpu, or None for the roofline (with one stderr line
-    where the default found no table for a named engine; a ConfigError where --kernels measured
-    did)."""
+def _kernels(args, gpu) -> tuple[object, str]:
+    """(MeasuredKernels of --engine on --gpu, "") or (None, the stderr note: "" unless the
+    default found no table for a named engine); a ConfigError where --kernels measured found
+    none."""
     if args.kernels == "roofline":
-        return None
+        return None, ""
     src, why = table_source(args.gpu, args.engine)
     if src is None:
         if args.kernels == "measured":
             raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
-        if args.engine is not None:
-            print(f"note: --kernels: {why}; priced from the roofline", file=sys.stderr)
-        return None
+        note = f"note: --kernels: {why}; priced from the roofline" if args.engine else ""
+        return None, note
     from src.kernels.measured import MeasuredKernels
     from src.kernels.pricing import gpu_peaks
 
-    return MeasuredKernels(src, gpu_peaks(load_presets(args.presets).gpu(args.gpu)))
+    return MeasuredKernels(src, gpu_peaks(gpu)), ""
 
 
-def _rows(args, kernels=None) -> list[dict]:
+def _rows(args) -> tuple[list[dict], object, str]:
+    """(the table's rows, the MeasuredKernels that priced them or None, a stderr note)."""
     for flag, value in (("--gpu", args.gpu), ("--model", args.model)):
         if value is None:
             raise ConfigError(flag, "required; 'python run.py step-time --list' shows the ids")
@@ -178,6 +178,7 @@ def _rows(args, kernels=None) -> list[dict]:
         engine = HardwareCostModel.from_presets(args.gpu, args.model, tp=tp,
                                                 preset_paths=args.presets,
                                                 engine=profile, ep=ep[0])
+    kernels, note = _kernels(args, gpu)
     rows = []
     for b in batches:
         decode_ms = None
@@ -217,7 +218,7 @@ def _rows(args, kernels=None) -> list[dict]:
             if kernels is not None:
                 rows[-1]["measured_share"] = extra["measured_ms"] / total
     rows.sort(key=lambda row: (batches.index(row["batch"]), positions.index(row["positions"])))
-    return rows
+    return rows, kernels, note
 
 
 def _measured(kernels, gpu, model, tp, profile, presets, batch, positions, context, ep):
@@ -284,8 +285,7 @@ def main(argv: list[str]) -> int:
         if args.list:
             sys.stdout.write(preset_listing(args.presets))
             return 0
-        kernels = _kernels(args) if args.gpu is not None and args.model is not None else None
-        rows = _rows(args, kernels)
+        rows, kernels, note = _rows(args)
     except ConfigError as exc:  # a bad option, or a CostModelInputError naming a model field
         flag = FLAG_OF_FIELD.get(exc.field_name)
         if flag is None and "." in exc.field_name:  # a field inside a preset file
@@ -293,6 +293,8 @@ def main(argv: list[str]) -> int:
         else:
             print(f"error: {flag or exc.field_name}: {exc.allowed}", file=sys.stderr)
         return 2
+    if note:
+        print(note, file=sys.stderr)
     sys.stdout.write(format_table(rows, args.csv))
     if kernels is not None and not args.csv:
         sys.stdout.write(kernels_footer(kernels, rows))
