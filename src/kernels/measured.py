@@ -20,12 +20,14 @@ from src.kernels.tables import GemmGrid, raw_decode_attention, raw_gemm_grid
 @lru_cache(maxsize=32)
 def checked_gemm_grid(src: TableSource, dtype: str, peaks: Peaks
                       ) -> tuple[GemmGrid | None, tuple[Rejection, ...]]:
-    """raw_gemm_grid with the rows physics.py rejects set to NaN, and what was rejected."""
+    """raw_gemm_grid with the rows physics.py rejects set to NaN, and what was rejected (a
+    low-precision dtype is compared with the checked BF16 grid)."""
     raw = raw_gemm_grid(src, dtype)
     if raw is None:
         return None, ()
+    bf16 = checked_gemm_grid(src, "bfloat16", peaks)[0] if dtype != "bfloat16" else None
     masks = gemm_broken(raw.m, raw.n, raw.k, raw.latency_ms, dtype, peaks,
-                        _bf16_on_axes(src, raw) if dtype != "bfloat16" else None)
+                        _on_axes(bf16, raw) if bf16 is not None else None)
     lat = raw.latency_ms.copy()
     rejections = []
     for rule, mask in masks.items():
@@ -35,12 +37,9 @@ def checked_gemm_grid(src: TableSource, dtype: str, peaks: Peaks
     return GemmGrid(raw.m, raw.n, raw.k, lat, raw.kernel_sources), tuple(rejections)
 
 
-def _bf16_on_axes(src: TableSource, grid: GemmGrid) -> np.ndarray | None:
-    """The BF16 rows at `grid`'s (m, n, k) points (NaN where BF16 has none); None where the
-    table has no BF16 rows."""
-    bf16 = raw_gemm_grid(src, "bfloat16")
-    if bf16 is None:
-        return None
+def _on_axes(bf16: GemmGrid, grid: GemmGrid) -> np.ndarray:
+    """The (checked) BF16 rows at `grid`'s (m, n, k) points, NaN where BF16 has none: a
+    low-precision row is held to a BF16 row only where that row passed the checks itself."""
     out = np.full(grid.latency_ms.shape, np.nan)
     where = [np.isin(getattr(grid, a), getattr(bf16, a)) for a in ("m", "n", "k")]
     at = [np.searchsorted(getattr(bf16, a), getattr(grid, a)[w])

@@ -9,6 +9,7 @@ unreadable or from another package version, and skipped when the directory is no
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
@@ -65,7 +66,13 @@ def cache_dir() -> Path:
 
 
 def _cache_file(src: TableSource, table: tuple[str, str], where: str) -> Path:
-    return cache_dir() / f"{src.system}-{src.backend}-{src.version}-{table[0]}-{where}.npz"
+    """The .npz of one filtered table, named by the parquet file's path, size and mtime too:
+    another copy of the database, or a changed file, gets its own entry."""
+    path = src.path(table)
+    st = path.stat()
+    tag = hashlib.sha1(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
+    return cache_dir() / (f"{src.system}-{src.backend}-{src.version}-{table[0]}-{where}-"
+                          f"{tag[:12]}.npz")
 
 
 def read_columns(src: TableSource, table: tuple[str, str], columns: tuple[str, ...],
