@@ -126,3 +126,21 @@ def test_the_real_tables_reject_vllms_fp8_block_rows_for_qwen3_30b_shapes():
     for m in (64, 256):
         assert k.gemm_ms(m, 5120, 2048, "bfloat16") is not None
         assert k.gemm_ms(m, 5120, 2048, "fp8_block") is None
+
+
+@pytest.mark.parametrize("system,backend,version,table,kv", [
+    ("h100_sxm", "trtllm", "1.3.0rc20", GEMM_TABLE, None),
+    ("h200_sxm", "sglang", "0.5.14", DECODE_ATTENTION_TABLE, "fa3"),
+])
+def test_the_same_reader_serves_sglang_and_tensorrt_llm(system, backend, version, table, kv):
+    src0, _ = _h200()
+    src = TableSource(system, backend, version, backend, src0.root)
+    k = MeasuredKernels(src, gpu_peaks(load_presets().gpu("h200")))
+    if kv is None:
+        want = _row(src.path(table), gemm_dtype="bfloat16", m=64, n=6144, k=4096)
+        assert k.gemm_ms(64, 6144, 4096) == want
+    else:
+        want = _row(src.path(table), kv_cache_dtype="bfloat16", batch_size=16, step=1023,
+                    num_heads=32, num_key_value_heads=8, head_dim=128, window_size=0,
+                    kernel_source=kv)
+        assert k.decode_attention_ms(16, 1024, 32, 8, 128) == want
