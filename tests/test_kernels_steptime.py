@@ -88,3 +88,16 @@ def test_kernels_measured_without_the_package_is_one_line_and_exit_2(capsys, mon
     assert (rc, out) == (2, "")
     assert err == ("error: --kernels: measured: aiconfigurator-core is not installed (pip install "
                    "-r requirements.txt); allowed: roofline\n")
+
+
+@needs_tables
+def test_a_pass_wider_than_a_verification_keeps_the_roofline_attention(capsys):
+    from src.kernels.pricing import MAX_DECODE_POSITIONS
+
+    wide = MAX_DECODE_POSITIONS + 1
+    argv = DONE_WHEN[:-4] + ["--positions", f"8,{wide}", "--engine", "vllm-v1", "--csv"]
+    rc, out, _ = run(capsys, argv)
+    assert rc == 0
+    assert [r["attention_source"] for r in _csv(out)] == ["vllm-0.24.0", "roofline"]
+    rc, roof, _ = run(capsys, argv + ["--kernels", "roofline"])
+    assert _csv(out)[1]["attention_ms"] == _csv(roof)[1]["attention_ms"]

@@ -10,7 +10,9 @@ the table covers it (design.md, "Measured kernels"):
   time -> measured(S, ctx + t) x [attention_s(S, t, S ctx) / attention_s(S, 1, S (ctx + t - 1))]:
   the table times one new position per sequence (generation attention), so a verification of
   t > 1 positions takes the measured kernel at the last position's KV length times the
-  roofline's premium of t positions over one at that length (1 at t = 1).
+  roofline's premium of t positions over one at that length (1 at t = 1), for t up to
+  MAX_DECODE_POSITIONS (a verification; a wider pass is a prompt chunk, whose kernel is context
+  attention, a later table).
 
 Anything the table does not cover (off the grid, a rejected row, a model other than a dense
 BF16 GQA decoder, sliding-window attention) keeps its roofline price and says so.
@@ -36,6 +38,7 @@ from src.kernels.sources import TableSource
 from src.kernels.tables import KV_DTYPE_OF_FORMAT
 
 ROOFLINE = "roofline"
+MAX_DECODE_POSITIONS = 16  # widest pass whose attention is priced from the decode-attention table
 
 
 def gpu_peaks(gpu: GpuSpec) -> Peaks:
@@ -107,7 +110,10 @@ def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, para
                      "decoders so far)")
     attention_source = ROOFLINE
     kv_dtype = KV_DTYPE_OF_FORMAT.get(model.kv_cache_format)
-    if (model.attention == "gqa" and not model.sliding_window_layers and kv_dtype
+    if positions > MAX_DECODE_POSITIONS:
+        notes.append(f"attention of {positions} positions per sequence: a prompt chunk (the "
+                     f"decode-attention table prices up to {MAX_DECODE_POSITIONS})")
+    elif (model.attention == "gqa" and not model.sliding_window_layers and kv_dtype
             and model.n_heads % tp == 0 and model.n_kv_heads % tp == 0):
         heads, kv_heads = model.n_heads // tp, model.n_kv_heads // tp
         kv_len = context + positions
