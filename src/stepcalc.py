@@ -12,6 +12,12 @@ distinct_experts (expected distinct routed experts each MoE layer reads in the p
 dense model: a verification of t positions reads up to t times the experts of a decode step) and
 vs_decode (total_ms / the total_ms of the same batch at 1 position: the verification premium).
 --model takes a preset id or a path to a Hugging Face config.json.
+--kernels measured|roofline (default: measured where the --engine profile has tables on --gpu):
+the GEMMs and decode attention from the engine's measured kernels (src/kernels/, NVIDIA
+AIConfigurator's database); the table then adds measured_share (of total_ms priced from measured
+rows) and the source of the layer GEMMs, attention and LM head, and says below which tables and
+rows it used. Without a table it prices from the roofline and says so in one stderr line; with
+--kernels measured that is an error.
 Bad input: one line `error: --flag: what is allowed` on stderr, exit status 2.
 """
 from __future__ import annotations
@@ -29,11 +35,15 @@ from src.costmodel import (
     forward_pass_breakdown,
     load_engine_profiles,
     load_presets,
+    pass_coefficients,
 )
+from src.kernels.sources import table_source
 
 COLUMNS = ("batch", "positions", "tokens", "total_ms", "layers_non_attention_ms", "attention_ms",
            "lm_head_ms", "communication_ms", "overhead_ms", "bound", "distinct_experts",
            "vs_decode")
+MEASURED_COLUMNS = ("measured_share", "gemm_source", "attention_source", "lm_head_source")
+KERNEL_CHOICES = ("measured", "roofline")
 # CostModelInputError field names -> the command-line flag that sets them
 FLAG_OF_FIELD = {"gpu": "--gpu", "model": "--model", "tp": "--tp", "ep": "--ep",
                  "batch": "--batch",
@@ -84,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "sglang, sglang-spec-v2) whose overhead goes in "
                          "overhead_ms, verification extras included for positions > 1; default: "
                          "the CostModelParams CPU figures (decode-step CPU only)")
+    ap.add_argument("--kernels", choices=KERNEL_CHOICES, default=None,
+                    help="price GEMMs and decode attention from the engine's measured kernels "
+                    "(NVIDIA AIConfigurator's tables: vllm-v1 -> vLLM 0.24.0, sglang -> SGLang "
+                    "0.5.14; GPUs h100-sxm, h200) or from the roofline; default: measured where "
+                    "--engine has tables on --gpu")
     ap.add_argument("--csv", action="store_true", help="print CSV instead of an aligned table")
     return ap
 
@@ -116,7 +131,26 @@ def _params_text(m) -> str:
     return text
 
 
-def _rows(args) -> list[dict]:
+def _kernels(args, gpu) -> tuple[object, str]:
+    """(MeasuredKernels of --engine on --gpu, "") or (None, the stderr note: "" unless the
+    default found no table for a named engine); a ConfigError where --kernels measured found
+    none."""
+    if args.kernels == "roofline":
+        return None, ""
+    src, why = table_source(args.gpu, args.engine)
+    if src is None:
+        if args.kernels == "measured":
+            raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
+        note = f"note: --kernels: {why}; priced from the roofline" if args.engine else ""
+        return None, note
+    from src.kernels.measured import MeasuredKernels
+    from src.kernels.pricing import gpu_peaks
+
+    return MeasuredKernels(src, gpu_peaks(gpu)), ""
+
+
+def _rows(args) -> tuple[list[dict], object, str]:
+    """(the table's rows, the MeasuredKernels that priced them or None, a stderr note)."""
     for flag, value in (("--gpu", args.gpu), ("--model", args.model)):
         if value is None:
             raise ConfigError(flag, "required; 'python run.py step-time --list' shows the ids")
@@ -144,6 +178,7 @@ def _rows(args) -> list[dict]:
         engine = HardwareCostModel.from_presets(args.gpu, args.model, tp=tp,
                                                 preset_paths=args.presets,
                                                 engine=profile, ep=ep[0])
+    kernels, note = _kernels(args, gpu)
     rows = []
     for b in batches:
         decode_ms = None
@@ -158,6 +193,13 @@ def _rows(args) -> list[dict]:
                                   f"{args.gpu} with {args.model} gives a step time of "
                                   f"{r.total_ms} ms at batch {b}, positions {t}: its figures "
                                   "overflow the cost model; allowed: datasheet-scale figures")
+            extra = {}
+            if kernels is not None:
+                m = _measured(kernels, gpu, model, tp, profile, presets, b, t, context[0], ep[0])
+                r = _with_measured(r, m)
+                extra = {"measured_ms": m.measured_ms, "gemm_source": m.gemm_source,
+                         "attention_source": m.attention_source,
+                         "lm_head_source": m.lm_head_source, "notes": m.notes}
             overhead = r.overhead_ms + r.launch_ms
             if engine is not None:  # the profile's overhead of this target pass (with launches)
                 overhead = float(engine.target_pass_parts(
@@ -172,26 +214,67 @@ def _rows(args) -> list[dict]:
                          "communication_ms": r.communication_ms, "overhead_ms": overhead,
                          "bound": r.bound,
                          "distinct_experts": r.distinct_experts if model.n_routed_experts
-                         else "", "vs_decode": total / decode_ms})
+                         else "", "vs_decode": total / decode_ms, **extra})
+            if kernels is not None:
+                rows[-1]["measured_share"] = extra["measured_ms"] / total
     rows.sort(key=lambda row: (batches.index(row["batch"]), positions.index(row["positions"])))
-    return rows
+    return rows, kernels, note
+
+
+def _measured(kernels, gpu, model, tp, profile, presets, batch, positions, context, ep):
+    from src.kernels.pricing import price_pass
+
+    c = pass_coefficients(gpu, model, tp, presets.params, presets.allreduce, engine=profile,
+                          attention_fits=presets.attention, ep=ep)
+    with np.errstate(all="ignore"):
+        return price_pass(kernels, c, gpu, presets.params, model, tp, batch, positions, context)
+
+
+def _with_measured(r, m):
+    """The roofline breakdown r with the measured terms of m in place of the roofline's."""
+    from dataclasses import replace
+
+    return replace(r, layers_non_attention_ms=r.layers_non_attention_ms + m.layers_delta_ms,
+                   attention_ms=r.attention_ms + m.attention_delta_ms,
+                   lm_head_ms=r.lm_head_ms + m.lm_head_delta_ms,
+                   total_ms=r.total_ms + m.layers_delta_ms + m.attention_delta_ms
+                   + m.lm_head_delta_ms)
+
+
+def kernels_footer(kernels, rows: list[dict]) -> str:
+    """Below the table: which tables priced the measured terms, rows rejected, what kept the
+    roofline."""
+    from src.kernels.sources import package_version
+
+    src = kernels.src
+    grid, rejected = kernels.gemm_grid("bfloat16")
+    gemm_kernels = ", ".join(grid.kernel_sources) if grid else "-"
+    lines = [f"kernels: measured where named, from {src.label} tables of aiconfigurator-core "
+             f"{package_version()} (GEMM bfloat16: {gemm_kernels})"]
+    lines += [f"  rejected: {x.rows} rows of {x.table}: {x.rule}" for x in rejected]
+    notes = []
+    for r in rows:
+        notes += [n for n in r.get("notes", ()) if n not in notes]
+    lines += [f"  roofline: {n}" for n in notes]
+    return "\n".join(lines) + "\n"
 
 
 def format_table(rows: list[dict], as_csv: bool) -> str:
     def cell(v):
         return f"{v:.3f}" if isinstance(v, float) else str(v)
 
-    cells = [[cell(r[c]) for c in COLUMNS] for r in rows]
+    columns = COLUMNS + (MEASURED_COLUMNS if rows and "measured_share" in rows[0] else ())
+    cells = [[cell(r[c]) for c in columns] for r in rows]
     if not as_csv:  # a dense model has no experts: "-" keeps the table's columns whole
         cells = [[v if v != "" else "-" for v in row] for row in cells]
     if as_csv:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(COLUMNS)
+        w.writerow(columns)
         w.writerows(cells)
         return buf.getvalue()
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(COLUMNS)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(COLUMNS, widths))]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
     return "\n".join(lines) + "\n"
 
@@ -202,7 +285,7 @@ def main(argv: list[str]) -> int:
         if args.list:
             sys.stdout.write(preset_listing(args.presets))
             return 0
-        rows = _rows(args)
+        rows, kernels, note = _rows(args)
     except ConfigError as exc:  # a bad option, or a CostModelInputError naming a model field
         flag = FLAG_OF_FIELD.get(exc.field_name)
         if flag is None and "." in exc.field_name:  # a field inside a preset file
@@ -210,7 +293,11 @@ def main(argv: list[str]) -> int:
         else:
             print(f"error: {flag or exc.field_name}: {exc.allowed}", file=sys.stderr)
         return 2
+    if note:
+        print(note, file=sys.stderr)
     sys.stdout.write(format_table(rows, args.csv))
+    if kernels is not None and not args.csv:
+        sys.stdout.write(kernels_footer(kernels, rows))
     return 0
 
 

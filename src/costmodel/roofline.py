@@ -217,8 +217,7 @@ def pass_coefficients(
     B = BYTES_PER_VALUE
     variant = {}
     if model.is_plain and tp <= model.n_kv_heads:
-        layer_gemms = [(h, (q + 2 * kv) / tp), (q / tp, h), (h, 2 * inter / tp), (inter / tp, h)]
-        head_gemms = [(h, model.vocab_size / tp)] + [(k, n) for k, n in extra_gemms]
+        layer_gemms, head_gemms = plain_gemm_shapes(model, tp, extra_gemms)
         K = np.array([k for k, _ in layer_gemms + head_gemms], dtype=float)
         N = np.array([n for _, n in layer_gemms + head_gemms], dtype=float)
         count = np.array([L] * len(layer_gemms) + [1] * len(head_gemms), dtype=float)
@@ -305,6 +304,16 @@ def pass_coefficients(
         comm_bytes_per_token=h * B,
         **variant,
     )
+
+
+def plain_gemm_shapes(model: ModelSpec, tp: int, extra_gemms: Sequence[tuple[int, int]] = ()
+                      ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """(K, N) of a dense BF16 Llama-style decoder's GEMMs per TP rank: the layer's (QKV, O,
+    gate/up, down) and the once-per-pass ones (LM head, then extra_gemms, unsplit by TP)."""
+    h, q, kv, inter = model.hidden_size, model.q_width, model.kv_width, model.intermediate_size
+    layer_gemms = [(h, (q + 2 * kv) / tp), (q / tp, h), (h, 2 * inter / tp), (inter / tp, h)]
+    head_gemms = [(h, model.vocab_size / tp)] + [(k, n) for k, n in extra_gemms]
+    return layer_gemms, head_gemms
 
 
 def eager_kernels_s(n_kernels: int, kernel_fixed: float, e: EngineProfile) -> float:

@@ -1,0 +1,102 @@
+"""Measured kernel times of one engine version on one GPU: lookups on the physics-checked grids.
+
+gemm_ms(m, n, k, dtype) and decode_attention_ms(batch, kv_len, heads, kv_heads, head_dim,
+kv_dtype) return the measured time of one kernel (ms) at a grid point, the multilinear
+interpolation inside the grid (grid.py), or None off the grid or where a needed row was rejected
+(physics.py): the caller prices that kernel from the roofline.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from src.kernels.grid import interpolate
+from src.kernels.physics import Peaks, Rejection, attention_broken, gemm_broken
+from src.kernels.sources import TableSource
+from src.kernels.tables import GemmGrid, raw_decode_attention, raw_gemm_grid
+
+
+@lru_cache(maxsize=32)
+def checked_gemm_grid(src: TableSource, dtype: str, peaks: Peaks
+                      ) -> tuple[GemmGrid | None, tuple[Rejection, ...]]:
+    """raw_gemm_grid with the rows physics.py rejects set to NaN, and what was rejected (a
+    low-precision dtype is compared with the checked BF16 grid)."""
+    raw = raw_gemm_grid(src, dtype)
+    if raw is None:
+        return None, ()
+    bf16 = checked_gemm_grid(src, "bfloat16", peaks)[0] if dtype != "bfloat16" else None
+    masks = gemm_broken(raw.m, raw.n, raw.k, raw.latency_ms, dtype, peaks,
+                        _on_axes(bf16, raw) if bf16 is not None else None)
+    lat = raw.latency_ms.copy()
+    rejections = []
+    for rule, mask in masks.items():
+        if mask.any():
+            rejections.append(Rejection(f"gemm {dtype}", rule, int(mask.sum())))
+            lat[mask] = np.nan
+    return GemmGrid(raw.m, raw.n, raw.k, lat, raw.kernel_sources), tuple(rejections)
+
+
+def _on_axes(bf16: GemmGrid, grid: GemmGrid) -> np.ndarray:
+    """The (checked) BF16 rows at `grid`'s (m, n, k) points, NaN where BF16 has none: a
+    low-precision row is held to a BF16 row only where that row passed the checks itself."""
+    out = np.full(grid.latency_ms.shape, np.nan)
+    where = [np.isin(getattr(grid, a), getattr(bf16, a)) for a in ("m", "n", "k")]
+    at = [np.searchsorted(getattr(bf16, a), getattr(grid, a)[w])
+          for a, w in zip(("m", "n", "k"), where)]
+    out[np.ix_(*where)] = bf16.latency_ms[np.ix_(*at)]
+    return out
+
+
+@lru_cache(maxsize=256)
+def _attention_grid(src: TableSource, kv_dtype: str, heads: int, kv_heads: int, head_dim: int,
+                    peaks: Peaks):
+    """(batch axis, kv_len axis, latency grid with NaN holes, kernel source, rejected rows) of
+    the full-attention (window 0) rows of one head shape; None where the table has none."""
+    rows = raw_decode_attention(src, kv_dtype)
+    if rows is None:
+        return None
+    sel = ((rows.heads == heads) & (rows.kv_heads == kv_heads) & (rows.head_dim == head_dim)
+           & (rows.window == 0))
+    if not sel.any():
+        return None
+    b, s, lat = rows.batch[sel], rows.kv_len[sel], rows.latency_ms[sel].astype(float)
+    broken = attention_broken(b, s, kv_heads, head_dim, lat, kv_dtype, peaks)
+    lat = np.where(broken, np.nan, lat)
+    bs, ss = np.unique(b), np.unique(s)
+    grid = np.full((bs.size, ss.size), np.nan)
+    grid[np.searchsorted(bs, b), np.searchsorted(ss, s)] = lat
+    return bs, ss, grid, rows.kernel_source, int(broken.sum())
+
+
+class MeasuredKernels:
+    """Lookups on one TableSource's tables, rows checked against the GPU's peaks."""
+
+    def __init__(self, src: TableSource, peaks: Peaks):
+        self.src, self.peaks = src, peaks
+
+    def gemm_grid(self, dtype: str) -> tuple[GemmGrid | None, tuple[Rejection, ...]]:
+        return checked_gemm_grid(self.src, dtype, self.peaks)
+
+    def gemm_ms(self, m: float, n: float, k: float, dtype: str = "bfloat16") -> float | None:
+        """One GEMM of m rows, n output columns, k inner dimension, ms; None off the grid."""
+        grid, _ = self.gemm_grid(dtype)
+        if grid is None:
+            return None
+        return interpolate((grid.m, grid.n, grid.k), grid.latency_ms, (m, n, k))
+
+    def decode_attention(self, heads: int, kv_heads: int, head_dim: int,
+                         kv_dtype: str = "bfloat16"):
+        """_attention_grid of one head shape (None where the table has no row of it)."""
+        return _attention_grid(self.src, kv_dtype, int(heads), int(kv_heads), int(head_dim),
+                               self.peaks)
+
+    def decode_attention_ms(self, batch: float, kv_len: float, heads: int, kv_heads: int,
+                            head_dim: int, kv_dtype: str = "bfloat16") -> float | None:
+        """One layer's decode attention kernel: `batch` sequences, one new position each,
+        attending to kv_len keys (the cached tokens plus itself), ms; None off the grid."""
+        g = self.decode_attention(heads, kv_heads, head_dim, kv_dtype)
+        if g is None:
+            return None
+        bs, ss, grid = g[0], g[1], g[2]
+        return interpolate((bs, ss), grid, (batch, kv_len))

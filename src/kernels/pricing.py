@@ -1,0 +1,136 @@
+"""A target pass's GEMMs and decode attention priced from measured kernels, over the roofline.
+
+For one pass of S sequences x t positions with ctx tokens cached each (T = S t rows), the
+roofline's pass (src/costmodel/roofline.py) is kept and each of these terms is replaced where
+the table covers it (design.md, "Measured kernels"):
+
+- each GEMM g of the pass (plain dense BF16 decoders: QKV, O, gate/up, down per layer, the LM
+  head once): roofline pnorm_g + one kernel's fixed time -> measured gemm_ms(T, N_g, K_g);
+- decode attention, per full-attention layer: roofline attention_s / L + one kernel's fixed
+  time -> measured(S, ctx + t) x [attention_s(S, t, S ctx) / attention_s(S, 1, S (ctx + t - 1))]:
+  the table times one new position per sequence (generation attention), so a verification of
+  t > 1 positions takes the measured kernel at the last position's KV length times the
+  roofline's premium of t positions over one at that length (1 at t = 1), for t up to
+  MAX_DECODE_POSITIONS (a verification; a wider pass is a prompt chunk, whose kernel is context
+  attention, a later table).
+
+Anything the table does not cover (off the grid, a rejected row, a model other than a dense
+BF16 GQA decoder, sliding-window attention) keeps its roofline price and says so.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from src.costmodel.presets import GpuSpec, ModelSpec
+from src.costmodel.roofline import (
+    PassCoefficients,
+    _pnorm,
+    attention_s,
+    gemm_terms_s,
+    kernel_fixed_s,
+    plain_gemm_shapes,
+)
+from src.kernels.measured import MeasuredKernels
+from src.kernels.physics import Peaks
+from src.kernels.sources import TableSource
+from src.kernels.tables import KV_DTYPE_OF_FORMAT
+
+ROOFLINE = "roofline"
+MAX_DECODE_POSITIONS = 16  # widest pass whose attention is priced from the decode-attention table
+
+
+def gpu_peaks(gpu: GpuSpec) -> Peaks:
+    """The preset's datasheet peaks (physics.py's bounds)."""
+    bf16 = gpu.dense_bf16_tflops * 1e12
+    fp8 = (gpu.dense_fp8_tflops or gpu.dense_bf16_tflops) * 1e12
+    return Peaks(bf16, fp8, gpu.memory_bandwidth_bytes_per_s)
+
+
+@dataclass(frozen=True)
+class MeasuredPass:
+    """What measured kernels change in one pass: ms to add to each roofline component, the ms
+    priced from measured rows, and the source of each term."""
+
+    layers_delta_ms: float
+    lm_head_delta_ms: float
+    attention_delta_ms: float
+    measured_ms: float
+    gemm_source: str  # the layer GEMMs': a table label, ROOFLINE, or "<label>+roofline"
+    lm_head_source: str
+    attention_source: str
+    notes: tuple[str, ...]  # why a term kept the roofline
+
+
+def _label(src: TableSource) -> str:
+    return f"{src.backend}-{src.version}"
+
+
+def _mix(src: TableSource, measured: list[bool]) -> str:
+    if all(measured):
+        return _label(src)
+    return f"{_label(src)}+{ROOFLINE}" if any(measured) else ROOFLINE
+
+
+def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, params,
+               model: ModelSpec, tp: int, n_seqs: int, positions: int, context: int
+               ) -> MeasuredPass:
+    """MeasuredPass of one target pass (module docstring); c: the roofline coefficients the
+    pass was priced with (pass_coefficients of the same gpu, model, tp and engine)."""
+    src, notes = kernels.src, []
+    kfix = kernel_fixed_s(gpu, params)
+    S, t = float(n_seqs), float(positions)
+    T, L = S * t, model.n_layers
+    layer_delta = head_delta = attn_delta = measured = 0.0
+    gemm_source = head_source = ROOFLINE
+    if model.is_plain and tp <= model.n_kv_heads:
+        layer_gemms, head_gemms = plain_gemm_shapes(model, tp)
+        G = len(c.gemm_weight_s)
+        mem, comp = gemm_terms_s(c, np.full(G, T))
+        roof = _pnorm(mem, comp, c.sharpness_p)  # [G], x each GEMM's count
+        counts = [L] * len(layer_gemms) + [1] * len(head_gemms)
+        got = []
+        for g, ((k, n), count) in enumerate(zip(layer_gemms + head_gemms, counts)):
+            ms = kernels.gemm_ms(T, n, k, "bfloat16")
+            got.append(ms is not None)
+            if ms is None:
+                notes.append(f"GEMM m={T:g} n={n:g} k={k:g}: off the table's grid or rejected")
+                continue
+            delta = count * ms - (roof[g] + count * kfix) * 1e3
+            measured += count * ms
+            if g < len(layer_gemms):
+                layer_delta += delta
+            else:
+                head_delta += delta
+        gemm_source = _mix(src, got[:len(layer_gemms)])
+        head_source = _mix(src, got[len(layer_gemms):])
+    else:
+        notes.append(f"{model.model_id}: GEMMs from the roofline (measured GEMMs price dense BF16 "
+                     "decoders so far)")
+    attention_source = ROOFLINE
+    kv_dtype = KV_DTYPE_OF_FORMAT.get(model.kv_cache_format)
+    if positions > MAX_DECODE_POSITIONS:
+        notes.append(f"attention of {positions} positions per sequence: a prompt chunk (the "
+                     f"decode-attention table prices up to {MAX_DECODE_POSITIONS})")
+    elif (model.attention == "gqa" and not model.sliding_window_layers and kv_dtype
+            and model.n_heads % tp == 0 and model.n_kv_heads % tp == 0):
+        heads, kv_heads = model.n_heads // tp, model.n_kv_heads // tp
+        kv_len = context + positions
+        one = kernels.decode_attention_ms(S, kv_len, heads, kv_heads, model.head_dim, kv_dtype)
+        if one is None:
+            notes.append(f"decode attention batch={n_seqs} kv={kv_len} heads={heads}/{kv_heads} "
+                         f"d={model.head_dim}: off the table's grid or rejected")
+        else:
+            roof_t = float(np.asarray(attention_s(c, S, t, S * context)).ravel()[0])
+            roof_1 = float(np.asarray(attention_s(c, S, 1.0, S * (kv_len - 1))).ravel()[0])
+            premium = roof_t / roof_1 if roof_1 > 0 else 1.0
+            ms = L * one * premium
+            attn_delta = ms - (roof_t + L * kfix) * 1e3
+            measured += ms
+            attention_source = _label(src)
+    else:
+        notes.append(f"{model.model_id}: attention from the roofline (measured decode attention "
+                     "prices full GQA attention with a BF16/FP8 cache so far)")
+    return MeasuredPass(layer_delta, head_delta, attn_delta, measured, gemm_source, head_source,
+                        attention_source, tuple(notes))
