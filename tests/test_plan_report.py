@@ -54,3 +54,29 @@ def test_summary_names_the_cheapest_and_where_speculation_helps(made_up):
     p3 = text.split("P3.")[1]
     assert "l40s vllm-v1 sharegpt      fixed:3  raises" in p3
     assert "h100-sxm vllm-v1 sharegpt  fixed:3  same" in p3
+
+
+def test_an_unknown_capacity_is_said_and_not_ranked(made_up):
+    """A search whose bracket ends on a meet that is not steady at the longest window: the
+    summary says "unknown: needs a longer window" and the --duration-s that would resolve it,
+    P1 ranks it nowhere (its capacity is only a lower bound), and no gain is claimed."""
+    plan, _ = made_up
+    l40s = Deployment("l40s", 1, "llama-3.1-8b", "llama-3.2-1b", "vllm-v1", "sharegpt")
+    h100 = Deployment("h100-sxm", 1, "llama-3.1-8b", "llama-3.2-1b", "vllm-v1", "sharegpt")
+    unknown = {**result("none", 0.386, math.nan, 100.0), "bound": "unknown",
+               "unknown_per_s": 0.42, "window_to_steady_s": 900.0}
+    searches = [(l40s, "none", unknown), (l40s, "fixed:3", result("fixed:3", 9.5, 10.4, 3000.0)),
+                (h100, "none", result("none", 40.0, 44.0, 13000.0)),
+                (h100, "fixed:3", result("fixed:3", 40.0, 44.0, 13000.0))]
+    t = plan_table(plan, searches)
+    assert t.capacity_bound.iloc[0] == "unknown" and math.isnan(t.replicas_for_target.iloc[0])
+    assert math.isnan(t.capacity_gain_vs_none.iloc[1])
+    text = summary_section(plan, t, [])
+    assert "unknown: needs a longer window (>= 0.386/s; 0.42/s met, not steady)" in text
+    assert "--duration-s 50 or more would resolve it" in text  # 900 s / 20, up to 10 s
+    p1 = text.split("P1.")[1].split("P2.")[0]
+    assert "Not ranked (capacity unknown: needs a longer window): llama-3.1-8b+llama-3.2-1b " \
+           "tp1 l40s vllm-v1 sharegpt none" in p1
+    assert "  none     0.386" not in p1
+    p3 = text.split("P3.")[1]
+    assert "l40s vllm-v1 sharegpt      fixed:3  unknown" in p3
