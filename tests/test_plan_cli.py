@@ -157,3 +157,25 @@ def test_the_study_keeps_the_plan_outputs(local_run, tmp_path):
     section = before["results/summary.txt"].decode()
     section = section[section.index("=== CAPACITY PLAN"):]
     assert summary.startswith("Batched speculative decoding") and summary.endswith(section)
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_debris(tmp_path, monkeypatch):
+    """ENOSPC while a finished search is kept: one error line, exit 2, no *.tmp left in
+    runs/plan-cache and no outputs written."""
+    import errno
+
+    import src.plan.cache
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(src.plan.cache, "_write", full, raising=False)
+    monkeypatch.setattr(src.plan.cache.json, "dump", full)  # where a cache writes with it
+    out = tmp_path / "out"
+    done = run_captured([*CHEAP, "--workers", "1", "--out", str(out)])
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines == [f"error: --out: could not keep a finished search in {out}/runs/plan-cache "
+                     "(No space left on device); previous outputs left as they were, finished "
+                     "searches kept"]
+    assert os.listdir(out / "runs" / "plan-cache") == []
+    assert not (out / "results" / "plan.csv").exists()
