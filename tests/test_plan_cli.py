@@ -179,3 +179,23 @@ def test_a_full_disk_is_one_line_and_leaves_no_debris(tmp_path, monkeypatch):
                      "searches kept"]
     assert os.listdir(out / "runs" / "plan-cache") == []
     assert not (out / "results" / "plan.csv").exists()
+
+
+def test_a_string_for_a_list_a_price_twice_and_a_huge_plan_file_are_refused(tmp_path):
+    """As README says of every TOML input and option: a TOML string where a list is meant, a
+    value given twice, and a file over the 4 MiB TOML cap."""
+    plan = tmp_path / "p.toml"
+    plan.write_text('[plan]\ngpus = "h100-sxm"\npairs = ["llama-3.1-8b+llama-3.2-1b"]\n')
+    assert refused(tmp_path, "--plan", str(plan)) == (
+        "error: plan.gpus: expected a TOML list, e.g. gpus = [\"l40s\", \"h100-sxm\"], got "
+        "'h100-sxm'")
+    plan.write_text('[plan]\ngpus = ["h100-sxm"]\npairs = "llama-3.1-8b+llama-3.2-1b"\n')
+    assert "plan.pairs: expected a TOML list" in refused(tmp_path, "--plan", str(plan))
+    line = refused(tmp_path, "--gpus", "h100-sxm", "--pairs", "llama-3.1-8b+llama-3.2-1b",
+                   "--prices", "h100-sxm=3,h100-sxm=4")
+    assert line == ("error: --prices: h100-sxm given twice in 'h100-sxm=3,h100-sxm=4'; give "
+                    "each GPU's price once")
+    plan.write_text('[plan]\ngpus = ["h100-sxm"]\npairs = ["llama-3.1-8b+llama-3.2-1b"]\n'
+                    + "# padding\n" * 1_000_000)  # 10 MB
+    assert "is larger than 4 MiB, the most this option reads" in refused(tmp_path, "--plan",
+                                                                        str(plan))

@@ -20,15 +20,17 @@ what is allowed, before anything is simulated.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from src.config import ConfigError, check_alpha, list_items, read_text_file
+from src.config import ConfigError, check_alpha, list_items
+from src.input_files import read_toml
 
 PLAN_KEYS = ("gpus", "tp", "pairs", "engines", "policies", "workloads", "slo", "target_rate",
              "alpha", "quality_mode", "duration_s", "replications", "tolerance", "start_rate",
              "seed", "max_gamma")
+LIST_KEYS = {"gpus": '"l40s", "h100-sxm"', "tp": "1, 2", "pairs": '"llama-3.1-8b+llama-3.2-1b"',
+             "engines": '"vllm-v1"', "policies": '"fixed:3"', "workloads": '"sharegpt"'}
 SPECIAL_DRAFTS = ("eagle", "ngram")
 TP_SIZES = (1, 2, 4, 8)
 
@@ -117,6 +119,9 @@ def parse_prices(flag: str, value: Any, gpus: tuple[str, ...]) -> tuple[tuple[st
             gpu, eq, price = part.partition("=")
             if not eq:
                 raise ConfigError(flag, f"'{part}' is not gpu=price, e.g. h100-sxm=2.99")
+            if gpu.strip() in table:
+                raise ConfigError(flag, f"{gpu.strip()} given twice in '{value}'; give each "
+                                        "GPU's price once")
             table[gpu.strip()] = price.strip()
     elif isinstance(value, Mapping):
         table = dict(value)
@@ -146,11 +151,7 @@ def parse_prices(flag: str, value: Any, gpus: tuple[str, ...]) -> tuple[tuple[st
 
 def read_plan_file(path: str) -> dict:
     """The plan file as {"plan": {...}, "prices": {...}}; ConfigError on --plan."""
-    text = read_text_file(path, "--plan", "a TOML plan file")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("--plan", f"{path} is not valid TOML ({e})") from None
+    data = read_toml(path, "--plan")  # the project's TOML reader: at most MAX_TOML_BYTES
     for key in data:
         if key not in ("plan", "prices"):
             raise ConfigError(key, "unknown table; allowed: plan, prices")
@@ -183,6 +184,10 @@ def build_plan(options: Mapping[str, Any], path: str | None) -> PlanConfig:
         if options.get(key) is not None:
             return options[key], option
         if key in plan:
+            if key in LIST_KEYS and not isinstance(plan[key], list):
+                # a string '1,2' is the command line's form, a likely mistake in a file
+                raise ConfigError(f"plan.{key}", f"expected a TOML list, e.g. {key} = "
+                                                 f"[{LIST_KEYS[key]}], got {plan[key]!r}")
             return plan[key], f"plan.{key}"
         if required:
             raise ConfigError(option, f"required (or plan.{key} in --plan)")
