@@ -30,6 +30,8 @@ result.
 from __future__ import annotations
 
 import math
+import os
+import re
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -95,6 +97,8 @@ class SearchTask:
     start_rate_per_s: float
     seed: int
     max_gamma: int
+    # (path, SHA-256) of the deployment's config.json models: a changed file is a new search
+    model_files: tuple[tuple[str, str], ...] = ()
 
     def canonical(self) -> dict:
         return asdict(self)
@@ -104,7 +108,10 @@ def scenario_of(d: Deployment):
     """The Scenario of a deployment; ConfigError (scenario.tp) where its weights do not fit."""
     from src.hardware.scenario import scenario_from_dict
 
-    name = f"{d.gpu}-tp{d.tp}-{d.target}-{d.draft}".replace("+", "_")
+    # the scenario's name must be a plain file name: a config.json model by its file's stem
+    short = [re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(m).removesuffix(".json"))
+             for m in (d.target, d.draft)]
+    name = f"{d.gpu}-tp{d.tp}-{short[0]}-{short[1]}"
     return scenario_from_dict({
         "scenario": {"name": name, "gpu": d.gpu, "target": d.target, "draft": d.draft,
                      "tp": d.tp, "draft_tp": d.draft_tp, "engine_profiles": [d.engine]},
@@ -138,24 +145,42 @@ def serve_config(task: SearchTask, rate_per_s: float | None = None):
 
 
 def fit_check(task: SearchTask) -> str | None:
-    """None where the deployment fits in GPU memory (its weights, and with and without the draft a
-    KV cache holding the workload's longest request, as serve's prepare() checks), else why not
-    (one line)."""
+    """None where the deployment can run and fits in GPU memory (its weights, and with and
+    without the draft a KV cache holding the workload's longest request, as serve's prepare()
+    checks), else why not, one line naming the cause: "cannot run at tp N: ..." (the tp does not
+    divide the heads), "does not fit in GPU memory: ..." or "cannot run: ..." (anything else)."""
+    from src.costmodel import CostModelInputError, load_presets
+    from src.costmodel.presets import check_tp
     from src.online.study import deployments, longest_request_tokens
 
+    d = task.deployment
+    models = load_presets().models
+    try:
+        check_tp(models[d.target], d.tp)
+        if d.draft not in ("eagle", "ngram") and models[d.draft].architecture != "eagle3":
+            check_tp(models[d.draft], d.draft_tp, "draft_tp")
+    except CostModelInputError as e:
+        return f"cannot run at tp {d.tp}: {e.allowed}"
     try:
         cfg = serve_config(task)
         deps = deployments(cfg)
-    except ConfigError as e:
-        return e.allowed
+    except (ConfigError, CostModelInputError) as e:
+        memory = e.field_name in ("scenario.tp", "study.batch_sizes")
+        return ("does not fit in GPU memory: " if memory else "cannot run: ") + e.allowed
     bs = cfg.limits.block_size_tokens
     need = longest_request_tokens(cfg) + cfg.max_gamma + 1
     held = min(dep.kv_capacity_blocks for dep in deps) * bs
     if held < need + bs:
-        return (f"the KV cache holds {held} tokens, less than the longest "
-                f"{task.deployment.workload} request ({need} tokens with the verification's "
-                "positions)")
+        return (f"does not fit in GPU memory: the KV cache holds {held} tokens, less than the "
+                f"longest {task.deployment.workload} request ({need} tokens with the "
+                "verification's positions)")
     return None
+
+
+def fit_checks(tasks: list[SearchTask]) -> list[str | None]:
+    """fit_check of each task: one call per chunk of deployments, so the executor (src/
+    executor.py) starts one worker process per chunk, not per deployment."""
+    return [fit_check(t) for t in tasks]
 
 
 def max_window_s(task: SearchTask) -> float:
