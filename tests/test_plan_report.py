@@ -80,3 +80,27 @@ def test_an_unknown_capacity_is_said_and_not_ranked(made_up):
     assert "  none     0.386" not in p1
     p3 = text.split("P3.")[1]
     assert "l40s vllm-v1 sharegpt      fixed:3  unknown" in p3
+
+
+def test_the_plot_labels_a_tick_on_each_side_of_every_point(made_up, monkeypatch):
+    """Costs 0.067-2.2 USD (the README example's spread): the log axes end on labelled ticks, so
+    every point lies between two labels (the x axis had none below 0.1, where the cheapest
+    point was)."""
+    import src.reporting
+    from src.plan.report import plot_capacity
+
+    plan, t = made_up
+    t = t.copy()
+    t["cost_per_mtok"] = [2.218, 0.1093, 0.06658, 0.06651]  # the example's first plan.csv
+    t["cost_per_mtok_ci_low"] = [0.9179, 0.09656, 0.06426, 0.06441]
+    t["cost_per_mtok_ci_high"] = [3.0, 0.1258, 0.06906, 0.06874]
+    figs = []
+    monkeypatch.setattr(src.reporting, "png_bytes", lambda fig: figs.append(fig) or b"")
+    plot_capacity(plan, t)
+    ax = figs[0].axes[0]
+    figs[0].canvas.draw()
+    for axis, lim, values in ((ax.xaxis, ax.get_xlim(), t.cost_per_mtok),
+                              (ax.yaxis, ax.get_ylim(), t.capacity_per_s)):
+        labelled = [tick.get_loc() for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+                    if tick.label1.get_text() and lim[0] <= tick.get_loc() <= lim[1]]
+        assert min(labelled) <= values.min() and max(labelled) >= values.max(), labelled

@@ -237,6 +237,16 @@ def pareto_front(cost: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     return np.array(front, dtype=int)
 
 
+def labelled_tick(v: float, digits: str, direction: int) -> float:
+    """The nearest tick d x 10^k (d one of `digits`) at or below v (direction -1) or at or
+    above it (+1): an axis limit that carries a label."""
+    k = math.floor(math.log10(v))
+    ticks = sorted(int(d) * 10.0 ** e for e in (k - 1, k, k + 1) for d in digits)
+    ticks = [float(f"{x:.12g}") for x in ticks]
+    return (max(x for x in ticks if x <= v * (1 + 1e-12)) if direction < 0
+            else min(x for x in ticks if x >= v * (1 - 1e-12)))
+
+
 def plot_capacity(plan, table: pd.DataFrame) -> bytes:
     """Capacity per replica vs cost per million output tokens: a marker per deployment, a colour
     per policy, the Pareto front (cheapest for its capacity) as a dashed line."""
@@ -285,9 +295,18 @@ def plot_capacity(plan, table: pd.DataFrame) -> bytes:
     def plain(digits):  # 0.05, 2, 300: the ticks whose leading digit is one of `digits`
         return FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in digits else "")
 
-    for axis, values in ((ax.xaxis, t.cost_per_mtok), (ax.yaxis, t.capacity_per_s)):
+    spans = ((ax.xaxis, ax.set_xlim, [t.cost_per_mtok, t.cost_per_mtok_ci_low,
+                                      t.cost_per_mtok_ci_high]),
+             (ax.yaxis, ax.set_ylim, [t.capacity_per_s, t.first_miss_per_s]))
+    for axis, set_lim, columns in spans:
+        values = np.concatenate([np.asarray(c, float) for c in columns])
+        values = values[np.isfinite(values) & (values > 0)]
         narrow = len(values) and values.max() / values.min() < 4  # few decade ticks: label more
+        digits = "12345678" if narrow else "1235"  # 0.09 would crowd 0.1
         axis.set_major_formatter(plain("123456789"))
-        axis.set_minor_formatter(plain("123456789" if narrow else "1235"))
+        axis.set_minor_formatter(plain(digits))
+        if len(values):  # the axis ends on labelled ticks, so every point lies between two
+            set_lim(labelled_tick(values.min() / 1.1, digits, -1),
+                    labelled_tick(values.max() * 1.1, digits, +1))
     ax.grid(True, which="both", alpha=0.3)
     return png_bytes(fig)
