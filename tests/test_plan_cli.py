@@ -300,3 +300,19 @@ def test_the_real_cause_is_named_not_memory(tmp_path):
     line = refused(tmp_path, "--gpus", "l4", "--pairs", "llama-3.1-70b+llama-3.2-1b")
     assert "no deployment of the plan fits in GPU memory (llama-3.1-70b+llama-3.2-1b tp1 l4 " \
            "vllm-v1 sharegpt: llama-3.1-70b at tp=1" in line
+
+
+def test_the_example_plan_file_types_in_no_timing():
+    """configs/plan-example.toml said "a few minutes" and ran in seconds: its comment points to
+    README's measured timing table instead of typing a time in, and it parses as a plan."""
+    import re
+
+    from src.plan.config import build_plan
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+                        "plan-example.toml")
+    with open(path, encoding="utf-8") as f:
+        comments = " ".join(line for line in f.read().splitlines() if line.startswith("#"))
+    assert not re.search(r"\b(few|\d+)\s*(minutes?|min|seconds?|s)\b", comments), comments
+    assert "README's timing table" in comments
+    assert build_plan({}, path).gpus == ("l40s", "a100-80gb-sxm", "h100-sxm")
