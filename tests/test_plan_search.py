@@ -166,3 +166,24 @@ def test_a_positive_interval_on_the_log_scale():
     narrow = np.array([1000.0, 1001.0, 999.5, 1000.4])
     assert mean_ci_positive(narrow, 0.95) == pytest.approx(mean_ci(narrow, 0.95), rel=1e-6)
     assert mean_ci_positive(np.array([0.0, 2.0]), 0.95)[1] == 0.0  # a zero: clipped at 0
+
+
+def test_a_chunk_of_memory_checks_reads_the_presets_once(monkeypatch):
+    """fit_checks (plan's memory checks, one executor call per chunk) loads the presets and the
+    engine profiles once for the chunk, not ~4 times a check; the answers are fit_check's."""
+    import src.costmodel.engines as engines
+    import src.costmodel.presets as presets
+    from src.plan.search import fit_check, fit_checks
+
+    tasks = [replace(TASK, deployment=replace(DEP, gpu=g)) for g in ("l4", "a40", "l40s")] * 4
+    expected = [fit_check(t) for t in tasks]
+    loads = []
+    for module, name in ((presets, "_load_presets"), (engines, "_load_engine_profiles")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real, name=name, **k:
+                            loads.append(name) or real(*a, **k))
+    assert fit_checks(tasks) == expected
+    assert loads.count("_load_presets") == 1 and loads.count("_load_engine_profiles") <= 2
+    loads.clear()
+    fit_check(tasks[0])  # outside a chunk every call reads the files again
+    assert loads.count("_load_presets") > 1

@@ -179,8 +179,12 @@ def fit_check(task: SearchTask) -> str | None:
 
 def fit_checks(tasks: list[SearchTask]) -> list[str | None]:
     """fit_check of each task: one call per chunk of deployments, so the executor (src/
-    executor.py) starts one worker process per chunk, not per deployment."""
-    return [fit_check(t) for t in tasks]
+    executor.py) starts one worker process per chunk, not per deployment; the presets are read
+    once per chunk (presets.memo_presets), not ~4 times per check."""
+    from src.costmodel.presets import memo_presets
+
+    with memo_presets():
+        return [fit_check(t) for t in tasks]
 
 
 def max_window_s(task: SearchTask) -> float:
