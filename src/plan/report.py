@@ -254,7 +254,9 @@ def plot_capacity(plan, table: pd.DataFrame) -> bytes:
 
     plt = pyplot()
     usd = bool(plan.prices_usd_per_gpu_hour)
-    t = table[(table.capacity_per_s > 0) & np.isfinite(table.cost_per_mtok)].reset_index(drop=True)
+    # an unknown capacity (only a lower bound) is not drawn as if it were one
+    t = table[(table.capacity_per_s > 0) & np.isfinite(table.cost_per_mtok)
+              & (table.capacity_bound != "unknown")].reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(8.6, 5.4))
     policies = list(dict.fromkeys(table.policy))
     cmap = plt.get_cmap("tab10")
