@@ -157,3 +157,162 @@ def test_the_study_keeps_the_plan_outputs(local_run, tmp_path):
     section = before["results/summary.txt"].decode()
     section = section[section.index("=== CAPACITY PLAN"):]
     assert summary.startswith("Batched speculative decoding") and summary.endswith(section)
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_debris(tmp_path, monkeypatch):
+    """ENOSPC while a finished search is kept: one error line, exit 2, no *.tmp left in
+    runs/plan-cache and no outputs written."""
+    import errno
+
+    import src.plan.cache
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(src.plan.cache, "_write", full, raising=False)
+    monkeypatch.setattr(src.plan.cache.json, "dump", full)  # where a cache writes with it
+    out = tmp_path / "out"
+    done = run_captured([*CHEAP, "--workers", "1", "--out", str(out)])
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines == [f"error: --out: could not keep a finished search in {out}/runs/plan-cache "
+                     "(No space left on device); previous outputs left as they were, finished "
+                     "searches kept"]
+    assert os.listdir(out / "runs" / "plan-cache") == []
+    assert not (out / "results" / "plan.csv").exists()
+
+
+def test_a_string_for_a_list_a_price_twice_and_a_huge_plan_file_are_refused(tmp_path):
+    """As README says of every TOML input and option: a TOML string where a list is meant, a
+    value given twice, and a file over the 4 MiB TOML cap."""
+    plan = tmp_path / "p.toml"
+    plan.write_text('[plan]\ngpus = "h100-sxm"\npairs = ["llama-3.1-8b+llama-3.2-1b"]\n')
+    assert refused(tmp_path, "--plan", str(plan)) == (
+        "error: plan.gpus: expected a TOML list, e.g. gpus = [\"l40s\", \"h100-sxm\"], got "
+        "'h100-sxm'")
+    plan.write_text('[plan]\ngpus = ["h100-sxm"]\npairs = "llama-3.1-8b+llama-3.2-1b"\n')
+    assert "plan.pairs: expected a TOML list" in refused(tmp_path, "--plan", str(plan))
+    line = refused(tmp_path, "--gpus", "h100-sxm", "--pairs", "llama-3.1-8b+llama-3.2-1b",
+                   "--prices", "h100-sxm=3,h100-sxm=4")
+    assert line == ("error: --prices: h100-sxm given twice in 'h100-sxm=3,h100-sxm=4'; give "
+                    "each GPU's price once")
+    plan.write_text('[plan]\ngpus = ["h100-sxm"]\npairs = ["llama-3.1-8b+llama-3.2-1b"]\n'
+                    + "# padding\n" * 1_000_000)  # 10 MB
+    assert "is larger than 4 MiB, the most this option reads" in refused(tmp_path, "--plan",
+                                                                        str(plan))
+
+
+def test_an_oversized_plan_is_refused_before_any_work(tmp_path):
+    """8 GPUs x 64 tp sizes x 5 pairs x 7 engines x 5 workloads x 2 policies: counted and refused
+    in one line naming the size that fits, before a deployment is built."""
+    from src.plan.cli import MAX_SEARCHES
+
+    start = time.perf_counter()
+    line = refused(tmp_path, "--gpus", "l4,a40,l40s,a100-80gb-sxm,h100-sxm,mi300x,h200,b200",
+                   "--tp", ",".join(map(str, range(1, 65))),
+                   "--pairs", "llama-3.1-8b+llama-3.2-1b,llama-3.1-8b+ngram,llama-3.1-70b+ngram,"
+                   "llama-3.1-70b+llama-3.2-1b,llama-3.1-8b+eagle",
+                   "--engines", ",".join(sorted(__import__("src.costmodel", fromlist=["x"])
+                                                .load_engine_profiles())),
+                   "--workloads", ",".join(sorted(__import__("src.online.workloads",
+                                                             fromlist=["x"]).load_workloads())),
+                   "--policies", "fixed:3")
+    assert time.perf_counter() - start < 5
+    assert line.startswith("error: plan: 89,600 deployments (8 GPUs x 64 tp sizes x 5 pairs x "
+                           "7 engines x 5 workloads) x 2 policies = 179,200 searches; allowed: "
+                           f"at most {MAX_SEARCHES:,} searches a plan"), line
+
+
+def test_memory_checks_run_on_the_executor_with_progress(tmp_path, monkeypatch):
+    """The fit checks go to the executor in chunks (search.fit_checks), with progress on stderr;
+    here one deployment a chunk, in this process (--workers 1)."""
+    import src.plan.cli
+
+    monkeypatch.setattr(src.plan.cli, "FIT_CHUNK", 1, raising=False)
+    calls = []
+    import src.executor
+    real = src.executor.LocalExecutor.map
+
+    def counting(self, fn, arg_tuples, on_done=None):
+        calls.append((fn.__name__, len(arg_tuples)))
+        return real(self, fn, arg_tuples, on_done)
+    monkeypatch.setattr(src.executor.LocalExecutor, "map", counting)
+    done = run_captured([a for a in CHEAP if a != "--quiet"]
+                        + ["--workers", "1", "--no-plots", "--out", str(tmp_path / "o")])
+    assert done.returncode == 0, done.stderr
+    assert calls[0] == ("fit_checks", 2)  # 2 deployments, one a chunk
+    assert "plan: checking 2 deployments fit in memory on in this process" in done.stderr
+    assert "  plan: memory checks 2/2 deployments" in done.stderr
+
+
+LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 128, "intermediate_size": 14336, "vocab_size": 128256,
+            "tie_word_embeddings": False, "attention_bias": False}
+LLAMA_1B = {**LLAMA_8B, "hidden_size": 2048, "num_hidden_layers": 16, "head_dim": 64,
+            "intermediate_size": 8192, "tie_word_embeddings": True}
+
+
+def test_pairs_take_config_json_paths(tmp_path):
+    """--pairs PATH.json+PATH.json (and a plan file's relative paths) run as the presets they
+    describe: the same capacities as llama-3.1-8b+llama-3.2-1b; plan --help says so."""
+    import json
+
+    folder = tmp_path / "my+models"  # a '+' in the path too
+    folder.mkdir()
+    (folder / "8b.json").write_text(json.dumps(LLAMA_8B))
+    (folder / "1b.json").write_text(json.dumps(LLAMA_1B))
+    args = ["plan", "--gpus", "l4", "--policies", "fixed:3", "--workloads", "alpaca", "--slo",
+            "ttft=2s,tpot=15ms", "--duration-s", "10", "--start-rate", "1", "--quiet",
+            "--no-plots", "--workers", "1"]
+    by_path = run_captured([*args, "--pairs", f"{folder}/8b.json+{folder}/1b.json",
+                            "--out", str(tmp_path / "a")])
+    assert by_path.returncode == 0, by_path.stderr
+    plan = tmp_path / "my+models" / "p.toml"
+    plan.write_text('[plan]\npairs = ["8b.json+1b.json"]\n')
+    in_file = run_captured([*args, "--plan", str(plan), "--out", str(tmp_path / "b")])
+    assert in_file.returncode == 0, in_file.stderr
+    preset = run_captured([*args, "--pairs", "llama-3.1-8b+llama-3.2-1b",
+                           "--out", str(tmp_path / "c")])
+    assert preset.returncode == 0, preset.stderr
+    cols = ["policy", "capacity_per_s", "first_miss_per_s", "capacity_bound"]
+    a, b, c = (pd.read_csv(tmp_path / x / "results" / "plan.csv") for x in "abc")
+    assert a.target.iloc[0] == str(folder / "8b.json") and b.target.iloc[0] == a.target.iloc[0]
+    assert a[cols].equals(c[cols]) and b[cols].equals(c[cols])
+    assert "config.json" in run_captured(["plan", "--help"]).stdout
+
+
+def test_the_real_cause_is_named_not_memory(tmp_path):
+    """A tp that does not divide the heads, a vocabulary mismatch, a bad config.json: each named,
+    none called "does not fit in GPU memory"."""
+    import json
+
+    line = refused(tmp_path, "--gpus", "l4", "--tp", "3", "--pairs", "llama-3.1-8b+llama-3.2-1b")
+    assert line == ("error: --pairs: no deployment of the plan can run (llama-3.1-8b+llama-3.2-1b"
+                    " tp3 l4 vllm-v1 sharegpt: cannot run at tp 3: 3 does not divide n_heads=32 "
+                    "and n_kv_heads=8 of llama-3.1-8b; allowed: 1, 2, 4, 8, 16, 32)")
+    line = refused(tmp_path, "--gpus", "l4", "--pairs", "llama-3.1-8b+qwen2.5-0.5b")
+    assert line.startswith("error: --pairs: qwen2.5-0.5b has a 151936-token vocabulary, "
+                           "llama-3.1-8b 128256: the draft must share the target's vocabulary")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({k: v for k, v in LLAMA_8B.items() if k != "hidden_size"}))
+    line = refused(tmp_path, "--gpus", "l4", "--pairs", f"{bad}+ngram")
+    assert line == f"error: --pairs: {bad}: hidden_size is missing (llama)"
+    line = refused(tmp_path, "--gpus", "l4", "--pairs", "llama-3.1-70b+llama-3.2-1b")
+    assert "no deployment of the plan fits in GPU memory (llama-3.1-70b+llama-3.2-1b tp1 l4 " \
+           "vllm-v1 sharegpt: llama-3.1-70b at tp=1" in line
+
+
+def test_the_example_plan_file_types_in_no_timing():
+    """configs/plan-example.toml said "a few minutes" and ran in seconds: its comment points to
+    README's measured timing table instead of typing a time in, and it parses as a plan."""
+    import re
+
+    from src.plan.config import build_plan
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+                        "plan-example.toml")
+    with open(path, encoding="utf-8") as f:
+        comments = " ".join(line for line in f.read().splitlines() if line.startswith("#"))
+    assert not re.search(r"\b(few|\d+)\s*(minutes?|min|seconds?|s)\b", comments), comments
+    assert "README's timing table" in comments
+    assert build_plan({}, path).gpus == ("l40s", "a100-80gb-sxm", "h100-sxm")

@@ -54,3 +54,53 @@ def test_summary_names_the_cheapest_and_where_speculation_helps(made_up):
     p3 = text.split("P3.")[1]
     assert "l40s vllm-v1 sharegpt      fixed:3  raises" in p3
     assert "h100-sxm vllm-v1 sharegpt  fixed:3  same" in p3
+
+
+def test_an_unknown_capacity_is_said_and_not_ranked(made_up):
+    """A search whose bracket ends on a meet that is not steady at the longest window: the
+    summary says "unknown: needs a longer window" and the --duration-s that would resolve it,
+    P1 ranks it nowhere (its capacity is only a lower bound), and no gain is claimed."""
+    plan, _ = made_up
+    l40s = Deployment("l40s", 1, "llama-3.1-8b", "llama-3.2-1b", "vllm-v1", "sharegpt")
+    h100 = Deployment("h100-sxm", 1, "llama-3.1-8b", "llama-3.2-1b", "vllm-v1", "sharegpt")
+    unknown = {**result("none", 0.386, math.nan, 100.0), "bound": "unknown",
+               "unknown_per_s": 0.42, "window_to_steady_s": 900.0}
+    searches = [(l40s, "none", unknown), (l40s, "fixed:3", result("fixed:3", 9.5, 10.4, 3000.0)),
+                (h100, "none", result("none", 40.0, 44.0, 13000.0)),
+                (h100, "fixed:3", result("fixed:3", 40.0, 44.0, 13000.0))]
+    t = plan_table(plan, searches)
+    assert t.capacity_bound.iloc[0] == "unknown" and math.isnan(t.replicas_for_target.iloc[0])
+    assert math.isnan(t.capacity_gain_vs_none.iloc[1])
+    text = summary_section(plan, t, [])
+    assert "unknown: needs a longer window (>= 0.386/s; 0.42/s met, not steady)" in text
+    assert "--duration-s 50 or more would resolve it" in text  # 900 s / 20, up to 10 s
+    p1 = text.split("P1.")[1].split("P2.")[0]
+    assert "Not ranked (capacity unknown: needs a longer window): llama-3.1-8b+llama-3.2-1b " \
+           "tp1 l40s vllm-v1 sharegpt none" in p1
+    assert "  none     0.386" not in p1
+    p3 = text.split("P3.")[1]
+    assert "l40s vllm-v1 sharegpt      fixed:3  unknown" in p3
+
+
+def test_the_plot_labels_a_tick_on_each_side_of_every_point(made_up, monkeypatch):
+    """Costs 0.067-2.2 USD (the README example's spread): the log axes end on labelled ticks, so
+    every point lies between two labels (the x axis had none below 0.1, where the cheapest
+    point was)."""
+    import src.reporting
+    from src.plan.report import plot_capacity
+
+    plan, t = made_up
+    t = t.copy()
+    t["cost_per_mtok"] = [2.218, 0.1093, 0.06658, 0.06651]  # the example's first plan.csv
+    t["cost_per_mtok_ci_low"] = [0.9179, 0.09656, 0.06426, 0.06441]
+    t["cost_per_mtok_ci_high"] = [3.0, 0.1258, 0.06906, 0.06874]
+    figs = []
+    monkeypatch.setattr(src.reporting, "png_bytes", lambda fig: figs.append(fig) or b"")
+    plot_capacity(plan, t)
+    ax = figs[0].axes[0]
+    figs[0].canvas.draw()
+    for axis, lim, values in ((ax.xaxis, ax.get_xlim(), t.cost_per_mtok),
+                              (ax.yaxis, ax.get_ylim(), t.capacity_per_s)):
+        labelled = [tick.get_loc() for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+                    if tick.label1.get_text() and lim[0] <= tick.get_loc() <= lim[1]]
+        assert min(labelled) <= values.min() and max(labelled) >= values.max(), labelled

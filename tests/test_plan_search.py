@@ -120,3 +120,70 @@ def test_capacity_gain_and_its_range():
     assert (gain, low, high) == pytest.approx((1.5, 30 / 22, 33 / 20))
     assert all(math.isnan(x) for x in capacity_gain(pol, {"capacity_per_s": 0.0,
                                                           "first_miss_per_s": 0.1}))
+
+
+def test_a_meet_not_steady_at_the_longest_window_is_unknown_not_a_miss():
+    """1 s windows (the longest probe window 20 s) hold too few of alpaca's E2E latencies on an L4
+    for any rate to be steady, yet every rate meets the SLO: the search says "unknown" (serve's
+    S5 does too), never a miss, and names the window that would do."""
+    r = capacity_search(replace(TASK, duration_s=1.0))
+    assert r["bound"] == "unknown" and r["capacity_per_s"] == 0.0
+    assert math.isnan(r["first_miss_per_s"])  # no probe missed the SLO
+    assert all(p["attained"] and p["verdict"] == "unknown" for p in r["probes"])
+    assert max(p["window_s"] for p in r["probes"]) == 20.0
+    assert r["unknown_per_s"] == min(p["rate_per_s"] for p in r["probes"])
+    assert r["window_to_steady_s"] > 20.0
+
+
+def test_the_readme_example_finds_the_l40s_capacity():
+    """The README's plan example: Llama-3.1-8B on an L40S, sharegpt, TTFT 2 s / TPOT 50 ms, no
+    speculation. sharegpt's mean E2E there is 8-15 s, so a steady window is 200-400 s: the
+    probes lengthen to it, and the capacity (9.5/s) is the cliff serve shows (it meets the SLO
+    at 10/s and misses at 16/s over 60 s windows), not 0.39/s (a meet cut off at 180 s)."""
+    task = SearchTask(replace(DEP, gpu="l40s", workload="sharegpt"), "none", 2.0, 0.05, 0.9,
+                      None, None, 30.0, 2, 0.1, 4.0, 20261129, 8)
+    r = capacity_search(task)
+    assert r["bound"] == "found" and 8.0 < r["capacity_per_s"] < 12.0
+    probes = {p["rate_per_s"]: p for p in r["probes"]}
+    assert probes[r["first_miss_per_s"]]["slo_attainment"] < 0.9  # a real miss
+    assert probes[r["capacity_per_s"]]["steady"]
+    # every throughput's and latency's interval stays above zero (R = 2: t = 12.7)
+    for p in r["probes"]:
+        for key in ("sustained_output_tok_s", "output_throughput_tok_s",
+                    "request_throughput_req_s", "ttft_p99_s", "e2e_mean_s"):
+            assert 0 < p[f"{key}_ci_low"] <= p[key] <= p[f"{key}_ci_high"], key
+        assert 0 <= p["slo_attainment_ci_low"] <= p["slo_attainment_ci_high"] <= 1
+
+
+def test_a_positive_interval_on_the_log_scale():
+    """mean x exp(-+ t sd(log v) / sqrt(R)): positive however wide, and the Student-t interval
+    to first order where the spread is small."""
+    from src.online.metrics import mean_ci, mean_ci_positive
+
+    m, lo, hi = mean_ci_positive(np.array([100.0, 3000.0]), 0.95)
+    assert m == 1550.0 and 0 < lo < m < hi
+    assert mean_ci(np.array([100.0, 3000.0]), 0.95)[1] < 0  # the linear one goes below zero
+    narrow = np.array([1000.0, 1001.0, 999.5, 1000.4])
+    assert mean_ci_positive(narrow, 0.95) == pytest.approx(mean_ci(narrow, 0.95), rel=1e-6)
+    assert mean_ci_positive(np.array([0.0, 2.0]), 0.95)[1] == 0.0  # a zero: clipped at 0
+
+
+def test_a_chunk_of_memory_checks_reads_the_presets_once(monkeypatch):
+    """fit_checks (plan's memory checks, one executor call per chunk) loads the presets and the
+    engine profiles once for the chunk, not ~4 times a check; the answers are fit_check's."""
+    import src.costmodel.engines as engines
+    import src.costmodel.presets as presets
+    from src.plan.search import fit_check, fit_checks
+
+    tasks = [replace(TASK, deployment=replace(DEP, gpu=g)) for g in ("l4", "a40", "l40s")] * 4
+    expected = [fit_check(t) for t in tasks]
+    loads = []
+    for module, name in ((presets, "_load_presets"), (engines, "_load_engine_profiles")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real, name=name, **k:
+                            loads.append(name) or real(*a, **k))
+    assert fit_checks(tasks) == expected
+    assert loads.count("_load_presets") == 1 and loads.count("_load_engine_profiles") <= 2
+    loads.clear()
+    fit_check(tasks[0])  # outside a chunk every call reads the files again
+    assert loads.count("_load_presets") > 1

@@ -18,6 +18,7 @@ from src.costmodel.presets import (
     BUILTIN_PRESET_FILES,
     PRESETS_DIR,
     CostModelInputError,
+    memoised,
 )
 
 ENGINE_PROFILES_FILE = PRESETS_DIR / "engines.toml"
@@ -191,6 +192,14 @@ IDEAL_ENGINE = EngineProfile(
 
 
 def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
+                         extra_paths: Iterable[str | Path] = ()) -> dict[str, EngineProfile]:
+    """_load_engine_profiles, memoised within presets.memo_presets() (a copy of the dict)."""
+    extra = tuple(extra_paths)
+    return dict(memoised(("engines", str(path), *map(str, extra)),
+                         lambda: _load_engine_profiles(path, extra)))
+
+
+def _load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
                          extra_paths: Iterable[str | Path] = ()) -> dict[str, EngineProfile]:
     """Engine profiles of a TOML file with one [engines.<name>] table per profile, with the
     [engines.<name>] tables of the built-in preset files (fitted values, e.g. a calibrated eager

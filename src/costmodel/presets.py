@@ -4,6 +4,7 @@ cost-model modules. design.md ("Presets", "Parameters") gives every figure's sou
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -397,7 +398,41 @@ def _check_positive_fields(table_name: str, entry_id: str, values: Mapping) -> N
             raise CostModelInputError(where, f"must be > 0, got {value}")
 
 
+# load_presets / load_engine_profiles results by arguments while memo_presets() is open (None:
+# closed, every call reads the files again, so an edited file is seen at the next call)
+_MEMO: dict | None = None
+
+
+@contextmanager
+def memo_presets():
+    """Within the block, load_presets and load_engine_profiles return the same result for the same
+    arguments: a batch of checks (plan's memory checks, ~4 loads each) reads the files once."""
+    global _MEMO
+    outer = _MEMO
+    _MEMO = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _MEMO = outer
+
+
+def memoised(key: tuple, load):
+    """load(), or its result for `key` kept while memo_presets() is open."""
+    if _MEMO is None:
+        return load()
+    if key not in _MEMO:
+        _MEMO[key] = load()
+    return _MEMO[key]
+
+
 def load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
+    """(memoised within memo_presets()) Built-in presets with each file of `extra_paths` merged
+    over them, in order; see _load_presets."""
+    paths = tuple(extra_paths)
+    return memoised(("presets", *map(str, paths)), lambda: _load_presets(paths))
+
+
+def _load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
     """Built-in presets with each file of `extra_paths` merged over them, in order.
 
     A preset file may hold any of: [gpus.<id>] (GpuSpec fields), [models.<id>] (ModelSpec fields),

@@ -46,6 +46,25 @@ def mean_ci(values: np.ndarray, level: float) -> tuple[float, float, float]:
     return (m, m - half, m + half)
 
 
+def mean_ci_positive(values: np.ndarray, level: float) -> tuple[float, float, float]:
+    """(mean, low, high) of per-replication values of a positive quantity (a throughput, a
+    latency) with an interval on the log scale, so it never reaches 0:
+
+        low, high = mean x exp(-+ t_{R-1} x sd(log v) / sqrt(R))
+
+    To first order in the spread sd(log v) = sd(v) / mean, so this is mean_ci's Student-t
+    interval where that is narrow; where it is wide (R = 2: t = 12.7) the linear one goes below
+    zero, this one stays positive and is wider above than below, as a ratio's is. Falls back to
+    mean_ci clipped at 0 where a value is <= 0."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    m, lo, hi = mean_ci(v, level)
+    if v.size < 2 or not (v > 0).all():
+        return (m, max(lo, 0.0) if np.isfinite(lo) else lo, hi)
+    half = stdtrit(v.size - 1, 0.5 + level / 2) * np.log(v).std(ddof=1) / np.sqrt(v.size)
+    return (m, float(m * np.exp(-half)), float(m * np.exp(half)))
+
+
 def histogram_percentiles(hist: np.ndarray, qs=PERCENTILES) -> np.ndarray:
     """[rows, len(qs)] percentiles (ms) of binned gaps: the geometric middle of the bin where the
     cumulative count first reaches q% (bins about 1.2% wide)."""

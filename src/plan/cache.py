@@ -15,6 +15,8 @@ import json
 import os
 from pathlib import Path
 
+from src.errors import ConfigError
+
 SRC = Path(__file__).resolve().parents[1]
 NOT_IN_RESULT = ("plan/report.py", "plan/cli.py", "plan/cache.py")  # relative to src/
 
@@ -58,12 +60,28 @@ class SearchCache:
         return entry.get("result")
 
     def put(self, task, result: dict) -> None:
+        """Write one finished search; ConfigError('--out', one line) where the disk refuses (full,
+        read-only), with the temporary file removed, so a failed write leaves no debris."""
         if self.folder is None:
             return
-        os.makedirs(self.folder, exist_ok=True)
         path = self._path(task)
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"task": task.canonical(), "code": self.version, "result": result}, f,
-                      sort_keys=True)
-        os.replace(tmp, path)
+        text = json.dumps({"task": task.canonical(), "code": self.version, "result": result},
+                          sort_keys=True)
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as f:
+                _write(f, text)
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise ConfigError("--out", f"could not keep a finished search in {self.folder} "
+                                       f"({e.strerror or e}); previous outputs left as they "
+                                       "were, finished searches kept") from None
+
+
+def _write(f, text: str) -> None:
+    f.write(text)

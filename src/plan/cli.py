@@ -25,8 +25,9 @@ from src.online.blog_check import block_last
 OPTIONS = {  # option -> help (plan key = the option's name with underscores)
     "gpus": "GPU presets, comma-separated (src/presets/gpus.toml)",
     "tp": "tensor-parallel sizes, e.g. 1,2 (default 1); a draft model runs at the same tp",
-    "pairs": "target+draft, comma-separated, e.g. llama-3.1-8b+llama-3.2-1b (draft: a model "
-             "preset, eagle or ngram)",
+    "pairs": "target+draft, comma-separated, e.g. llama-3.1-8b+llama-3.2-1b; each model a "
+             "preset or the path to a Hugging Face config.json (PATH/config.json+PATH/draft.json"
+             ", in a plan file relative to its folder); draft also eagle or ngram",
     "engines": "engine profiles (default vllm-v1)",
     "policies": "speculation policies: none, fixed[:G], schedule, adaptive, off-above[:N[:G]]; "
                 "none is always included",
@@ -73,18 +74,46 @@ def make_parser():
     return p
 
 
+# the most searches one plan runs: design.md section 17 sizes a 10,000-deployment plan with one
+# policy besides none (20,000 searches, ~240,000 CPU-seconds) at ~40 minutes on 100 workers, and
+# every finished search is held in memory until the outputs are written
+MAX_SEARCHES = 20_000
+FIT_CHUNK = 64  # deployments per memory-check call on the executor (~14 ms each)
+
+
+def plan_size(plan) -> tuple[int, int]:
+    """(deployments, searches) of a plan, counted before any is built."""
+    n = (len(plan.gpus) * len(plan.tp_sizes) * len(plan.pairs) * len(plan.engines)
+         * len(plan.workloads))
+    return n, n * len(plan.policies)
+
+
+def check_size(plan, flag: str) -> None:
+    """ConfigError(flag) where the plan has more than MAX_SEARCHES searches."""
+    deployments, searches = plan_size(plan)
+    if searches > MAX_SEARCHES:
+        raise ConfigError(flag, f"{deployments:,} deployments ({len(plan.gpus)} GPUs x "
+                                f"{len(plan.tp_sizes)} tp sizes x {len(plan.pairs)} pairs x "
+                                f"{len(plan.engines)} engines x {len(plan.workloads)} workloads)"
+                                f" x {len(plan.policies)} policies = {searches:,} searches; "
+                                f"allowed: at most {MAX_SEARCHES:,} searches a plan (list fewer, "
+                                "or split it into several plans)")
+
+
 def tasks_of(plan):
     """[(Deployment, [SearchTask per policy])] in plan order."""
     from src.plan.search import Deployment, SearchTask
 
+    files = dict(plan.model_files)
     out = []
     for gpu, tp, (target, draft), engine, workload in itertools.product(
             plan.gpus, plan.tp_sizes, plan.pairs, plan.engines, plan.workloads):
         d = Deployment(gpu, tp, target, draft, engine, workload)
+        mine = tuple((m, files[m]) for m in dict.fromkeys((target, draft)) if m in files)
         out.append((d, [SearchTask(d, policy, plan.slo_ttft_s, plan.slo_tpot_s,
                                    plan.slo_attainment_target, plan.alpha, plan.quality_mode,
                                    plan.duration_s, plan.replications, plan.tolerance,
-                                   plan.start_rate_per_s, plan.seed, plan.max_gamma)
+                                   plan.start_rate_per_s, plan.seed, plan.max_gamma, mine)
                         for policy in plan.policies]))
     return out
 
@@ -97,9 +126,11 @@ def nothing_fits(plan, skipped) -> str:
     from src.plan.search import fit_check
 
     d0, why0 = skipped[0]
+    if not all(why.startswith("does not fit in GPU memory") for _, why in skipped):
+        return f"no deployment of the plan can run ({d0.label}: {why0})"
     task = tasks_of(plan)[0][1][0]
     would = []
-    for target, draft in plan.pairs:
+    for target, draft in plan.pairs[:4]:  # an error's hint: a few pairs at most
         for tp in (1, 2, 4, 8):
             hits = [g for g in plan.gpus if fit_check(replace(task, deployment=replace(
                 d0, gpu=g, tp=tp, target=target, draft=draft))) is None]
@@ -118,7 +149,8 @@ def nothing_fits(plan, skipped) -> str:
             break
     hint = "; ".join(filter(None, [("would fit: " + ", ".join(would)) if would else "",
                                    biggest or ""]))
-    return (f"no deployment of the plan fits in GPU memory ({d0.label}: {why0})"
+    return (f"no deployment of the plan fits in GPU memory ({d0.label}: "
+            f"{why0.removeprefix('does not fit in GPU memory: ')})"
             + (f"; {hint}" if hint else ""))
 
 
@@ -144,16 +176,45 @@ def _progress(say, total: int, cached: int, deployments: int, per_dep: int, work
     return on_done
 
 
+def fit_all(deployments, executor, say):
+    """(fitting, skipped) of [(Deployment, tasks)]: the memory checks (search.fit_checks) in
+    chunks of FIT_CHUNK deployments on the executor, with progress on stderr every 2 s."""
+    from src.plan.search import fit_checks
+
+    chunks = [deployments[i:i + FIT_CHUNK] for i in range(0, len(deployments), FIT_CHUNK)]
+    start, last = time.perf_counter(), [time.perf_counter()]
+    checked = [0]
+
+    def progress(i, result, done, total):
+        checked[0] += len(chunks[i])
+        now = time.perf_counter()
+        if len(chunks) > 1 and (done == total or now - last[0] >= 2.0):
+            last[0] = now
+            say(f"  plan: memory checks {checked[0]:,}/{len(deployments):,} deployments, "
+                f"{now - start:.0f} s")
+
+    if len(chunks) > 1:
+        say(f"plan: checking {len(deployments):,} deployments fit in memory on {executor.label}")
+    whys = executor.map(fit_checks, [([tasks[0] for _, tasks in c],) for c in chunks],
+                        on_done=progress)
+    fitting, skipped = [], []
+    for chunk, reasons in zip(chunks, whys):
+        for (d, tasks), why in zip(chunk, reasons):
+            (skipped.append((d, why)) if why else fitting.append((d, tasks)))
+    return fitting, skipped
+
+
 def run(args, say) -> int:
     from src import outputs
     from src.executor import dask_option, open_executor
     from src.plan import report
     from src.plan.cache import SearchCache, code_version
     from src.plan.config import build_plan
-    from src.plan.search import capacity_search, fit_check
+    from src.plan.search import capacity_search
 
     options = {name: getattr(args, name) for name in OPTIONS}
     plan = build_plan(options, args.plan)
+    check_size(plan, "--plan" if args.plan else "plan")
     out = "." if args.out is None else args.out
     outputs.prepare(out)
     workers = None
@@ -161,20 +222,17 @@ def run(args, say) -> int:
         from src.online.cli import _int
         workers = _int("--workers", args.workers, 1, 256)
     dask = dask_option(args.dask)
-    fitting, skipped = [], []
-    for d, tasks in tasks_of(plan):
-        why = fit_check(tasks[0])
-        (skipped.append((d, why)) if why else fitting.append((d, tasks)))
-    if not fitting:
-        raise ConfigError("--plan" if args.plan else "--pairs", nothing_fits(plan, skipped))
-    cache = SearchCache(None if args.no_cache else os.path.join(out, "runs", "plan-cache"),
-                        code_version())
-    todo = [t for _, tasks in fitting for t in tasks]
-    results = {t: cache.get(t) for t in todo}
-    missing = [t for t in todo if results[t] is None]
-    for d, why in skipped:
-        say(f"plan: skipped {d.label}: does not fit ({why})")
     with open_executor(dask, workers) as executor:
+        fitting, skipped = fit_all(tasks_of(plan), executor, say)
+        if not fitting:
+            raise ConfigError("--plan" if args.plan else "--pairs", nothing_fits(plan, skipped))
+        cache = SearchCache(None if args.no_cache else os.path.join(out, "runs", "plan-cache"),
+                            code_version())
+        todo = [t for _, tasks in fitting for t in tasks]
+        results = {t: cache.get(t) for t in todo}
+        missing = [t for t in todo if results[t] is None]
+        for d, why in skipped:
+            say(f"plan: skipped {d.label}: {why}")
         say(f"plan: {len(fitting)} deployments x {len(plan.policies)} policies = {len(todo)} "
             f"searches, {len(todo) - len(missing)} reused from {cache.folder or 'no cache'}, "
             f"{len(missing)} to run on {executor.label}")

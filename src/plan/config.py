@@ -19,16 +19,21 @@ what is allowed, before anything is simulated.
 """
 from __future__ import annotations
 
+import hashlib
 import math
-import tomllib
+import os
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from src.config import ConfigError, check_alpha, list_items, read_text_file
+from src.config import ConfigError, check_alpha, list_items
+from src.costmodel.hf_config import looks_like_config_path
+from src.input_files import read_file_bytes, read_toml
 
 PLAN_KEYS = ("gpus", "tp", "pairs", "engines", "policies", "workloads", "slo", "target_rate",
              "alpha", "quality_mode", "duration_s", "replications", "tolerance", "start_rate",
              "seed", "max_gamma")
+LIST_KEYS = {"gpus": '"l40s", "h100-sxm"', "tp": "1, 2", "pairs": '"llama-3.1-8b+llama-3.2-1b"',
+             "engines": '"vllm-v1"', "policies": '"fixed:3"', "workloads": '"sharegpt"'}
 SPECIAL_DRAFTS = ("eagle", "ngram")
 TP_SIZES = (1, 2, 4, 8)
 
@@ -58,6 +63,8 @@ class PlanConfig:
     seed: int = 20261129
     max_gamma: int = 8
     source: str = "options"  # the plan file, for the summary
+    # (path, SHA-256 of its bytes) of every config.json model: part of each search's cache key
+    model_files: tuple[tuple[str, str], ...] = ()
 
     def price(self, gpu: str) -> float | None:
         return dict(self.prices_usd_per_gpu_hour).get(gpu)
@@ -89,20 +96,65 @@ def _names(flag: str, value: Any, known, what: str) -> tuple[str, ...]:
     return tuple(items)
 
 
-def parse_pairs(flag: str, value: Any, models) -> tuple[tuple[str, str], ...]:
-    """'target+draft,...' (or a TOML list of such strings) -> ((target, draft), ...)."""
+def _model_arg(value: str, base: str | None) -> str:
+    """A pair's model: a preset id as given, or a config.json path made absolute (a relative one
+    from the plan file's folder, `base`, else from the working directory)."""
+    if not looks_like_config_path(value):
+        return value
+    if base and not os.path.isabs(value):
+        value = os.path.join(os.path.dirname(base), value)
+    return os.path.abspath(value)
+
+
+def _split_pair(item: str, models) -> tuple[str, str] | None:
+    """target+draft at the '+' that leaves a model on both sides (a config.json path may hold a
+    '+' itself); None where no '+' does."""
+    cuts = [i for i, c in enumerate(item) if c == "+"]
+    def ok(name, draft):
+        return bool(name) and (name in models or looks_like_config_path(name)
+                               or (draft and name in SPECIAL_DRAFTS))
+    good = [(item[:i].strip(), item[i + 1:].strip()) for i in cuts
+            if ok(item[:i].strip(), False) and ok(item[i + 1:].strip(), True)]
+    if good:
+        return good[0]
+    if cuts:
+        return item[:cuts[0]].strip(), item[cuts[0] + 1:].strip()
+    return None
+
+
+def parse_pairs(flag: str, value: Any, models, base: str | None = None
+                ) -> tuple[tuple[str, str], ...]:
+    """'target+draft,...' (or a TOML list of such strings) -> ((target, draft), ...). A model is
+    a preset id or a Hugging Face config.json path (read and checked here, so a bad file, a
+    draft whose vocabulary is not the target's or a head used as a target is refused before any
+    work); `base`: the plan file, whose folder relative paths are taken from."""
+    from src.costmodel import CostModelInputError
+    from src.hardware.scenario import check_vocabularies
+
     out = []
     drafts = ", ".join((*SPECIAL_DRAFTS, *sorted(models)))
-    for item in list_items(flag, value, "target+draft pairs, e.g. llama-3.1-8b+llama-3.2-1b"):
-        target, plus, draft = str(item).partition("+")
-        target, draft = target.strip(), draft.strip()
-        if not plus or not target or not draft:
-            raise ConfigError(flag, f"'{item}' is not target+draft, e.g. llama-3.1-8b+llama-3.2-1b")
+    example = "llama-3.1-8b+llama-3.2-1b or PATH/config.json+PATH/draft.json"
+    for item in list_items(flag, value, f"target+draft pairs, e.g. {example}"):
+        split = _split_pair(str(item), models)
+        if split is None or not split[0] or not split[1]:
+            raise ConfigError(flag, f"'{item}' is not target+draft, e.g. {example}")
+        target, draft = split
         if target not in models:
             raise ConfigError(flag, f"unknown target model '{target}'; allowed: "
-                                    f"{', '.join(sorted(models))}")
+                                    f"{', '.join(sorted(models))}, or a config.json path")
         if draft not in models and draft not in SPECIAL_DRAFTS:
-            raise ConfigError(flag, f"unknown draft '{draft}'; allowed: {drafts}")
+            raise ConfigError(flag, f"unknown draft '{draft}'; allowed: {drafts}, or a "
+                                    "config.json path")
+        target, draft = _model_arg(target, base), _model_arg(draft, base)
+        try:
+            specs = [models[m] for m in (target, draft) if m not in SPECIAL_DRAFTS]
+        except CostModelInputError as e:
+            raise ConfigError(flag, e.allowed) from None
+        if specs[0].architecture == "eagle3":
+            raise ConfigError(flag, f"{target} is an EAGLE-3 draft head, not a target; allowed "
+                                    "as the draft of its target")
+        if draft not in SPECIAL_DRAFTS and specs[1].architecture != "eagle3":
+            check_vocabularies(models, target, draft, flag)
         out.append((target, draft))
     if len(set(out)) != len(out):
         raise ConfigError(flag, "a pair is listed twice")
@@ -117,6 +169,9 @@ def parse_prices(flag: str, value: Any, gpus: tuple[str, ...]) -> tuple[tuple[st
             gpu, eq, price = part.partition("=")
             if not eq:
                 raise ConfigError(flag, f"'{part}' is not gpu=price, e.g. h100-sxm=2.99")
+            if gpu.strip() in table:
+                raise ConfigError(flag, f"{gpu.strip()} given twice in '{value}'; give each "
+                                        "GPU's price once")
             table[gpu.strip()] = price.strip()
     elif isinstance(value, Mapping):
         table = dict(value)
@@ -146,11 +201,7 @@ def parse_prices(flag: str, value: Any, gpus: tuple[str, ...]) -> tuple[tuple[st
 
 def read_plan_file(path: str) -> dict:
     """The plan file as {"plan": {...}, "prices": {...}}; ConfigError on --plan."""
-    text = read_text_file(path, "--plan", "a TOML plan file")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("--plan", f"{path} is not valid TOML ({e})") from None
+    data = read_toml(path, "--plan")  # the project's TOML reader: at most MAX_TOML_BYTES
     for key in data:
         if key not in ("plan", "prices"):
             raise ConfigError(key, "unknown table; allowed: plan, prices")
@@ -183,6 +234,10 @@ def build_plan(options: Mapping[str, Any], path: str | None) -> PlanConfig:
         if options.get(key) is not None:
             return options[key], option
         if key in plan:
+            if key in LIST_KEYS and not isinstance(plan[key], list):
+                # a string '1,2' is the command line's form, a likely mistake in a file
+                raise ConfigError(f"plan.{key}", f"expected a TOML list, e.g. {key} = "
+                                                 f"[{LIST_KEYS[key]}], got {plan[key]!r}")
             return plan[key], f"plan.{key}"
         if required:
             raise ConfigError(option, f"required (or plan.{key} in --plan)")
@@ -198,7 +253,7 @@ def build_plan(options: Mapping[str, Any], path: str | None) -> PlanConfig:
     if len(set(tps)) != len(tps):
         raise ConfigError(flag, "a tp size is listed twice")
     value, flag = pick("pairs", required=True)
-    pairs = parse_pairs(flag, value, presets.models)
+    pairs = parse_pairs(flag, value, presets.models, path if flag.startswith("plan.") else None)
     value, flag = pick("engines", ["vllm-v1"])
     engines = _names(flag, value, load_engine_profiles(), "engine profile")
     value, flag = pick("workloads", ["sharegpt"])
@@ -252,4 +307,7 @@ def build_plan(options: Mapping[str, Any], path: str | None) -> PlanConfig:
         prices_usd_per_gpu_hour=parsed_prices, price_source=source, alpha=alpha,
         quality_mode=None if mode_v is None else str(mode_v), duration_s=duration,
         replications=replications, tolerance=tolerance, start_rate_per_s=start, seed=seed,
-        max_gamma=max_gamma, source=path or "options")
+        max_gamma=max_gamma, source=path or "options", model_files=tuple(
+            (m, hashlib.sha256(read_file_bytes(m, "--pairs", "a Hugging Face config.json"))
+             .hexdigest()) for m in dict.fromkeys(m for pair in pairs for m in pair)
+            if looks_like_config_path(m)))

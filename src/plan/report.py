@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from src import outputs
+from src.plan.search import MAX_WINDOW_FACTOR
 
 SECTION_BEGIN = "=== CAPACITY PLAN (python run.py plan) ==="
 SECTION_END = "=== END CAPACITY PLAN ==="
@@ -49,6 +50,8 @@ def plan_table(plan, searches: list[tuple]) -> pd.DataFrame:
                "draft": d.draft, "engine_profile": d.engine, "workload": d.workload,
                "policy": r["policy"], "capacity_per_s": r["capacity_per_s"],
                "first_miss_per_s": r["first_miss_per_s"], "capacity_bound": r["bound"],
+               "unknown_per_s": r.get("unknown_per_s", math.nan),
+               "window_to_steady_s": r.get("window_to_steady_s", math.nan),
                "probes": len(r["probes"]), "window_s": at.get("window_s", math.nan),
                "capacity_gain_vs_none": gain, "capacity_gain_low": gain_lo,
                "capacity_gain_high": gain_hi}
@@ -63,7 +66,8 @@ def plan_table(plan, searches: list[tuple]) -> pd.DataFrame:
         row["price_usd_per_gpu_hour"] = price if price is not None else math.nan
         row["cost_unit"] = "usd" if price is not None else "gpu_hours"
         row["cost_per_mtok"], row["cost_per_mtok_ci_low"], row["cost_per_mtok_ci_high"] = cost
-        if plan.target_rate_per_s is not None and r["capacity_per_s"] > 0:
+        if plan.target_rate_per_s is not None and r["capacity_per_s"] > 0 \
+                and r["bound"] != "unknown":
             n = math.ceil(plan.target_rate_per_s / r["capacity_per_s"] - 1e-9)
             row["replicas_for_target"] = n
             row["cost_per_hour_at_target"] = n * hourly
@@ -87,6 +91,10 @@ def _rate(v: float) -> str:
 
 
 def _capacity(row) -> str:
+    if row.capacity_bound == "unknown":
+        at_least = f">= {_rate(row.capacity_per_s)}/s; " if row.capacity_per_s > 0 else ""
+        return (f"unknown: needs a longer window ({at_least}{_rate(row.unknown_per_s)}/s met, "
+                "not steady)")
     if row.capacity_bound == "below":
         return f"< {_rate(row.first_miss_per_s)}/s"
     if row.capacity_bound == "above":
@@ -121,16 +129,26 @@ def summary_section(plan, table: pd.DataFrame, skipped: list[tuple]) -> str:
              f"bisecting in log rate until first miss / last meet <= {1 + tol:g} (design.md, "
              "'Capacity search'); [last meet-first miss) is the bracket.",
              f"Each probe: Poisson arrivals over {plan.duration_s:g} s (longer where a meet was "
-             f"not steady), {plan.replications} replications; figures at capacity are means "
-             "with 95% CIs in results/plan.csv.",
+             f"not steady, up to {MAX_WINDOW_FACTOR * plan.duration_s:g} s), "
+             f"{plan.replications} replications; figures at capacity are means with 95% CIs in "
+             "results/plan.csv (throughputs' and latencies' on the log scale, never below 0).",
              ("Prices (USD per GPU-hour): " + ", ".join(f"{g} {p:g}" for g, p in
                                                          plan.prices_usd_per_gpu_hour)
               + f"; {plan.price_source}") if usd else
              "No prices given: costs are GPU-hours per million output tokens."]
+    unknown = table[table.capacity_bound == "unknown"]
+    if len(unknown):
+        longest = MAX_WINDOW_FACTOR * plan.duration_s
+        need = math.ceil(unknown.window_to_steady_s.max() / MAX_WINDOW_FACTOR / 10) * 10
+        lines.append(f"Unknown capacity: {len(unknown)} of {len(table)} searches reached a rate "
+                     f"that meets the SLO but is not steady even over {longest:g} s (the "
+                     f"longest window, {MAX_WINDOW_FACTOR} x duration_s); it is neither a meet "
+                     f"nor a miss, so the capacity is only bounded below: --duration-s {need:g} "
+                     "or more would resolve it.")
     for d, why in skipped:
-        lines.append(f"Does not fit: {d.label}: {why}")
+        lines.append(f"Skipped: {d.label}: {why}")
     lines.append("")
-    met = table[table.capacity_per_s > 0]
+    met = table[(table.capacity_per_s > 0) & (table.capacity_bound != "unknown")]
     if plan.target_rate_per_s is not None:
         t = plan.target_rate_per_s
         lines.append(f"P1. Cheapest deployment meeting the SLO at {_rate(t)} requests/s "
@@ -148,7 +166,11 @@ def summary_section(plan, table: pd.DataFrame, skipped: list[tuple]) -> str:
             lines.append(f"  Cheapest: {_dep(top)} with {top.policy}, {n} "
                          f"replica{'s' if n > 1 else ''}.")
         else:
-            lines.append("  none: no deployment meets the SLO at any rate searched.")
+            lines.append("  none: no deployment meets the SLO at any rate searched"
+                         + (" with a known capacity." if len(unknown) else "."))
+        if len(unknown):
+            lines.append("  Not ranked (capacity unknown: needs a longer window): "
+                         + "; ".join(f"{_dep(r)} {r.policy}" for r in unknown.itertuples()))
         lines.append("")
     lines.append(f"P2. Best policy per deployment (highest capacity; gains within the search "
                  f"tolerance {tol:.0%} are ties, and ties go to none) and cost per million "
@@ -161,7 +183,9 @@ def summary_section(plan, table: pd.DataFrame, skipped: list[tuple]) -> str:
         if not pick.capacity_per_s > base.capacity_per_s * (1 + tol):
             pick = base
         rows.append([_dep(base), _capacity(base), pick.policy, _capacity(pick),
-                     "-" if pick.policy == "none" else f"{pick.capacity_gain_vs_none:.2f}x",
+                     "-" if pick.policy == "none" else (
+                         f"{pick.capacity_gain_vs_none:.2f}x"
+                         if np.isfinite(pick.capacity_gain_vs_none) else "unknown"),
                      _rate(pick.cost_per_mtok)])
     lines.append(_table(["deployment", "none", "best", "its capacity", "gain", "cost/Mtok"],
                         rows))
@@ -213,6 +237,16 @@ def pareto_front(cost: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     return np.array(front, dtype=int)
 
 
+def labelled_tick(v: float, digits: str, direction: int) -> float:
+    """The nearest tick d x 10^k (d one of `digits`) at or below v (direction -1) or at or
+    above it (+1): an axis limit that carries a label."""
+    k = math.floor(math.log10(v))
+    ticks = sorted(int(d) * 10.0 ** e for e in (k - 1, k, k + 1) for d in digits)
+    ticks = [float(f"{x:.12g}") for x in ticks]
+    return (max(x for x in ticks if x <= v * (1 + 1e-12)) if direction < 0
+            else min(x for x in ticks if x >= v * (1 - 1e-12)))
+
+
 def plot_capacity(plan, table: pd.DataFrame) -> bytes:
     """Capacity per replica vs cost per million output tokens: a marker per deployment, a colour
     per policy, the Pareto front (cheapest for its capacity) as a dashed line."""
@@ -220,7 +254,9 @@ def plot_capacity(plan, table: pd.DataFrame) -> bytes:
 
     plt = pyplot()
     usd = bool(plan.prices_usd_per_gpu_hour)
-    t = table[(table.capacity_per_s > 0) & np.isfinite(table.cost_per_mtok)].reset_index(drop=True)
+    # an unknown capacity (only a lower bound) is not drawn as if it were one
+    t = table[(table.capacity_per_s > 0) & np.isfinite(table.cost_per_mtok)
+              & (table.capacity_bound != "unknown")].reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(8.6, 5.4))
     policies = list(dict.fromkeys(table.policy))
     cmap = plt.get_cmap("tab10")
@@ -261,9 +297,18 @@ def plot_capacity(plan, table: pd.DataFrame) -> bytes:
     def plain(digits):  # 0.05, 2, 300: the ticks whose leading digit is one of `digits`
         return FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in digits else "")
 
-    for axis, values in ((ax.xaxis, t.cost_per_mtok), (ax.yaxis, t.capacity_per_s)):
+    spans = ((ax.xaxis, ax.set_xlim, [t.cost_per_mtok, t.cost_per_mtok_ci_low,
+                                      t.cost_per_mtok_ci_high]),
+             (ax.yaxis, ax.set_ylim, [t.capacity_per_s, t.first_miss_per_s]))
+    for axis, set_lim, columns in spans:
+        values = np.concatenate([np.asarray(c, float) for c in columns])
+        values = values[np.isfinite(values) & (values > 0)]
         narrow = len(values) and values.max() / values.min() < 4  # few decade ticks: label more
+        digits = "12345678" if narrow else "1235"  # 0.09 would crowd 0.1
         axis.set_major_formatter(plain("123456789"))
-        axis.set_minor_formatter(plain("123456789" if narrow else "1235"))
+        axis.set_minor_formatter(plain(digits))
+        if len(values):  # the axis ends on labelled ticks, so every point lies between two
+            set_lim(labelled_tick(values.min() / 1.1, digits, -1),
+                    labelled_tick(values.max() * 1.1, digits, +1))
     ax.grid(True, which="both", alpha=0.3)
     return png_bytes(fig)
