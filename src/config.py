@@ -85,6 +85,11 @@ def setting(default, help: str, rule: Rule | None, option: bool = False, factory
     return field(default=default, metadata=metadata)
 
 
+def _listed(parse, what: str, allowed: str) -> Rule:
+    """The Rule of a list field: the value's items by list_items (naming `what`), then parse."""
+    return Rule(lambda n, v, m: parse(n, list_items(n, v, what)), allowed)
+
+
 _COUNT = Rule(lambda n, v, m: _integer(n, v, 1, 1_000_000), "an integer in 1..1000000")
 _OPEN_UNIT = Rule(lambda n, v, m: _open_unit(n, v), "strictly between 0 and 1")
 
@@ -186,8 +191,8 @@ class StudyConfig:
     gammas: tuple[int, ...] = setting(
         (1, 2, 4, 6, 8, 12, 16), "draft tokens proposed per step",
         Rule(lambda n, v, m: _int_list(n, v, 1, MAX_GAMMA), f"1..{MAX_GAMMA}"), option=True)
-    trees: tuple = setting((), tr.TREES_HELP, Rule(*tr.TREES), option=True)  # src/trees/
-    sibling_vector: tuple = setting(tr.SEQUOIA_VECTOR, tr.SIBLINGS_HELP, Rule(*tr.SIBLINGS))
+    trees: tuple = setting((), tr.TREES_HELP, _listed(*tr.TREES), option=True)  # src/trees/
+    sibling_vector: tuple = setting(tr.SEQUOIA_VECTOR, tr.SIBLINGS_HELP, _listed(*tr.SIBLINGS))
     quality_modes: tuple[str, ...] = setting(
         QUALITY_MODES, "draft-quality modes to run",
         Rule(lambda n, v, m: _name_list(n, v, tuple(m)), "the default quality modes or ones "

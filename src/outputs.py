@@ -53,6 +53,21 @@ def join_summary(parts) -> str:
     return "\n\n".join(p.strip("\n") for p in parts if p.strip("\n")) + "\n"
 
 
+BLOG_BLOCK_BEGIN = ("=== THE SERVING MODEL AGAINST THE vLLM BLOG (python -m src.online.blog_check)"
+                    " ===")
+BLOG_BLOCK_END = "=== END vLLM BLOG CHECK ==="
+
+
+def block_last(summary: str) -> str:
+    """`summary` with its blog-check block (if any) moved to the end, where every writer puts it,
+    so that summary.txt is the same bytes whichever command ran last."""
+    if BLOG_BLOCK_BEGIN not in summary or BLOG_BLOCK_END not in summary:
+        return summary
+    head, rest = summary.split(BLOG_BLOCK_BEGIN, 1)
+    body, tail = rest.split(BLOG_BLOCK_END, 1)
+    return join_summary([head, tail, BLOG_BLOCK_BEGIN + body + BLOG_BLOCK_END])
+
+
 def replace_section(text: str, section: str, begin: str, end: str) -> str:
     """`text` (summary.txt) with the section between the lines `begin` and `end` replaced by
     `section` (which carries both marks), in place; appended where `text` has none. The one

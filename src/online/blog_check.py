@@ -20,6 +20,13 @@ from dataclasses import replace
 import pandas as pd
 
 from src.hardware.scenario import SCENARIOS_DIR
+from src.online.cli import config_from_args, make_parser
+from src.online.report import existing_outputs
+from src.outputs import (
+    BLOG_BLOCK_BEGIN,
+    BLOG_BLOCK_END,
+    block_last,  # noqa: F401 (its users import it from here)
+)
 
 CHECKS = {  # scenario file -> (label, blog speedup at QPS 1, blog speedup at high QPS)
     "check-vllm-blog-70b-draft.toml": ("draft model (Qwama-0.5B), ShareGPT", 1.5, 1 / 1.4),
@@ -29,7 +36,6 @@ CHECKS = {  # scenario file -> (label, blog speedup at QPS 1, blog speedup at hi
 
 def config(name: str, **changes):
     """The check's ServeConfig from its scenario file's [serving] table (changes applied)."""
-    from src.online.cli import config_from_args, make_parser
     cfg = config_from_args(make_parser().parse_args(["--scenario", str(SCENARIOS_DIR / name)]))
     return replace(cfg, **changes)
 
@@ -98,8 +104,8 @@ def markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-BLOCK_BEGIN = "=== THE SERVING MODEL AGAINST THE vLLM BLOG (python -m src.online.blog_check) ==="
-BLOCK_END = "=== END vLLM BLOG CHECK ==="
+# the block's marks and its place (last) in summary.txt are src/outputs.py's, below every writer
+BLOCK_BEGIN, BLOCK_END = BLOG_BLOCK_BEGIN, BLOG_BLOCK_END
 # the reproduction rule: the blog's figure inside the simulated 95% CI widened by 15% of the
 # figure (the tolerance of the fixed-batch check, design.md 'Published checks')
 TOLERANCE = 0.15
@@ -147,23 +153,11 @@ def with_summary_block(summary: str, df: pd.DataFrame | None) -> str:
     return summary if df is None else join_summary([summary, summary_block(df)])
 
 
-def block_last(summary: str) -> str:
-    """`summary` with its blog-check block (if any) moved to the end, where every writer puts it,
-    so that summary.txt is the same bytes whichever command ran last."""
-    if BLOCK_BEGIN not in summary or BLOCK_END not in summary:
-        return summary
-    from src.outputs import join_summary
-    head, rest = summary.split(BLOCK_BEGIN, 1)
-    body, tail = rest.split(BLOCK_END, 1)
-    return join_summary([head, tail, BLOCK_BEGIN + body + BLOCK_END])
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m src.online.blog_check",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".", help="output folder (default .)")
     args = ap.parse_args(argv)
-    from src.online.report import existing_outputs
     from src.outputs import locked, prepare, publish
     from src.reporting import csv_bytes
     prepare(args.out)

@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 
 from src import outputs
-from src.online.blog_check import block_last
 from src.online.gamma_rule import SCHEDULE_TOLERANCE
 from src.online.schedule_note import SECTION_BEGIN, SECTION_END, with_schedule_note
 from src.online.serving_plots import SWEEP_PLOTS
@@ -344,7 +343,7 @@ def render(result: dict, cfg, existing_summary: str, plots: bool = True) -> dict
     files = {
         "results/serving.csv": t.to_csv(index=False, float_format="%.6g",
                                         lineterminator="\n").encode(),
-        "results/summary.txt": block_last(with_schedule_note(
+        "results/summary.txt": outputs.block_last(with_schedule_note(
             replace_section(existing_summary, section))).encode(),
     }
     if plots:

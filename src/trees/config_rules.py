@@ -1,7 +1,8 @@
 """The StudyConfig fields of token trees (`trees`, `sibling_vector`): help texts and rules.
 
-src/config.py builds its Rule from (parse, allowed) pairs here; the parse functions import
-src.config (list_items) only when called, so config.py can import this module (no import loop).
+src/config.py builds its Rule from the (parse, what, allowed) triples here: it splits the value
+into items (config.list_items, naming `what`) and hands them to parse; this module imports nothing
+of src.config, so the two are no import loop.
 """
 from __future__ import annotations
 
@@ -17,15 +18,16 @@ SIBLINGS_HELP = ("Sequoia acceptance vector p_1, p_2, ... of the ranked children
                  "shares p_k / (1 - p_1))")
 
 
-def _rule(name: str, value, parse, what: str):
-    from src.config import list_items  # src.config imports this module
-    try:
-        return parse(list_items(name, value, what))
-    except (TreeShapeError, SiblingError) as e:
-        raise ConfigError(name, str(e)) from None
+def _rule(parse):
+    def rule(name: str, items: list):
+        try:
+            return parse(items)
+        except (TreeShapeError, SiblingError) as e:
+            raise ConfigError(name, str(e)) from None
+    return rule
 
 
-TREES = (lambda n, v, m: _rule(n, v, parse_shapes, "S:K:N shapes, e.g. 5:4:8"),
+TREES = (_rule(parse_shapes), "S:K:N shapes, e.g. 5:4:8",
          "S:K:N,... with N - 1 <= K + (S - 1) K^2")
-SIBLINGS = (lambda n, v, m: _rule(n, v, parse_vector, "rates p_1, p_2, ..."),
+SIBLINGS = (_rule(parse_vector), "rates p_1, p_2, ...",
             "p_1, then p_2 >= p_3 >= ... >= 0, sum <= 1")
