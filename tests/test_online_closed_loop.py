@@ -75,3 +75,55 @@ def test_a_closed_loop_with_preemption_is_the_same_in_both_engines():
     a = Engine(*args, max_gamma=4).run()
     assert a.preemptions.sum() > 0
     _assert_same(a, Engine(*args, max_gamma=4, allow_segments=False).run())
+
+
+# -- the command line: serve --concurrency, --workload fixed:ISL:OSL ------------------------------
+QUICK = ["--requests", "12", "--replications", "2", "--policies", "none,fixed:2", "--workers",
+         "1", "--quiet"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--concurrency", "2", "--rates", "4"],
+     "error: --concurrency: give --rates (open loop) or --concurrency (closed loop), not both"),
+    (["--concurrency", "0"], "error: --concurrency: 0 is out of range"),
+    (["--concurrency", "-3"], "error: --concurrency: '-3' is not a number of clients"),
+    (["--concurrency", "٣"], "error: --concurrency: '٣' is not a number of clients"),
+    (["--concurrency", "2,2"], "error: --concurrency: a concurrency is listed twice"),
+    (["--concurrency", "99999999999999999999"], "error: --concurrency: '9999"),
+    (["--concurrency", "2", "--duration-s", "5"], "error: --concurrency: --duration-s sets"),
+    (["--concurrency", "2", "--arrival", "gamma:2"], "error: --concurrency: --arrival sets"),
+    (["--workload", "fixed:512"], "error: --workload: 'fixed:512': allowed: fixed:ISL:OSL"),
+    (["--workload", "fixed:0:16"], "error: --workload: 0 is out of range"),
+    (["--workload", "fixed:1e3:16"], "error: --workload: '1e3' is not a prompt length"),
+    (["--workload", "fixed:64:+8"], "error: --workload: '+8' is not an output length"),
+    (["--workload", "fixed:64:2000000"], "error: --workload: 2000000 is out of range"),
+])
+def test_bad_closed_loop_input_is_one_line_exit_2_nothing_written(tmp_path, args, message):
+    from tests.helpers import run_captured
+    out = tmp_path / "o"
+    p = run_captured(["serve", *args, "--out", str(out)])
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), p.stderr
+    assert not out.exists()
+
+
+def test_serve_by_concurrency_writes_its_columns(tmp_path):
+    import pandas as pd
+
+    from tests.helpers import run_captured
+    p = run_captured(["serve", "--concurrency", "1,4", "--workload", "fixed:256:32", *QUICK,
+                      "--out", str(tmp_path)])
+    assert p.returncode == 0, p.stderr
+    t = pd.read_csv(tmp_path / "results" / "serving.csv")
+    assert list(t.concurrency) == [1, 4, 1, 4] and t.rate_per_s.isna().all()
+    assert (t.requests == 24).all()
+    none1 = t[(t.policy == "none") & (t.concurrency == 1)].iloc[0]
+    assert none1.queue_delay_mean_s == 0  # one client: no request waits
+    assert none1.mean_running == pytest.approx(1.0)  # Little's law: one request always in
+    assert none1.tpot_mean_ms == pytest.approx(none1.tpot_mean_s * 1e3, rel=1e-5)  # (%.6g)
+    assert none1.output_tok_s_per_user == pytest.approx(1 / none1.tpot_mean_s, rel=1e-4)
+    # one GPU (tp 1): per GPU is the whole output throughput
+    assert none1.output_tok_s_per_gpu == pytest.approx(none1.output_throughput_tok_s, rel=1e-5)
+    # greedy commits one token per step and fixed lengths: ITL = TPOT for every request
+    assert none1.itl_mean_ms == pytest.approx(none1.tpot_mean_ms, rel=1e-5)

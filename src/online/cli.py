@@ -64,6 +64,12 @@ def make_parser() -> argparse.ArgumentParser:
         f"{','.join(f'{r:g}' for r in DEFAULT_RATES)})",
     )
     p.add_argument(
+        "--concurrency",
+        help="instead of --rates: closed-loop clients, comma-separated (e.g. 1,8,64): each "
+        "client sends its next request when its last one ends, as vllm bench serve and "
+        "sglang.bench_serving --max-concurrency run; --requests per replication",
+    )
+    p.add_argument(
         "--policies",
         help=f"comma-separated, each one of: {POLICY_FORMS}. A bare fixed (and off-above "
         "without G) uses the default gamma, the closed form's best at batch 1 for this "
@@ -74,7 +80,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workload",
         help="length preset of src/presets/workloads.toml (default "
-        "sharegpt) or 'scenario' (the scenario's [study] lengths)",
+        "sharegpt), 'scenario' (the scenario's [study] lengths) or fixed:ISL:OSL (every "
+        "request ISL prompt and OSL output tokens)",
     )
     p.add_argument(
         "--trace",
@@ -154,6 +161,44 @@ def parse_rates(flag: str, value: Any) -> tuple[float, ...]:
     if len(set(rates)) != len(rates):
         raise ConfigError(flag, "a rate is listed twice")
     return tuple(sorted(rates))
+
+
+MAX_CONCURRENCY = 65536
+MAX_FIXED_TOKENS = 1_000_000  # a fixed:ISL:OSL length's cap (any model's context is below it)
+
+
+def _ascii_int(flag: str, item: str, low: int, high: int, what: str) -> int:
+    """An integer written in ASCII digits only (no sign, space, underscore or other script's
+    digits, all of which int() takes), within low..high; ConfigError naming `flag` otherwise."""
+    item = str(item).strip()
+    if not (item.isascii() and item.isdigit()) or len(item) > len(str(high)):
+        raise ConfigError(flag, f"'{item}' is not {what}; allowed: integers {low}..{high}")
+    v = int(item)
+    if not low <= v <= high:
+        raise ConfigError(flag, f"{v} is out of range; allowed: {what}, {low}..{high}")
+    return v
+
+
+def parse_concurrency(flag: str, value: Any) -> tuple[int, ...]:
+    """'1,8,64' -> (1, 8, 64): closed-loop clients per point, sorted, each listed once."""
+    raw = value if isinstance(value, list) else str(value)
+    items = list_items(flag, raw, "client counts, e.g. 1,8,64")
+    out = [_ascii_int(flag, i, 1, MAX_CONCURRENCY, "a number of clients") for i in items]
+    if len(set(out)) != len(out):
+        raise ConfigError(flag, "a concurrency is listed twice")
+    return tuple(sorted(out))
+
+
+def parse_fixed_workload(flag: str, text: str):
+    """'fixed:ISL:OSL' -> (FixedLength(ISL), FixedLength(OSL)): every request has ISL prompt and
+    OSL output tokens, as the benchmarks' random datasets with range ratio 1."""
+    from src.config import FixedLength
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise ConfigError(flag, f"'{text}': allowed: fixed:ISL:OSL, e.g. fixed:1024:1024")
+    isl = _ascii_int(flag, parts[1], 1, MAX_FIXED_TOKENS, "a prompt length in tokens")
+    osl = _ascii_int(flag, parts[2], 1, MAX_FIXED_TOKENS, "an output length in tokens")
+    return FixedLength(isl), FixedLength(osl)
 
 
 def parse_slo(flag: str, value: Any) -> tuple[float, float]:
@@ -403,6 +448,17 @@ def config_from_args(args: argparse.Namespace):
     requests = _int(req_f, req_v, 1, 10**6) if req_v is not None else (None if dur_v else 500)
     duration = _positive_float(dur_f, dur_v) if dur_v is not None else None
     rates_v, rates_f = pick("rates", "rates", None)
+    concurrency = ()
+    if args.concurrency is not None:
+        if args.rates is not None:
+            raise ConfigError("--concurrency", "give --rates (open loop) or --concurrency "
+                              "(closed loop), not both")
+        for option in ("trace", "duration_s", "arrival"):
+            if getattr(args, option) is not None:
+                raise ConfigError("--concurrency", f"--{option.replace('_', '-')} sets open-loop "
+                                  "arrivals; a closed loop sends each request when one ends")
+        concurrency = parse_concurrency("--concurrency", args.concurrency)
+        rates_v, rates_f = list(concurrency), "--concurrency"
     if trace is not None:
         if len(trace.arrival_s) < 2 and rates_v is not None:
             raise ConfigError("--trace", "a trace of one request cannot be rescaled to --rates")
@@ -436,7 +492,11 @@ def config_from_args(args: argparse.Namespace):
     else:
         value, field = pick("workload", "workload", "sharegpt")
         workload = str(value)
-        if workload == "scenario":
+        if workload.startswith("fixed:"):
+            prompt_len, output_len = parse_fixed_workload(field, workload)
+            source = (f"fixed lengths: {prompt_len.tokens} prompt and {output_len.tokens} output "
+                      "tokens per request (the benchmarks' random dataset, range ratio 1).")
+        elif workload == "scenario":
             prompt_len, output_len = scenario.study.prompt_len, scenario.study.output_len
             source = f"the scenario's [study] lengths ({scenario.name})."
         else:
@@ -497,6 +557,7 @@ def config_from_args(args: argparse.Namespace):
         schedule_json=schedule_json,
         seed=seed,
         confidence=scenario.study.confidence,
+        concurrency=concurrency,
     )
     return cfg
 
