@@ -28,6 +28,7 @@ from src.config import (
     read_toml,
 )
 from src.hardware.scenario import SERVING_KEYS, check_serving_table
+from src.online.load_options import parse_concurrency, parse_fixed_workload
 
 DEFAULT_RATES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 DEFAULT_POLICIES = "none,fixed,schedule,adaptive,off-above"
@@ -64,6 +65,12 @@ def make_parser() -> argparse.ArgumentParser:
         f"{','.join(f'{r:g}' for r in DEFAULT_RATES)})",
     )
     p.add_argument(
+        "--concurrency",
+        help="instead of --rates: closed-loop clients, comma-separated (e.g. 1,8,64): each "
+        "client sends its next request when its last one ends, as vllm bench serve and "
+        "sglang.bench_serving --max-concurrency run; --requests per replication",
+    )
+    p.add_argument(
         "--policies",
         help=f"comma-separated, each one of: {POLICY_FORMS}. A bare fixed (and off-above "
         "without G) uses the default gamma, the closed form's best at batch 1 for this "
@@ -74,7 +81,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workload",
         help="length preset of src/presets/workloads.toml (default "
-        "sharegpt) or 'scenario' (the scenario's [study] lengths)",
+        "sharegpt), 'scenario' (the scenario's [study] lengths) or fixed:ISL:OSL (every "
+        "request ISL prompt and OSL output tokens)",
     )
     p.add_argument(
         "--trace",
@@ -403,6 +411,17 @@ def config_from_args(args: argparse.Namespace):
     requests = _int(req_f, req_v, 1, 10**6) if req_v is not None else (None if dur_v else 500)
     duration = _positive_float(dur_f, dur_v) if dur_v is not None else None
     rates_v, rates_f = pick("rates", "rates", None)
+    concurrency = ()
+    if args.concurrency is not None:
+        if args.rates is not None:
+            raise ConfigError("--concurrency", "give --rates (open loop) or --concurrency "
+                              "(closed loop), not both")
+        for option in ("trace", "duration_s", "arrival"):
+            if getattr(args, option) is not None:
+                raise ConfigError("--concurrency", f"--{option.replace('_', '-')} sets open-loop "
+                                  "arrivals; a closed loop sends each request when one ends")
+        concurrency = parse_concurrency("--concurrency", args.concurrency)
+        rates_v, rates_f = list(concurrency), "--concurrency"
     if trace is not None:
         if len(trace.arrival_s) < 2 and rates_v is not None:
             raise ConfigError("--trace", "a trace of one request cannot be rescaled to --rates")
@@ -436,7 +455,11 @@ def config_from_args(args: argparse.Namespace):
     else:
         value, field = pick("workload", "workload", "sharegpt")
         workload = str(value)
-        if workload == "scenario":
+        if workload.startswith("fixed:"):
+            prompt_len, output_len = parse_fixed_workload(field, workload)
+            source = (f"fixed lengths: {prompt_len.tokens} prompt and {output_len.tokens} output "
+                      "tokens per request (the benchmarks' random dataset, range ratio 1).")
+        elif workload == "scenario":
             prompt_len, output_len = scenario.study.prompt_len, scenario.study.output_len
             source = f"the scenario's [study] lengths ({scenario.name})."
         else:
@@ -497,6 +520,7 @@ def config_from_args(args: argparse.Namespace):
         schedule_json=schedule_json,
         seed=seed,
         confidence=scenario.study.confidence,
+        concurrency=concurrency,
     )
     return cfg
 

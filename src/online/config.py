@@ -37,6 +37,9 @@ class ServeConfig:
     seed: int = 20261129
     confidence: float = 0.95
     slo_attainment_target: float = 0.9  # a rate "meets the SLO" when this share of requests does
+    # closed-loop clients per point (serve --concurrency), run in place of rates_per_s (which
+    # then holds the same values as the sweep's keys); empty: open-loop arrivals at the rates
+    concurrency: tuple[int, ...] = ()
 
     @property
     def arrival_label(self) -> str:

@@ -24,6 +24,8 @@ from src.online.engine_types import (
     RequestTable,
     RowGroup,
     check_prefill_first,
+    initial_arrivals_ms,
+    sent_arrivals_s,
 )
 from src.online.policies import Adaptive, FixedTree
 from src.online.step_prices import compiled_pricing_supported, pack_prices
@@ -104,7 +106,9 @@ class CompiledEngine:
             "stats": np.zeros((R, 7)), "gamma_steps": np.zeros((R, self.max_gamma + 1)),
             "itl": np.zeros((R, ITL_BIN_EDGES_MS.size - 1)), "error": np.zeros((R, 4), np.int64),
         }
-        run_rows(prices, rq.arrival_s * 1e3, np.asarray(rq.prompt_tokens, np.int64),
+        arrival_ms, released, closed = initial_arrivals_ms(rq)
+        self.arrival_ms, self.closed = arrival_ms, closed
+        run_rows(prices, arrival_ms, released, closed, np.asarray(rq.prompt_tokens, np.int64),
                  np.asarray(rq.output_tokens, np.int64), np.asarray(rq.alpha, float),
                  np.asarray(rq.key, np.uint64), rq.n_requests.astype(np.int64), self.row_dep,
                  self.cap, self.row_group, kind, table, params, self.prefill_first,
@@ -129,7 +133,7 @@ class CompiledEngine:
         valid = np.isfinite(rq.arrival_s)
         stats = out["stats"]
         return EngineResult(
-            arrival_s=np.where(valid, rq.arrival_s, np.nan),
+            arrival_s=sent_arrivals_s(rq, self.arrival_ms, self.closed),
             first_scheduled_s=out["first_sched"],
             first_token_s=out["first_token"],
             finish_s=fin,

@@ -139,7 +139,8 @@ def _head_fits(arrival_ms, prompt, r, n_req, next_new, n_pre_wait, waiting_pre, 
 
 
 @njit(cache=True)
-def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, row_group,
+def run_rows(pt, arrival_ms, released, closed, prompt, output, alpha, key, n_req, row_dep, cap,
+             row_group,
              group_kind, group_table, group_params, dep_prefill_first, max_gamma, max_num_seqs,
              budget_tokens,
              block_size, hazard_profile, per_position, tree_tokens, tree_thr, edges,
@@ -152,7 +153,9 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
     tree of that many tokens N (N positions of token budget and KV per decoding sequence, N - 1
     drafts proposed; no speculation in a step whose N positions per sequence exceed the budget),
     its request q's accepted depth K = #{d : U < tree_thr[r, q, d]} (P(K >= d), zero-padded),
-    priced by its deployment's tree tables (step_prices.tree_decode_ms)."""
+    priced by its deployment's tree tables (step_prices.tree_decode_ms). closed[r]: row r's
+    requests come from closed-loop clients: a request finishing at time t sends the row's next
+    one (arrival_ms[r, released[r]] = t, in place; released[r] requests sent so far)."""
     R, N = arrival_ms.shape
     M = max_num_seqs
     bs = block_size
@@ -435,6 +438,9 @@ def run_rows(pt, arrival_ms, prompt, output, alpha, key, n_req, row_dep, cap, ro
                 else:
                     q = req[c]
                     finish[r, q] = end * 1e-3
+                    if closed[r] and released[r] < n_req[r]:  # its client's next request
+                        arrival_ms[r, released[r]] = end
+                        released[r] += 1
                     generated[q] = output[r, q]
                     q_steps[q] = s_steps[c]
                     q_acc[q] = s_acc[c]

@@ -22,6 +22,8 @@ from src.online.engine_types import (
     RequestTable,
     RowGroup,
     check_prefill_first,
+    initial_arrivals_ms,
+    sent_arrivals_s,
 )
 from src.online.stretch import _ceil_div, advance_stretch
 
@@ -128,7 +130,7 @@ class NumpyEngine:
         self.last_step_ms = np.full(R, 10.0)  # the row's latest step time (stretch lengths)
         self.pool_acc = np.zeros(R)
         self.pool_tested = np.zeros(R)
-        self.arrival_ms = requests.arrival_s * 1e3
+        self.arrival_ms, self.released, self.closed = initial_arrivals_ms(requests)
         W = min(8, limits.max_num_seqs)
         self.s = _State(
             W=W, **{k: np.full((R, W), v, dtype=t) for k, (t, v) in SLOT_FIELDS.items()}
@@ -544,12 +546,23 @@ class NumpyEngine:
             self.finish[r, q] = end[fr] * 1e-3
             self.generated[r, q] = self.rq.output_tokens[r, q]
             self._leave(r, fc)
+            self.release(r, end[fr])
 
     def generated_of(self, r, c) -> np.ndarray:
         """Tokens a running slot's request has generated so far."""
         s = self.s
         q = s.req[r, c]
         return self.rq.output_tokens[r, q] - s.rem[r, c]
+
+    def release(self, rows, end_ms) -> None:
+        """Closed-loop rows: each request finishing at end_ms[i] in row rows[i] lets its client
+        send the row's next request at that time (requests in index order)."""
+        for r, t in zip(np.asarray(rows).tolist(), np.asarray(end_ms).tolist()):
+            k = self.released[r]
+            if self.closed[r] and k < self.n_req[r]:
+                self.arrival_ms[r, k] = t
+                self.released[r] = k + 1
+
     def _segment(self, rows, gamma, next_arrival_ms, free_slot) -> None:
         advance_stretch(self, rows, gamma, next_arrival_ms, free_slot)
 
@@ -558,7 +571,7 @@ class NumpyEngine:
         valid = np.isfinite(self.rq.arrival_s)
         makespan = np.nanmax(np.where(valid, fin, np.nan), axis=1)
         return EngineResult(
-            arrival_s=np.where(valid, self.rq.arrival_s, np.nan),
+            arrival_s=sent_arrivals_s(self.rq, self.arrival_ms, self.closed),
             first_scheduled_s=self.first_sched,
             first_token_s=self.first_token,
             finish_s=fin,

@@ -56,10 +56,42 @@ class RequestTable:
     # shape D_1..D_max_gamma of a per-position mode's acceptance (src/acceptance.py), shared by
     # every row; alpha is then each request's representative rate. None: i.i.d. acceptance.
     hazard_profile: np.ndarray | None = None
+    # [rows] closed-loop clients of each row (0: open loop, the arrival times as given). A row of
+    # C > 0 clients sends requests 0..C-1 at their arrival_s (0) and request k >= C when the
+    # (k - C + 1)-th of its earlier requests finishes (a client sends its next request as soon
+    # as its last one ends); arrival_s then only marks which requests exist (finite).
+    clients: np.ndarray | None = None
 
     @property
     def n_requests(self) -> np.ndarray:
         return np.isfinite(self.arrival_s).sum(axis=1)
+
+
+def initial_arrivals_ms(requests: RequestTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival_ms [rows, N], released [rows], closed [rows]): the engine's arrival times at the
+    start, requests not yet sent by a closed-loop client at +inf; released[r] = the requests of
+    row r sent so far (its first min(C, n) for C clients, all of an open-loop row's)."""
+    arrival_ms = requests.arrival_s * 1e3
+    n = requests.n_requests.astype(np.int64)
+    released = n.copy()
+    closed = np.zeros(n.size, bool)
+    if requests.clients is not None:
+        c = np.asarray(requests.clients, np.int64)
+        closed = c > 0
+        released = np.where(closed, np.minimum(c, n), n)
+        later = np.arange(arrival_ms.shape[1])[None, :] >= released[:, None]
+        arrival_ms = np.where(closed[:, None] & later & np.isfinite(arrival_ms), np.inf,
+                              arrival_ms)
+    return arrival_ms, released, closed
+
+
+def sent_arrivals_s(requests: RequestTable, arrival_ms: np.ndarray,
+                    closed: np.ndarray) -> np.ndarray:
+    """Each request's arrival (s) as the engine sent it, NaN where no request: a closed-loop
+    row's from the engine (its finish times), an open-loop row's as given (the same floats)."""
+    valid = np.isfinite(requests.arrival_s)
+    sent = np.where(closed[:, None], arrival_ms * 1e-3, requests.arrival_s)
+    return np.where(valid, sent, np.nan)
 
 
 @dataclass

@@ -79,7 +79,7 @@ def histogram_percentiles(hist: np.ndarray, qs=PERCENTILES) -> np.ndarray:
 
 
 def per_replication(
-    res: EngineResult, rows: np.ndarray, slo_ttft_s: float, slo_tpot_s: float
+    res: EngineResult, rows: np.ndarray, slo_ttft_s: float, slo_tpot_s: float, gpus: int = 1
 ) -> dict[str, np.ndarray]:
     """Every metric of each row (replication) of `rows`: name -> [len(rows)]."""
     arrival = res.arrival_s[rows]
@@ -107,11 +107,23 @@ def per_replication(
         hist = res.itl_histogram[rows]
         mids = np.sqrt(ITL_BIN_EDGES_MS[:-1] * ITL_BIN_EDGES_MS[1:])
         m["itl_mean_s"] = (hist * mids).sum(axis=1) / hist.sum(axis=1) * 1e-3
+        # the benchmarks' means in their unit (vllm/benchmarks/serve.py calculate_metrics): mean
+        # TTFT and TPOT over requests; mean ITL over every gap of every request, exact: a
+        # request's gaps add up to finish - first token, and the histogram counts them
+        m["ttft_mean_ms"] = m["ttft_mean_s"] * 1e3
+        m["tpot_mean_ms"] = m["tpot_mean_s"] * 1e3
+        decode_s = np.where(valid, finish - first, 0.0).sum(axis=1)
+        m["itl_mean_ms"] = decode_s / hist.sum(axis=1) * 1e3
         m["queue_delay_mean_s"] = np.nanmean(np.where(valid, queue, np.nan), axis=1)
         m["queue_delay_p99_s"] = np.nanpercentile(np.where(valid, queue, np.nan), 99, axis=1)
         meets = valid & (ttft <= slo_ttft_s) & ((out_tokens <= 1) | (tpot <= slo_tpot_s))
         m["output_throughput_tok_s"] = np.where(valid, out_tokens, 0).sum(axis=1) / makespan
         m["request_throughput_req_s"] = n / makespan
+        # per GPU: over the target's tp GPUs (the draft shares them); per user: one request's
+        # output tokens per second while it decodes, 1 / mean TPOT (AIConfigurator's
+        # tokens/s/user = 1000 / tpot_ms, aiconfigurator_core/sdk/backends/base_backend.py)
+        m["output_tok_s_per_gpu"] = m["output_throughput_tok_s"] / gpus
+        m["output_tok_s_per_user"] = 1.0 / m["tpot_mean_s"]
         m["goodput_req_s"] = meets.sum(axis=1) / makespan
         m["slo_attainment"] = meets.sum(axis=1) / n
         m["mean_batch"] = res.running_integral_s[rows] / res.busy_s[rows]

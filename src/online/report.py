@@ -337,7 +337,12 @@ def replace_section(text: str, section: str) -> str:
 
 def render(result: dict, cfg, existing_summary: str, plots: bool = True) -> dict[str, bytes]:
     """Every output file of the sweep: path relative to OUT -> bytes (the plots only if `plots`).
-    summary.txt is the existing one (the study's) with its serving section replaced."""
+    summary.txt is the existing one (the study's) with its serving section replaced. A closed-loop
+    run (cfg.concurrency) writes serving.csv only: its section and plots read rates."""
+    if cfg.concurrency:
+        t = result["table"]
+        return {"results/serving.csv": t.to_csv(index=False, float_format="%.6g",
+                                                lineterminator="\n").encode()}
     t = with_steadiness(result["table"], cfg)
     section = summary_section({**result, "table": t}, cfg)
     files = {

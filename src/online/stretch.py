@@ -173,3 +173,4 @@ def advance_stretch(eng, rows, gamma, next_arrival_ms, free_slot) -> None:
         eng.finish[r, q] = end_last[fr] * 1e-3
         eng.generated[r, q] = eng.rq.output_tokens[r, q]
         eng._leave(r, c)
+        eng.release(r, end_last[fr])

@@ -167,6 +167,13 @@ def _requests_for_rate(cfg: ServeConfig, rate: float, n_policies: int,
     R = cfg.replications
     reps = []
     for r in range(R):
+        if cfg.concurrency:  # closed-loop clients: every request exists, sent by the engine
+            n = cfg.requests_per_replication
+            base = make_requests(cfg.seed, cfg.workload, cfg.prompt_len, cfg.output_len,
+                                 cfg.alpha_mode, cfg.alpha, r, n)
+            reps.append((np.zeros(n), base.prompt_tokens, base.output_tokens, base.alpha,
+                         base.key))
+            continue
         if cfg.trace is not None:
             t = cfg.trace
             scale = (
@@ -220,6 +227,7 @@ def _requests_for_rate(cfg: ServeConfig, rate: float, n_policies: int,
         alpha=stacked(3, 0.5, float),
         key=stacked(4, 0, np.uint64),
         hazard_profile=hazard_profile,
+        clients=np.full(n_policies * R, int(rate)) if cfg.concurrency else None,
     )
 
 
@@ -245,7 +253,8 @@ def _rate_rows(cfg: ServeConfig, prepared: Prepared, rate: float) -> tuple[list[
     """Table rows of one rate plus per-replication metrics (for tests) and speed figures."""
     result, groups, wall = simulate_rate(cfg, prepared, rate)
     per_rep = {
-        g.policy.name: metrics.per_replication(result, g.rows, cfg.slo_ttft_s, cfg.slo_tpot_s)
+        g.policy.name: metrics.per_replication(result, g.rows, cfg.slo_ttft_s, cfg.slo_tpot_s,
+                                               cfg.scenario.tp)
         for g in groups
     }
     base = per_rep["none"]
@@ -254,7 +263,8 @@ def _rate_rows(cfg: ServeConfig, prepared: Prepared, rate: float) -> tuple[list[
         name = g.policy.name
         row = {
             "policy": name,
-            "rate_per_s": rate,
+            "rate_per_s": np.nan if cfg.concurrency else rate,
+            "concurrency": int(rate) if cfg.concurrency else np.nan,
             "replications": cfg.replications,
             "requests": int(np.isfinite(result.arrival_s[g.rows]).sum()),
             **metrics.summarise(per_rep[name], cfg.confidence),
@@ -323,7 +333,8 @@ def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: No
     table = pd.DataFrame([row for rows, _ in outcomes for row in rows])
     order = {p.name: i for i, p in enumerate(prepared.policies)}
     table["_o"] = table.policy.map(order)
-    table = table.sort_values(["_o", "rate_per_s"], kind="stable").drop(columns="_o")
+    load = "concurrency" if cfg.concurrency else "rate_per_s"
+    table = table.sort_values(["_o", load], kind="stable").drop(columns="_o")
     scenario = cfg.scenario
     meta = {
         "scenario": scenario.name,
@@ -334,7 +345,7 @@ def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: No
     }
     for i, (k, v) in enumerate(meta.items()):
         table.insert(i, k, v)
-    hindsight_columns(table)
+    hindsight_columns(table, load=load)
     return {
         "table": table.reset_index(drop=True),
         "prepared": prepared,
@@ -344,15 +355,17 @@ def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: No
     }
 
 
-def hindsight_columns(table: pd.DataFrame, metric: str = "tpot_p50_s") -> None:
-    """Per rate: the fixed gamma (none counting as gamma 0) with the lowest `metric` in hindsight,
-    and each policy's gain over it (its metric / the policy's; > 1 = the policy beats it)."""
+def hindsight_columns(table: pd.DataFrame, metric: str = "tpot_p50_s",
+                      load: str = "rate_per_s") -> None:
+    """Per rate (or concurrency, `load`): the fixed gamma (none counting as gamma 0) with the
+    lowest `metric` in hindsight, and each policy's gain over it (its metric / the policy's;
+    > 1 = the policy beats it)."""
     fixed = table[table.policy.str.startswith("fixed:") | (table.policy == "none")]
     table["hindsight_best_fixed"] = ""
     table["gain_over_best_fixed"] = np.nan
-    for rate, grp in fixed.groupby("rate_per_s"):
+    for rate, grp in fixed.groupby(load):
         best = grp.loc[grp[metric].idxmin()]
-        at = table.rate_per_s == rate
+        at = table[load] == rate
         table.loc[at, "hindsight_best_fixed"] = best.policy
         table.loc[at, "gain_over_best_fixed"] = best[metric] / table.loc[at, metric]
 
