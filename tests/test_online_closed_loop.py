@@ -127,3 +127,22 @@ def test_serve_by_concurrency_writes_its_columns(tmp_path):
     assert none1.output_tok_s_per_gpu == pytest.approx(none1.output_throughput_tok_s, rel=1e-5)
     # greedy commits one token per step and fixed lengths: ITL = TPOT for every request
     assert none1.itl_mean_ms == pytest.approx(none1.tpot_mean_ms, rel=1e-5)
+
+
+def test_a_concurrency_run_replaces_a_by_rate_serving_section(tmp_path):
+    """A by-concurrency run over a by-rate run's OUT: summary.txt's serving section is the closed
+    loop's own table (no rate, steadiness or capacity lines left from the by-rate run)."""
+    from tests.helpers import run_captured
+    p = run_captured(["serve", "--rates", "1,2", *QUICK, "--no-plots", "--out", str(tmp_path)])
+    assert p.returncode == 0, p.stderr
+    p = run_captured(["serve", "--concurrency", "1,4", "--workload", "fixed:256:32", *QUICK,
+                      "--out", str(tmp_path)])
+    assert p.returncode == 0, p.stderr
+    summary = (tmp_path / "results" / "summary.txt").read_text()
+    assert summary.count("=== SERVING UNDER LOAD") == 1
+    assert "Closed loop (serve --concurrency)" in summary and "S1. TPOT p50" not in summary
+    rows = [ln.split() for ln in summary.splitlines() if ln.startswith("  ") and "x" in ln
+            and ln.split()[0] in ("1", "4")]
+    assert [(r[0], r[1]) for r in rows] == [("1", "none"), ("1", "fixed:2"), ("4", "none"),
+                                            ("4", "fixed:2")]
+    assert rows[0][-1] == "1.00x"  # none against itself

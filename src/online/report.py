@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from src import outputs
+from src.online.concurrency_report import concurrency_section
 from src.online.gamma_rule import SCHEDULE_TOLERANCE
 from src.online.schedule_note import SECTION_BEGIN, SECTION_END, with_schedule_note
 from src.online.serving_plots import SWEEP_PLOTS
@@ -338,11 +339,15 @@ def replace_section(text: str, section: str) -> str:
 def render(result: dict, cfg, existing_summary: str, plots: bool = True) -> dict[str, bytes]:
     """Every output file of the sweep: path relative to OUT -> bytes (the plots only if `plots`).
     summary.txt is the existing one (the study's) with its serving section replaced. A closed-loop
-    run (cfg.concurrency) writes serving.csv only: its section and plots read rates."""
+    run (cfg.concurrency) writes serving.csv and its own section (concurrency_report), no plots:
+    the by-rate plots read rates."""
     if cfg.concurrency:
         t = result["table"]
+        section = concurrency_section(t, cfg, SECTION_BEGIN, SECTION_END)
         return {"results/serving.csv": t.to_csv(index=False, float_format="%.6g",
-                                                lineterminator="\n").encode()}
+                                                lineterminator="\n").encode(),
+                "results/summary.txt": outputs.block_last(
+                    replace_section(existing_summary, section)).encode()}
     t = with_steadiness(result["table"], cfg)
     section = summary_section({**result, "table": t}, cfg)
     files = {

@@ -1,0 +1,61 @@
+"""The serving section of summary.txt for a closed-loop run (`serve --concurrency`).
+
+A by-concurrency run has no arrival rate, so the by-rate section's steadiness test, SLO capacity
+and plots do not apply; this section reports what `vllm bench serve --max-concurrency` and
+`sglang.bench_serving --max-concurrency` print, per policy and concurrency C: mean TTFT, mean
+TPOT, output tokens/s (per GPU: / tp) and tokens/s per user (1 / mean TPOT), each with its
+interval over replications, and the TPOT speedup over `none` at the same C,
+speedup = TPOT_mean(none) / TPOT_mean(policy).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def _ci(row, key: str, digits: int = 1) -> str:
+    v, lo, hi = row[key], row[f"{key}_ci_low"], row[f"{key}_ci_high"]
+    if not np.isfinite(v):
+        return "-"
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{v:.{digits}f}"
+    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _table(header, rows, indent="  ") -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+
+    def line(r):
+        return indent + "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
+
+    return [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def concurrency_section(table: pd.DataFrame, cfg, begin: str, end: str) -> str:
+    """The section between the lines `begin` and `end` for a closed-loop run's `table`."""
+    sc = cfg.scenario
+    per_run = int(table.requests.iloc[0] / cfg.replications)
+    lines = [
+        begin,
+        f"Deployment: {sc.name} ({sc.target_model_id} + draft {sc.draft} on {sc.gpu_id}, tp "
+        f"{sc.tp}), engine profile {cfg.engine_profile}.",
+        f"Closed loop (serve --concurrency): C clients, each sending its next request when its "
+        f"last one finishes; workload {cfg.workload}; {cfg.replications} replications x "
+        f"{per_run} requests per (policy, C), each from an empty engine; values are means over "
+        f"replications with {cfg.confidence:.0%} intervals [low, high].",
+        "C1. By policy and concurrency: mean TTFT (ms), mean TPOT (ms), output tokens/s per GPU, "
+        "tokens/s per user (1 / mean TPOT), and the TPOT speedup over none at the same C.",
+    ]
+    rows = []
+    none = table[table.policy == "none"].set_index("concurrency")
+    for _, row in table.sort_values(["concurrency"], kind="stable").iterrows():
+        base = none.tpot_mean_ms.get(row.concurrency, np.nan)
+        speedup = base / row.tpot_mean_ms if np.isfinite(base) else np.nan
+        rows.append([f"{int(row.concurrency)}", row.policy, _ci(row, "ttft_mean_ms"),
+                     _ci(row, "tpot_mean_ms", 2), _ci(row, "output_tok_s_per_gpu", 0),
+                     _ci(row, "output_tok_s_per_user", 1),
+                     "-" if not np.isfinite(speedup) else f"{speedup:.2f}x"])
+    lines += _table(["C", "policy", "TTFT mean ms", "TPOT mean ms", "tok/s/GPU", "tok/s/user",
+                     "speedup"], rows)
+    lines.append(end)
+    return "\n".join(lines)
