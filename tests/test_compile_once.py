@@ -1,4 +1,5 @@
 """A cold numba cache is compiled once per machine, not once per worker, and serve says so."""
+import os
 import threading
 import time
 
@@ -64,4 +65,27 @@ def test_serve_compiles_a_cold_engine_in_the_parent_and_says_so(tmp_path, monkey
     assert done.returncode == 0, done.stderr
     assert compiled == [1]  # once, in this process, whatever the number of workers
     said = "compiling the serving engine once (numba; about 30 s of one core" in done.stderr
+    assert said is not quiet
+
+
+FAST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_study.toml")
+STUDY = ["--batch-sizes", "1,4", "--gammas", "2", "--no-plots", "--scenario", "reference",
+         "--config", FAST]
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_study_compiles_a_cold_step_loop_before_its_second_process(tmp_path, monkeypatch,
+                                                                        quiet):
+    asked = []
+    real = compiled_cache.compile_once
+
+    def cold_once(is_warm, compile_, lock_path, say, what, about_s):
+        asked.append(what)
+        return real(lambda: len(asked) > 1, compile_, lock_path, say, what, about_s)
+
+    monkeypatch.setattr(compiled_cache, "compile_once", cold_once)
+    done = run_captured(STUDY + ["--out", str(tmp_path)] + (["--quiet"] if quiet else []))
+    assert done.returncode == 0, done.stderr
+    assert asked == ["the study's step loop"]
+    said = "compiling the study's step loop once (numba; about 6 s of one core" in done.stderr
     assert said is not quiet
