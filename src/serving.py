@@ -131,6 +131,31 @@ def simulate_steps(requests: Requests, batch_size: int, serving_mode: str, decod
     return buf.record(T, store_steps)
 
 
+# seconds of one core that numba takes to compile the study's step loop into an empty cache
+# (src/step_engine.py run_steps and the acceptance draw it calls), 2-core machine, 2026-12-02
+STEP_LOOP_COMPILE_S = 6.0
+
+
+def compile_step_loop_once(say=lambda msg: None) -> bool:
+    """Compile the study's step loop here, once, if numba's cache does not hold it yet
+    (src/online/compiled_cache.py `compile_once`): a ragged chain of 2 drafts over 2 requests of
+    3 tokens, whose arguments have the types of every chain run's. Returns whether it compiled."""
+    import os
+
+    from src import step_engine
+    from src.online.compiled_cache import cache_is_warm, compile_once
+
+    def tiny_run():
+        ones = np.ones((1, 2))
+        simulate_steps(Requests(ones * 0.5, np.full((1, 2), 3, np.int64),
+                                np.full((1, 2), 4, np.int64)),
+                       1, "continuous_refill", "ragged", 2, np.random.default_rng(0))
+
+    lock = os.path.join(getattr(step_engine.run_steps._cache, "_cache_path", "."), "compile.lock")
+    return compile_once(lambda: cache_is_warm(step_engine.run_steps), tiny_run, lock, say,
+                        "the study's step loop", STEP_LOOP_COMPILE_S)
+
+
 def price_steps(record: StepRecord, requests: Requests, cost, gamma: int) -> RunStats:
     """Step times from the cost model (gamma 0: greedy decode passes), then per-replication totals.
 

@@ -35,3 +35,18 @@ def pytest_collection_finish(session):
     instead of 700): about 1.5 s less CPU per worker, the tests unchanged."""
     gc.freeze()
     gc.set_threshold(20_000, 10, 10)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compiled_once():
+    """On a fresh clone numba's cache is empty: the serving engine and the study's step loop are
+    compiled here, once, before the first test (src/online/compiled_cache.py `compile_once`: of
+    the two xdist workers one compiles, the other waits on the lock and loads), not again by every
+    process a test starts while the cache is still empty. Warm: a check of two index files."""
+    from src.online.cli import config_from_args, make_parser
+    from src.online.study import compile_engine_once, prepare
+    from src.serving import compile_step_loop_once
+
+    cfg = config_from_args(make_parser().parse_args([]))
+    compile_engine_once(cfg, prepare(cfg))
+    compile_step_loop_once()

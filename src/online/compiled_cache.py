@@ -13,12 +13,20 @@ The locator is numba's in-tree one (the `__pycache__` beside the source), regist
 numba's list of locators (`CacheImpl._locator_classes`, a private list of numba 0.68, the version
 requirements.txt pins) for these files only; every other file keeps numba's own. Each module that
 compiles one of these files' functions imports this one before its first `njit`.
+
+`compile_once` makes a cold cache compile once per machine rather than once per worker process:
+the parent compiles (behind a file lock, so two commands started together compile once too and
+the second loads what the first wrote) before it starts any worker, and says on stderr that it
+does and for about how long; every worker then loads the cache.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import time
+from typing import Callable
 
 from numba.core.caching import CacheImpl, InTreeCacheLocator, UserProvidedCacheLocator
 
@@ -64,3 +72,33 @@ class EngineSourcesUserLocator(_EngineSourcesStamp, UserProvidedCacheLocator):
 for _cls in (EngineSourcesLocator, EngineSourcesUserLocator):  # the user's dir first
     if _cls not in CacheImpl._locator_classes:
         CacheImpl._locator_classes.insert(0, _cls)
+
+
+def cache_is_warm(dispatcher) -> bool:
+    """Whether numba's cache holds machine code of `dispatcher` (an njit function with
+    cache=True) for its files' present source stamp (numba's private index file of 0.68)."""
+    try:
+        return bool(dispatcher._cache._cache_file._load_index())
+    except (OSError, EOFError, AttributeError, ValueError):
+        return False
+
+
+def compile_once(is_warm: Callable[[], bool], compile_: Callable[[], None], lock_path: str,
+                 say: Callable[[str], None], what: str, about_s: float) -> bool:
+    """Run compile_() unless is_warm(); under an exclusive lock on lock_path, rechecked after the
+    lock is taken (another process may have compiled meanwhile). say() gets one line before the
+    compile ("about_s" of one core is the estimate it gives) and one after. Returns whether this
+    call compiled."""
+    if is_warm():
+        return False
+    os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if is_warm():
+            return False
+        say(f"compiling {what} once (numba; about {about_s:.0f} s of one core; later runs load "
+            "the cache)")
+        start = time.perf_counter()
+        compile_()
+        say(f"  compiled in {time.perf_counter() - start:.1f} s")
+    return True

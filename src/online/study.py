@@ -234,6 +234,36 @@ def _requests_for_rate(cfg: ServeConfig, rate: float, n_policies: int,
 def simulate_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
     """Run every policy at one rate; returns (EngineResult, rows of each policy, wall seconds)."""
     start = time.perf_counter()
+    engine, groups = _engine_at_rate(cfg, prepared, rate)
+    result = engine.run()
+    return result, groups, time.perf_counter() - start
+
+
+# seconds of one core that numba takes to compile the serving engine (src/online/engine_loop.py
+# and what it calls) into an empty cache: 28-31 s on the project's 2-core machine, 2026-12-02
+ENGINE_COMPILE_S = 30.0
+
+
+def compile_engine_once(cfg: ServeConfig, prepared: Prepared, say=lambda msg: None) -> bool:
+    """Compile the serving engine here, once, if numba's cache does not hold it yet (and this
+    run uses it): src/online/compiled_cache.py `compile_once`, on a run of 2 x 2 requests at 1/s,
+    whose arrays have the types of every run's. Returns whether it compiled."""
+    from src.online import engine_loop
+    from src.online.compiled_cache import cache_is_warm, compile_once
+    from src.online.engine_compiled import CompiledEngine
+
+    tiny = replace(cfg, replications=2) if cfg.trace is not None else replace(
+        cfg, replications=2, requests_per_replication=2, duration_s=None)
+    engine, _ = _engine_at_rate(tiny, prepared, 1.0)
+    if not isinstance(engine, CompiledEngine):
+        return False
+    lock = os.path.join(getattr(engine_loop.run_rows._cache, "_cache_path", "."), "compile.lock")
+    return compile_once(lambda: cache_is_warm(engine_loop.run_rows), engine.run, lock, say,
+                        "the serving engine", ENGINE_COMPILE_S)
+
+
+def _engine_at_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
+    """(the engine of every policy at one rate, ready to run; the row group of each policy)."""
     P, R = len(prepared.policies), cfg.replications
     requests = _requests_for_rate(cfg, rate, P, prepared.hazard_profile)
     groups = [RowGroup(p, np.arange(i * R, (i + 1) * R)) for i, p in enumerate(prepared.policies)]
@@ -244,9 +274,7 @@ def simulate_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
             from src.trees.serving import tree_timer
             deps.append(replace(deps[1], timer=tree_timer(deps[1].timer, p.shape)))
             row_dep[i * R:(i + 1) * R] = len(deps) - 1
-    engine = Engine(requests, groups, deps, row_dep, cfg.limits, cfg.max_gamma)
-    result = engine.run()
-    return result, groups, time.perf_counter() - start
+    return Engine(requests, groups, deps, row_dep, cfg.limits, cfg.max_gamma), groups
 
 
 def _rate_rows(cfg: ServeConfig, prepared: Prepared, rate: float) -> tuple[list[dict], dict]:
@@ -309,6 +337,7 @@ def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: No
         f"serving sweep: {len(prepared.policies)} policies x {len(rates)} rates x "
         f"{cfg.replications} replications ({cfg.engine_profile}, workload {cfg.workload})"
     )
+    compile_engine_once(cfg, prepared, say)  # before any worker starts (they load the cache)
     start = time.perf_counter()
     if workers > 1 or executor is not None:
         # one task per worker, each with a share of the rates of about equal work (rate_work);

@@ -1,0 +1,91 @@
+"""A cold numba cache is compiled once per machine, not once per worker, and serve says so."""
+import os
+import threading
+import time
+
+import pytest
+from helpers import run_captured
+
+from src.online import compiled_cache
+from src.online.compiled_cache import compile_once
+
+
+class FakeCompile:
+    """A compile that takes a while and fills the 'cache' it is asked about."""
+
+    def __init__(self):
+        self.calls = 0
+        self.warm = False
+
+    def is_warm(self):
+        return self.warm
+
+    def compile_(self):
+        self.calls += 1
+        time.sleep(0.05)  # the others reach the lock meanwhile
+        self.warm = True
+
+
+def test_racing_callers_compile_once_and_the_others_wait_for_it(tmp_path):
+    fake, said, done = FakeCompile(), [], []
+    lock = str(tmp_path / "sub" / "compile.lock")
+
+    def call():
+        done.append(compile_once(fake.is_warm, fake.compile_, lock, said.append, "the engine", 30))
+        assert fake.warm  # nobody returns before the cache is there
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert fake.calls == 1 and sorted(done) == [False, False, False, True]
+    assert said[0] == ("compiling the engine once (numba; about 30 s of one core; later runs load "
+                       "the cache)")
+    assert said[1].startswith("  compiled in ") and len(said) == 2
+    assert compile_once(fake.is_warm, fake.compile_, lock, said.append, "x", 1) is False
+    assert fake.calls == 1 and len(said) == 2  # warm: silent, no compile
+
+
+SERVE = ["serve", "--rates", "1,2", "--requests", "20", "--replications", "2",
+         "--policies", "none,fixed:2", "--no-plots"]
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_serve_compiles_a_cold_engine_in_the_parent_and_says_so(tmp_path, monkeypatch, quiet):
+    compiled = []
+    real = compiled_cache.compile_once
+
+    def cold_once(is_warm, compile_, *args):
+        compiled.append(1)
+        return real(lambda: len(compiled) > 1, compile_, *args)
+
+    monkeypatch.setattr(compiled_cache, "compile_once", cold_once)
+    done = run_captured(SERVE + ["--out", str(tmp_path)] + (["--quiet"] if quiet else []))
+    assert done.returncode == 0, done.stderr
+    assert compiled == [1]  # once, in this process, whatever the number of workers
+    said = "compiling the serving engine once (numba; about 30 s of one core" in done.stderr
+    assert said is not quiet
+
+
+FAST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_study.toml")
+STUDY = ["--batch-sizes", "1,4", "--gammas", "2", "--no-plots", "--scenario", "reference",
+         "--config", FAST]
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_study_compiles_a_cold_step_loop_before_its_second_process(tmp_path, monkeypatch,
+                                                                        quiet):
+    asked = []
+    real = compiled_cache.compile_once
+
+    def cold_once(is_warm, compile_, lock_path, say, what, about_s):
+        asked.append(what)
+        return real(lambda: len(asked) > 1, compile_, lock_path, say, what, about_s)
+
+    monkeypatch.setattr(compiled_cache, "compile_once", cold_once)
+    done = run_captured(STUDY + ["--out", str(tmp_path)] + (["--quiet"] if quiet else []))
+    assert done.returncode == 0, done.stderr
+    assert asked == ["the study's step loop"]
+    said = "compiling the study's step loop once (numba; about 6 s of one core" in done.stderr
+    assert said is not quiet
