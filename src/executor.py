@@ -19,8 +19,11 @@ answers. Dask is imported only when asked for.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
+import threading
 from typing import Callable, Iterator
 
 from src.config import ConfigError
@@ -104,8 +107,10 @@ class DaskExecutor(Executor):
             for future in cf.as_completed(futures, timeout=self.timeout_s):
                 yield futures[future], future.result()
         finally:
-            for future in futures:
-                future.cancel()
+            # cancel the Dask futures, not the concurrent.futures wrappers: a wrapper cancelled
+            # here while its task finishes makes distributed's callback set a result on a
+            # cancelled future, which it logs as an InvalidStateError traceback (seen on Ctrl-C)
+            executor.shutdown(wait=False)
 
     def close(self) -> None:
         self.client.close()
@@ -135,6 +140,32 @@ def dask_option(value: str | None) -> str | None:
     return value
 
 
+@contextlib.contextmanager
+def _sigint_blocked():
+    """SIGINT blocked in this thread while a LocalCluster starts; a signal that comes meanwhile
+    is delivered once it is unblocked.
+
+    The cluster's threads (its event loop, the nannies' process threads) are created here and keep
+    the blocked mask for good, and a worker process started from them (at start, or a restart
+    after a worker died) inherits it through fork and exec (POSIX keeps the signal mask across
+    execve), so Ctrl-C, which the terminal sends to the whole process group, reaches only this
+    process: it raises KeyboardInterrupt here, and the workers, instead of each printing a
+    traceback, are closed by the cluster as it shuts down."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # multiprocessing's resource tracker, started with a worker's first spawn, unblocks SIGINT in
+    # the thread that starts it (resource_tracker.ensure_running): start it here, before blocking
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def open_executor(dask: str | None, workers: int | None = None,
                   timeout_s: float | None = None) -> Executor:
     """The executor a run's --dask value (see dask_option) and --workers ask for. A Dask address
@@ -149,10 +180,12 @@ def open_executor(dask: str | None, workers: int | None = None,
     if m:
         # loopback only: workers, scheduler and its HTTP endpoint on 127.0.0.1 (a free port; the
         # bokeh dashboard is not installed)
-        cluster = LocalCluster(n_workers=int(m.group(1)), threads_per_worker=1, processes=True,
-                               host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                               silence_logs=logging.ERROR)
-        return DaskExecutor(Client(cluster), cluster, timeout_s=timeout_s)
+        with _sigint_blocked():
+            cluster = LocalCluster(n_workers=int(m.group(1)), threads_per_worker=1,
+                                   processes=True, host="127.0.0.1",
+                                   dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+            client = Client(cluster)
+        return DaskExecutor(client, cluster, timeout_s=timeout_s)
     try:
         client = Client(dask, timeout=CONNECT_TIMEOUT_S)
     except (OSError, ValueError, TypeError) as e:
