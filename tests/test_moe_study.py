@@ -168,3 +168,38 @@ def test_mixtral_eagle1_head_gets_no_sglang_flags_and_a_vllm_caveat(tmp_path):
     lines = block.splitlines()
     vllm = next(i for i, line in enumerate(lines) if line.startswith("vLLM: vllm serve"))
     assert '"method": "eagle"' in lines[vllm] and "vLLM 0.9.2 refused" in lines[vllm + 1]
+
+
+def test_validation_reports_every_error_of_the_table():
+    """The speedup, the greedy and the speculative throughput each get a median |error|, a
+    median and a largest signed error; the speculative error is the other two composed
+    (pred spec = pred greedy x pred speedup), and AngelSlim's batch 64 greedy row (1,237.84 tok/s
+    measured) is the largest greedy error, said as a finding."""
+    t = moe_validation.validation_table()
+    assert np.allclose(1 + t.speculative_error, (1 + t.greedy_error) * (1 + t.speedup_error))
+    row = next(p for p in moe_validation.PUBLISHED
+               if p.source == "AngelSlim issue #163" and p.batch == 64)
+    greedy = moe_validation.predict(row)["predicted_greedy_tokens_per_s"] / 1237.84 - 1
+    stats = {s["what"]: s for s in moe_validation.error_stats(t)}
+    assert set(stats) == {"speedup", "greedy tokens/s", "speculative tokens/s"}
+    assert stats["greedy tokens/s"]["max"] == pytest.approx(greedy)
+    assert stats["greedy tokens/s"]["max_at"] == "AngelSlim issue #163, batch 64"
+    assert stats["speedup"]["median_abs"] == pytest.approx(np.median(np.abs(t.speedup_error)))
+    lines = moe_validation.summary_lines(t)
+    greedy_row = next(line for line in lines if line.strip().startswith("greedy tokens/s"))
+    assert f"{100 * greedy:+.0f}%" in greedy_row
+    assert any(line.strip().startswith("speculative tokens/s") for line in lines)
+    assert any("finding, not tuned away" in line and f"{1 + greedy:.1f}x" in line
+               for line in lines)
+
+
+def test_moe_study_summary_has_the_throughput_errors(tmp_path):
+    rc, _, err = run_captured(["moe-study", "--scenario",
+                               "configs/scenarios/moe-mixtral-8x7b-eagle-2xh100.toml",
+                               "--no-plots", "--out", str(tmp_path)])
+    assert rc == 0, err
+    summary = (tmp_path / "results" / "summary.txt").read_text()
+    section = summary.split("Validation against published MoE")[1]
+    for what in ("speedup", "greedy tokens/s", "speculative tokens/s"):
+        assert any(line.strip().startswith(what) for line in section.splitlines()), what
+    assert "spec. tok/s meas." in section
