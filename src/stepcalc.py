@@ -30,6 +30,7 @@ from src.costmodel import (
     load_engine_profiles,
     load_presets,
 )
+from src.errors import ascii_int
 
 COLUMNS = ("batch", "positions", "tokens", "total_ms", "layers_non_attention_ms", "attention_ms",
            "lm_head_ms", "communication_ms", "overhead_ms", "bound", "distinct_experts",
@@ -46,7 +47,7 @@ def _int_list(flag: str, text: str, minimum: int) -> list[int]:
     for part in text.split(","):
         part = part.strip()
         try:
-            value = int(part)
+            value = ascii_int(part)
         except ValueError:
             raise ConfigError(flag, f"'{part}' is not an integer; allowed: comma-separated "
                               f"integers >= {minimum}, e.g. 1,8,64") from None
