@@ -115,3 +115,11 @@ def test_readme_moe_layers_paragraph_sits_in_the_moe_section():
     section = readme.rfind("\n## ", 0, i)
     assert readme[section:].startswith("\n## Mixture-of-Experts targets")
     assert readme[i - 2:i] == "\n\n"  # a paragraph of its own
+
+
+def test_readme_outputs_say_gamma_is_n_minus_1_for_trees():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    outputs = readme[readme.index("### Outputs"):readme.index("### Your measured acceptance")]
+    row = next(line for line in outputs.splitlines() if line.startswith("| `results/results.csv`"))
+    assert "N - 1" in row and "`tree_tokens`" in row
