@@ -203,3 +203,28 @@ def test_moe_study_summary_has_the_throughput_errors(tmp_path):
     for what in ("speedup", "greedy tokens/s", "speculative tokens/s"):
         assert any(line.strip().startswith(what) for line in section.splitlines()), what
     assert "spec. tok/s meas." in section
+
+
+def test_moe_plot_draws_the_experts_read_apart_from_the_speedup(qwen3_study, monkeypatch):
+    """The experts-read curves have a panel of their own, not a second y axis over the speedup
+    (where the right axis' curves crossed the left axis' 1.0x line, issue 26): no two visible axes
+    overlap, and the axes with the 1.0x line hold no experts curve."""
+    from src.hardware import moe_plots
+    monkeypatch.setattr(moe_plots, "png_bytes", lambda fig: fig)
+    fig = moe_plots.plot_moe_speedup([qwen3_study, qwen3_study])
+    try:
+        fig.canvas.draw()
+        shown = [ax for ax in fig.axes if ax.get_visible()]
+        boxes = [ax.get_position() for ax in shown]
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert not (a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1)
+        for ax in shown:
+            labels = [line.get_label() for line in ax.get_lines()]
+            if "1.0x = greedy" in labels:
+                assert not any("experts" in label for label in labels)
+        assert sum(any("experts" in line.get_label() for line in ax.get_lines())
+                   for ax in shown) == 2
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
