@@ -31,8 +31,8 @@ from src.config import ConfigError
 CONNECT_TIMEOUT_S = 5.0  # how long a --dask address gets to answer
 DASK_ENV = "DASK_SCHEDULER_ADDRESS"
 MAX_LOCAL_WORKERS = 256
-_LOCAL = re.compile(r"local:(\d+)")
-_ADDRESS = re.compile(r"((tcp|tls|inproc|ucx|ws|wss)://)?[A-Za-z0-9._\-\[\]:]+(:\d+)?")
+_LOCAL = re.compile(r"local:([0-9]+)")  # [0-9], not \d: ASCII digits only (src/errors.py)
+_ADDRESS = re.compile(r"((tcp|tls|inproc|ucx|ws|wss)://)?[A-Za-z0-9._\-\[\]:]+(:[0-9]+)?")
 
 
 class Executor:
