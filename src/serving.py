@@ -64,7 +64,7 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class StepBuffers:
-    """The output arrays a compiled step loop (src/step_engine.py run_steps, src/trees/loop.py
+    """The output arrays a compiled step loop (src/step_engine.py run_steps, src/treesim/loop.py
     run_tree_steps) fills, in the order those loops take them, and the StepRecord made of them."""
     budget: int  # the draft KV budget in tokens, -1 for none
     seqs: np.ndarray

@@ -311,7 +311,7 @@ def _preset_paths(value: Any, source_path: str | None) -> tuple[str, ...]:
 
 def check_tree_engines(scenario: Scenario, field: str) -> None:
     """A tree (topk > 1) needs engine profiles that verify trees (src/presets/tree_engines.toml)."""
-    from src.trees.costs import check_engines_verify
+    from src.treesim.costs import check_engines_verify
     check_engines_verify(scenario.study.trees, scenario.engine_profiles, field)
     tree = next((t for t in scenario.study.trees if not t.is_chain), None)
     if tree is not None and scenario.draft == "ngram":
