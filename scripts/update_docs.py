@@ -16,9 +16,8 @@ import pandas as pd
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from src.calibration import validation  # noqa: E402
 from src.doc_blocks import readme_hardware_headline, readme_headline, replace_block, seed_comparison  # noqa: E402
-from src.hardware import moe_validation, published_checks  # noqa: E402
+from src.hardware import moe_validation, published_checks, validation  # noqa: E402
 from src.online import blog_check  # noqa: E402
 from src.reporting import write_atomic  # noqa: E402
 from src.trees import report as tree_report  # noqa: E402

@@ -172,7 +172,7 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
     from src.plan.report import kept_section as plan_section  # and the plan command's section
     summary.append(plan_section(out_dir) or "")
     # so is the validation plot (drawn by scripts/update_docs.py from the calibration data)
-    from src.calibration.validation import PLOT_PATH
+    from src.hardware.validation import PLOT_PATH
     validation_plot = os.path.join(out_dir, PLOT_PATH)
     if os.path.isfile(validation_plot):
         with open(validation_plot, "rb") as f:

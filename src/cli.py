@@ -191,7 +191,7 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
                 check_tree_engines(scenario, "--trees" if args.trees is not None
                                    else f"--config {args.config}: trees")
             except ConfigError as e:
-                from src.trees.costs import TreeEngine, tree_engines
+                from src.treesim.costs import TreeEngine, tree_engines
                 known = tree_engines()
                 able = [n for n in scenario.engine_profiles
                         if known.get(n, TreeEngine()).verifies_trees]
@@ -229,8 +229,8 @@ def run_sibling_vector(args: argparse.Namespace, cfg: StudyConfig,
                        scenario: Scenario | None) -> tuple | None:
     """The sibling vector a tree-shape --shape-measured fit must use where the run's is not the
     default (None otherwise); ConfigError where the reference study and the scenario differ."""
-    from src.trees.shape import TreeShapeError, parse_shape
-    from src.trees.siblings import SEQUOIA_VECTOR
+    from src.treeshape.shape import TreeShapeError, parse_shape
+    from src.treeshape.siblings import SEQUOIA_VECTOR
     if args.acceptance_length is None or args.shape_measured is None:
         return None
     try:

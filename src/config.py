@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Union
 
 from src.errors import ConfigError, ascii_float, ascii_int
 from src.input_files import read_text_file, read_toml  # noqa: F401 (the readers' home here)
-from src.trees import config_rules as tr
+from src.treeshape import config_rules as tr
 
 QUALITY_MODES = ("homogeneous_good", "homogeneous_mid", "heterogeneous", "bimodal")
 SERVING_MODES = ("static_batch", "continuous_refill")
@@ -191,7 +191,7 @@ class StudyConfig:
     gammas: tuple[int, ...] = setting(
         (1, 2, 4, 6, 8, 12, 16), "draft tokens proposed per step",
         Rule(lambda n, v, m: _int_list(n, v, 1, MAX_GAMMA), f"1..{MAX_GAMMA}"), option=True)
-    trees: tuple = setting((), tr.TREES_HELP, _listed(*tr.TREES), option=True)  # src/trees/
+    trees: tuple = setting((), tr.TREES_HELP, _listed(*tr.TREES), option=True)  # src/treeshape/
     sibling_vector: tuple = setting(tr.SEQUOIA_VECTOR, tr.SIBLINGS_HELP, _listed(*tr.SIBLINGS))
     quality_modes: tuple[str, ...] = setting(
         QUALITY_MODES, "draft-quality modes to run",

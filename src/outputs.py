@@ -78,6 +78,20 @@ def replace_section(text: str, section: str, begin: str, end: str) -> str:
     return join_summary([text, section])
 
 
+def existing_outputs(out_dir: str) -> dict[str, bytes]:
+    """Every file now in OUT/results and OUT/plots (path relative to OUT -> bytes)."""
+    files = {}
+    for folder in ("results", "plots"):
+        path = os.path.join(out_dir, folder)
+        if os.path.isdir(path):
+            for name in sorted(os.listdir(path)):
+                full = os.path.join(path, name)
+                if os.path.isfile(full) and not name.startswith("."):
+                    with open(full, "rb") as fh:
+                        files[f"{folder}/{name}"] = fh.read()
+    return files
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

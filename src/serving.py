@@ -64,7 +64,7 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class StepBuffers:
-    """The output arrays a compiled step loop (src/step_engine.py run_steps, src/trees/loop.py
+    """The output arrays a compiled step loop (src/step_engine.py run_steps, src/treesim/loop.py
     run_tree_steps) fills, in the order those loops take them, and the StepRecord made of them."""
     budget: int  # the draft KV budget in tokens, -1 for none
     seqs: np.ndarray
@@ -138,12 +138,12 @@ STEP_LOOP_COMPILE_S = 6.0
 
 def compile_step_loop_once(say=lambda msg: None) -> bool:
     """Compile the study's step loop here, once, if numba's cache does not hold it yet
-    (src/online/compiled_cache.py `compile_once`): a ragged chain of 2 drafts over 2 requests of
+    (src/compiled_cache.py `compile_once`): a ragged chain of 2 drafts over 2 requests of
     3 tokens, whose arguments have the types of every chain run's. Returns whether it compiled."""
     import os
 
     from src import step_engine
-    from src.online.compiled_cache import cache_is_warm, compile_once
+    from src.compiled_cache import cache_is_warm, compile_once
 
     def tiny_run():
         ones = np.ones((1, 2))

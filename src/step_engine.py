@@ -17,9 +17,9 @@ Draws. The chain study and the tree study run this one loop; only the draw of K 
 * a chain of gamma drafts (tree_child None): one Exp(1) variate,
   K = src.acceptance.accepted_drafts_from_exponential (i.i.d. or per-position acceptance: the
   request's hazard scale -ln alpha and the mode's hazard profile);
-* a token tree of depth gamma (tree_child its child table; src/trees/loop.py):
-  K = src.trees.accept.accepted_tree_drafts, a walk of the tree with the request's top-1 rates by
-  depth a_d = exp(-h dD_d), computed once at admission.
+* a token tree of depth gamma (tree_child its child table; src/treesim/loop.py):
+  K = src.treeshape.accept.accepted_tree_drafts, a walk of the tree with the request's top-1
+  rates by depth a_d = exp(-h dD_d), computed once at admission.
 The kind is picked when numba compiles the loop, not per draw: numba prunes an `x is None` branch
 on an argument's type (None or omitted vs an array), so each kind gets its own machine code and
 the chain's does no tree work. Alternatives measured with numba 0.68: a compiled draw passed in
@@ -33,9 +33,9 @@ refills each freed slot, in slot order, with the next queued request before the 
 
 numba compiles this loop (cache=True keeps the machine code in __pycache__, so only the first run
 on a machine pays the compile time); design.md, "Speed", gives the measurements behind it.
-numba keys a cached function by its own file; src/online/compiled_cache.py stamps this file's
-and the draws' (src/acceptance.py, src/trees/accept.py) with one hash of all three, so a change to
-a draw recompiles the loop too.
+numba keys a cached function by its own file; src/compiled_cache.py stamps this file's
+and the draws' (src/acceptance.py, src/treeshape/accept.py) with one hash of all three, so a
+change to a draw recompiles the loop too.
 """
 from __future__ import annotations
 
@@ -44,9 +44,11 @@ import math
 import numpy as np
 from numba import njit
 
-from src import acceptance
-from src.online import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
-from src.trees import accept
+from src import (
+    acceptance,
+    compiled_cache,  # noqa: F401  (before the first njit: the cache's stamp)
+)
+from src.treeshape import accept
 
 accepted_drafts_from_exponential = njit(cache=True)(acceptance.accepted_drafts_from_exponential)
 accepted_tree_drafts = njit(cache=True)(accept.accepted_tree_drafts)

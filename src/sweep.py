@@ -62,15 +62,15 @@ class Sweep:
 
     def speculative_tree(self, mode: str, serving: str, batch_size: int, block: int,
                          shape, verification: str):
-        """Block `block` of a tree grid point (src/trees/serve.py), from its own stream."""
-        from src.trees.grid import tree_block
+        """Block `block` of a tree grid point (src/treesim/serve.py), from its own stream."""
+        from src.treesim.grid import tree_block
         return tree_block(self, mode, serving, batch_size, block, shape, verification)
 
     def grid_points(self, mode: str, serving: str, batch_size: int, gammas: tuple,
                     verification: str) -> list[dict]:
         """Rows for every gamma of one (mode, serving mode, batch size).
 
-        `gammas` may hold tree shapes (src/trees/shape.TreeShape) beside the chains' ints.
+        `gammas` may hold tree shapes (src/treeshape/shape.TreeShape) beside the chains' ints.
         Block b of gamma g uses the requests of block b and the stream keyed (..., g, b). A gamma
         whose CI is still too wide takes as many further blocks as its own variance says it needs
         (blocks_to_add) and is checked again; it depends only on its own blocks, so its numbers do

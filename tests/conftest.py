@@ -40,7 +40,7 @@ def pytest_collection_finish(session):
 @pytest.fixture(scope="session", autouse=True)
 def compiled_once():
     """On a fresh clone numba's cache is empty: the serving engine and the study's step loop are
-    compiled here, once, before the first test (src/online/compiled_cache.py `compile_once`: of
+    compiled here, once, before the first test (src/compiled_cache.py `compile_once`: of
     the two xdist workers one compiles, the other waits on the lock and loads), not again by every
     process a test starts while the cache is still empty. Warm: a check of two index files."""
     from src.online.cli import config_from_args, make_parser

@@ -6,8 +6,8 @@ import time
 import pytest
 from helpers import run_captured
 
-from src.online import compiled_cache
-from src.online.compiled_cache import compile_once
+from src import compiled_cache
+from src.compiled_cache import compile_once
 
 
 class FakeCompile:

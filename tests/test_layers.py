@@ -1,8 +1,12 @@
-"""The house's floors: no file of src/ imports itself back through others (no import loop).
+"""The house's floors: no file of src/ imports itself back through others (no import loop), and
+no package of src/ does either (each layer imports only the ones below it).
 
 Every src/**/*.py is parsed with ast (nothing is imported or run); an import of a src module,
 at module level or inside a function, is an arrow. A function-level import that closes a loop is
-a loop too: hiding it in a function does not untie it.
+a loop too: hiding it in a function does not untie it. A layer is a file directly under src/ or a
+folder of src/ as a whole (src/trees/, src/online/, ...): a folder A whose files import a folder B
+whose files import A is a loop between layers even where no file imports itself back, and then
+neither stands above the other.
 """
 import ast
 import pathlib
@@ -70,3 +74,31 @@ def test_cycle_finder_sees_a_loop():
 
 def test_no_import_loop_in_src():
     assert cycles(import_graph()) == []
+
+
+def layer(module: str) -> str:
+    """The layer of a src module: src.online.cli -> src.online, src.config -> src.config."""
+    return ".".join(module.split(".")[:2])
+
+
+def layer_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """layer -> the other layers its modules import."""
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        out.setdefault(layer(module), set()).update(layer(t) for t in targets)
+    return {name: targets - {name} for name, targets in out.items()}
+
+
+def test_layer_graph_sees_a_loop_between_folders():
+    files = {"src.a.low": {"src.b.x"}, "src.b.x": {"src.a.high"}, "src.a.high": set(),
+             "src.c": {"src.a.low"}}
+    assert cycles(files) == []  # no file imports itself back ...
+    assert cycles(layer_graph(files)) == [["src.a", "src.b"]]  # ... but src/a/ and src/b/ do
+
+
+def test_no_import_loop_between_the_layers_of_src():
+    graph = import_graph()
+    loops = cycles(layer_graph(graph))
+    ties = [f"{a} -> {b}" for a in sorted(graph) for b in sorted(graph[a])
+            for loop in loops if layer(a) in loop and layer(b) in loop and layer(a) != layer(b)]
+    assert loops == [], "layers that import each other: " + "; ".join(ties)

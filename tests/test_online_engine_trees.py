@@ -13,11 +13,11 @@ from src.online.engine import CompiledEngine, Engine, EngineLimits, RowGroup
 from src.online.engine_compiled import compiled_supported
 from src.online.policies import Adaptive, FixedGamma, FixedTree, NoSpeculation
 from src.online.step_prices import pack_prices, tree_decode_ms, tree_step_fits
-from src.trees.serve import mode_tree
-from src.trees.serving import tree_thresholds, tree_timer
-from src.trees.shape import parse_shape
-from src.trees.siblings import SiblingVector, child_probabilities
-from src.trees.tree import expected_tokens
+from src.treeshape.shape import parse_shape
+from src.treeshape.siblings import SiblingVector, child_probabilities
+from src.treeshape.tree import expected_tokens
+from src.treesim.serve import mode_tree
+from src.treesim.serving import tree_thresholds, tree_timer
 from tests.test_online_engine import _assert_same, _deployments, _run, _with_profile
 
 TREE = parse_shape("4:2:8")
@@ -135,11 +135,11 @@ def test_a_run_mixing_trees_and_chains_takes_the_compiled_engine():
     ("sglang", "h100-sxm", False), ("sglang", "h100-sxm", True), ("ideal", "h100-sxm", False),
     ("pytorch-eager", "h100-sxm", False), ("vllm-v1", "h200", False)])
 def test_compiled_tree_step_prices_are_the_tree_timers(engine, gpu, extras, monkeypatch):
-    """step_prices.tree_decode_ms = TreeStepTimer.decode_ms_totals (src/trees/costs.py's
+    """step_prices.tree_decode_ms = TreeStepTimer.decode_ms_totals (src/treesim/costs.py's
     verify_ms and draft_ms) to 1e-9 at many (sequences, context); extras: cascade attention and
     the path copy patched in (no profile sets both), fitted kernels on the H200."""
     if extras:
-        import src.trees.costs as costs
+        import src.treesim.costs as costs
         monkeypatch.setattr(costs, "tree_engine", lambda name: costs.TreeEngine(
             verifies_trees=True, cascade_attention=True, accepted_path_copy=True,
             tree_cpu_per_seq_ms=0.01))

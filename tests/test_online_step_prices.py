@@ -99,8 +99,9 @@ def test_the_cases_cover_fitted_kernels_moe_and_sliding_windows():
 def test_the_engine_s_numba_cache_is_stamped_with_all_its_sources():
     """numba keys a cached function by its own file only; the compiled engine's functions call
     across four files, so their cache entries carry one stamp of all four
-    (src/online/compiled_cache.py): a change to a callee's file recompiles its callers too."""
-    from src.online import compiled_cache, counter_rng, engine_loop, kernel_attention, step_prices
+    (src/compiled_cache.py): a change to a callee's file recompiles its callers too."""
+    from src import compiled_cache
+    from src.online import counter_rng, engine_loop, kernel_attention, step_prices
 
     stamp = compiled_cache.sources_stamp()
     for f in (engine_loop.run_rows, step_prices.decode_ms, kernel_attention.kernel_pass_s,

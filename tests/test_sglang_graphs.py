@@ -15,8 +15,8 @@ from src.costmodel.engines import load_engine_profiles
 from src.costmodel.presets import CostModelInputError
 from src.online.step_prices import decode_ms, pack_prices
 from src.online.steptime import StepTimer
-from src.trees.costs import draft_ms, verify_ms
-from src.trees.shape import TreeShape
+from src.treeshape.shape import TreeShape
+from src.treesim.costs import draft_ms, verify_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,13 +7,13 @@ import sys
 import numpy as np
 import pytest
 
-import src.trees.costs as costs
+import src.treesim.costs as costs
 from src.costmodel import HardwareCostModel
 from src.costmodel.engines import engine_profile
 from src.costmodel.presets import CostModelInputError
 from src.costmodel.roofline import kernel_fixed_s
-from src.trees.costs import TREE_ENGINES_FILE, tree_eager_ms, tree_engines, verify_ms
-from src.trees.shape import TreeShape
+from src.treeshape.shape import TreeShape
+from src.treesim.costs import TREE_ENGINES_FILE, tree_eager_ms, tree_engines, verify_ms
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EAGLE1_TREE = TreeShape(5, 4, 23)  # EAGLE-1's 23-node tree of depth 5 (S 5, K 4)
@@ -90,7 +90,7 @@ def test_a_bad_kernel_count_is_refused_naming_the_field(tmp_path, value):
     path = _with_value(tmp_path, value)
     with pytest.raises(CostModelInputError, match="engines.pytorch-eager.tree_eager_kernels_fixed"):
         tree_engines(path)
-    code = ("import sys; from pathlib import Path; import src.trees.costs as c; "
+    code = ("import sys; from pathlib import Path; import src.treesim.costs as c; "
             "c.TREE_ENGINES_FILE = Path(sys.argv[1]); import run; "
             "sys.exit(run.main(sys.argv[2:]))")
     done = subprocess.run([sys.executable, "-c", code, str(path), "--trees", "5:4:8", "--out",

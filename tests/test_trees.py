@@ -6,17 +6,17 @@ import pytest
 
 from src.costmodel import FlatCostModel
 from src.serving import serve
-from src.trees.select import sglang_tree
-from src.trees.sequoia import sequoia_tree
-from src.trees.serve import mode_tree, serve_tree
-from src.trees.shape import TreeShape, TreeShapeError, parse_shape
-from src.trees.siblings import (
+from src.treeshape.select import sglang_tree
+from src.treeshape.sequoia import sequoia_tree
+from src.treeshape.shape import TreeShape, TreeShapeError, parse_shape
+from src.treeshape.siblings import (
     SiblingError,
     SiblingVector,
     check_siblings,
     child_probabilities,
 )
-from src.trees.tree import chain_tree, expected_tokens
+from src.treeshape.tree import chain_tree, expected_tokens
+from src.treesim.serve import mode_tree, serve_tree
 from src.workload import Requests
 
 SIBLINGS = SiblingVector()
@@ -138,7 +138,7 @@ def test_simulated_tree_speedup_free_draft_at_least_its_chain():
 
 
 def test_depth_survival_is_the_closed_form_and_one_uniform_draws_it():
-    from src.trees.depth import accepted_from_uniform, survival
+    from src.treeshape.depth import accepted_from_uniform, survival
     for shape, alpha in (("5:4:8", 0.7), ("6:8:32", 0.55)):
         sh = parse_shape(shape)
         tree = mode_tree(sh, alpha, None, SIBLINGS)
@@ -164,10 +164,10 @@ def test_lockstep_tree_keeps_the_batch_minimum():
 
 
 def test_chain_and_tree_study_run_the_one_compiled_loop(monkeypatch):
-    """Both studies call step_engine.run_steps (src/trees/loop.py has no loop of its own), the
+    """Both studies call step_engine.run_steps (src/treesim/loop.py has no loop of its own), the
     tree study with its tree's child table, the chain study without one."""
     from src import step_engine
-    from src.trees import loop
+    from src.treesim import loop
     assert not any(hasattr(v, "py_func") for v in vars(loop).values())  # no compiled function
     draws = []
     compiled = step_engine.run_steps
@@ -194,7 +194,7 @@ def test_a_chain_through_either_draw_gives_the_same_steps(decoder, serving_mode)
     deterministic (K = 4 or 0), so every per-step and per-request output agrees exactly, whatever
     the random streams; the mix of requests exercises admission, refills and the lockstep min."""
     from src.serving import simulate_steps
-    from src.trees.serve import simulate_tree_steps
+    from src.treesim.serve import simulate_tree_steps
     rng = np.random.default_rng(11)
     alpha = np.where(rng.random((6, 10)) < 0.5, 1 - 1e-12, 1e-300)
     req = Requests(alpha=alpha, output_len_tokens=rng.integers(5, 60, (6, 10)),
@@ -218,7 +218,7 @@ def test_the_tree_loop_on_a_chain_tree_has_the_chain_loops_law(profile):
     from dataclasses import replace
 
     from src.serving import simulate_steps
-    from src.trees.serve import representative_rates, simulate_tree_steps
+    from src.treesim.serve import representative_rates, simulate_tree_steps
     alpha, gamma = 0.72, 4
     req = replace(requests(alpha, R=96, n=16, out=150), hazard_profile=profile)
     rates = representative_rates(alpha, profile, gamma)
@@ -238,7 +238,7 @@ def test_sglang_selection_is_the_best_n_minus_1_of_an_independently_built_pool()
     chosen tree's node values must be the N - 1 largest of the pool's (plus the root's 1)."""
     import itertools
 
-    from src.trees.tree import node_values
+    from src.treeshape.tree import node_values
     for shape, alpha in (("3:2:6", 0.6), ("4:3:12", 0.75), ("5:4:8", 0.8), ("3:4:20", 0.5)):
         sh = parse_shape(shape)
         q = q_iid(alpha, sh.steps, sh.topk)
@@ -258,11 +258,10 @@ def test_sglang_selection_is_the_best_n_minus_1_of_an_independently_built_pool()
 
 
 def test_the_study_loop_s_numba_cache_is_stamped_with_its_draws_files():
-    """The study loop compiles the draws of src/acceptance.py and src/trees/accept.py into itself;
-    numba would key its cache by step_engine.py alone and keep a stale draw after an edit there.
-    src/online/compiled_cache.py stamps all three with one hash of the three files."""
-    from src import step_engine
-    from src.online import compiled_cache
+    """The study loop compiles the draws of src/acceptance.py and src/treeshape/accept.py into
+    itself; numba would key its cache by step_engine.py alone and keep a stale draw after an edit
+    there. src/compiled_cache.py stamps all three with one hash of the three files."""
+    from src import compiled_cache, step_engine
     stamp = compiled_cache.sources_stamp(compiled_cache.STUDY_LOOP_SOURCES)
     assert stamp != compiled_cache.sources_stamp()
     for f in (step_engine.run_steps, step_engine.accepted_drafts_from_exponential,

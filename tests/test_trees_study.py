@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from src.costmodel import HardwareCostModel
-from src.trees.costs import draft_ms, verify_ms
-from src.trees.shape import TreeShape, parse_shape
-from src.trees.siblings import SiblingVector
+from src.treeshape.shape import TreeShape, parse_shape
+from src.treeshape.siblings import SiblingVector
+from src.treesim.costs import draft_ms, verify_ms
 from tests.helpers import run_captured
 
 SIBLINGS = SiblingVector()
@@ -35,7 +35,7 @@ def test_tree_extras_cost_more_than_the_chain_of_the_same_tokens(monkeypatch):
     """Cascade attention and the path copy (tree_engines.toml fields) on top of N positions; the
     sglang profile sets neither (flashinfer's one masked pass, page size 1: the slot table is
     re-pointed), so there a tree verifies at its chain's price of the same N."""
-    import src.trees.costs as costs
+    import src.treesim.costs as costs
     cost = sglang_cost()
     n, ctx = np.array([8]), np.array([16000])
     chain = float(verify_ms(cost, TreeShape.chain(7), n, ctx)[0])
@@ -115,7 +115,7 @@ def test_tree_section_gives_the_shape_to_run_per_batch_as_sglang_flags():
     import re
 
     from src.trees.report import summary_text
-    from src.trees.shape import check_shape
+    from src.treeshape.shape import check_shape
 
     def row(batch, s, k, n, speedup, tokens):
         return {"quality_mode": "m", "serving_mode": "continuous_refill", "batch_size": batch,
@@ -202,7 +202,7 @@ def test_design_md_holds_the_validation_table_the_code_computes():
 
 @pytest.mark.parametrize("shape,alpha", [("5:4:8", 0.7), ("3:2:6", 0.85), ("6:8:32", 0.6)])
 def test_tree_length_fit_recovers_the_rate(shape, alpha):
-    from src.trees.fit import alpha_from_tree_length, tree_tokens
+    from src.treeshape.fit import alpha_from_tree_length, tree_tokens
     sh = parse_shape(shape)
     assert alpha_from_tree_length(tree_tokens(alpha, sh, SIBLINGS), sh) == pytest.approx(
         alpha, abs=1e-6)
@@ -229,8 +229,8 @@ def test_a_tree_length_is_fitted_under_the_runs_own_sibling_vector(tmp_path):
     the one whose tree gives that length under that vector (it used the default vector, so the
     run's own 5:4:8 did not reproduce the 3.9 it was fitted to)."""
     from src.cli import parse
-    from src.trees.fit import tree_tokens
-    from src.trees.siblings import vector_siblings
+    from src.treeshape.fit import tree_tokens
+    from src.treeshape.siblings import vector_siblings
     path = tmp_path / "c.toml"
     path.write_text("sibling_vector = [0.8, 0.15, 0.05]\n")
     plan = parse(["--config", str(path), "--acceptance-length", "3.9", "--shape-measured",
@@ -255,7 +255,7 @@ def test_acceptance_length_shape_errors(tmp_path):
 def test_recommend_prints_the_best_tree_as_all_three_sglang_flags():
     import re
 
-    from src.trees.shape import check_shape
+    from src.treeshape.shape import check_shape
     done = run_captured(["recommend", "--gpu", "h100-sxm", "--target", "llama-3.1-8b", "--draft",
                          "eagle", "--draft-model-path", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
                          "--acceptance", "0.8", "--batch", "1,64"])
@@ -353,10 +353,10 @@ def test_serve_refuses_a_tree_on_a_chains_only_profile_before_any_costing(monkey
 
 def test_serving_tree_draw_matches_the_closed_form():
     from src.online.counter_rng import uniform_open_closed
-    from src.trees.serve import mode_tree
-    from src.trees.serving import accepted_depth, tree_thresholds
-    from src.trees.siblings import child_probabilities
-    from src.trees.tree import expected_tokens
+    from src.treeshape.siblings import child_probabilities
+    from src.treeshape.tree import expected_tokens
+    from src.treesim.serve import mode_tree
+    from src.treesim.serving import accepted_depth, tree_thresholds
     sh = parse_shape("5:4:8")
     alpha = np.full((1, 200_000), 0.75)
     thr = tree_thresholds(sh, alpha, None)[0]
@@ -427,7 +427,7 @@ def test_tree_grid_through_an_executor_gives_the_same_rows():
 def test_a_chains_only_refusal_gives_that_profiles_reason(profile, reason):
     """Each chains-only profile's refusal cites its own engine's source, not vLLM V1's for all."""
     from src.config import ConfigError
-    from src.trees.costs import check_engines_verify
+    from src.treesim.costs import check_engines_verify
     with pytest.raises(ConfigError) as err:
         check_engines_verify([parse_shape("3:2:6")], [profile], "--trees")
     assert reason in str(err.value) and f"engine profile {profile} verifies chains only" in str(
@@ -438,7 +438,7 @@ def test_every_engine_profile_says_whether_it_verifies_trees():
     """tree_engines.toml lists each profile of engines.toml as tree-verifying or chains-only."""
     from src.costmodel.engines import ENGINE_PROFILES_FILE as ENGINES_FILE
     from src.input_files import read_toml
-    from src.trees.costs import TREE_ENGINES_FILE
+    from src.treesim.costs import TREE_ENGINES_FILE
     profiles = set(read_toml(ENGINES_FILE, "engines")["engines"])
     trees = read_toml(TREE_ENGINES_FILE, "tree engines")
     assert profiles == set(trees["engines"]) | set(trees["chains_only"])

@@ -4,7 +4,7 @@ the sources say. design.md holding the printed tables is checked in tests/test_t
 import pytest
 
 from src.trees import validation as v
-from src.trees.shape import TreeShape
+from src.treeshape.shape import TreeShape
 
 
 def test_eagle1_inputs_are_the_papers():

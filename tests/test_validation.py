@@ -1,4 +1,4 @@
-"""Tests of the Validation section and plot (src/calibration/validation.py). The data sets in the
+"""Tests of the Validation section and plot (src/hardware/validation.py). The data sets in the
 repository (the H200 measurements the calibration is fitted to, published step times) are always
 there; the test of the independent data beside the project (../shared/calibration: another H200
 session, vidur's tables) skips, saying so, where they are absent."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from src.calibration import validation
+from src.hardware import validation
 
 needs_data = pytest.mark.skipif(
     not validation.available(),

@@ -74,7 +74,7 @@ def measured_acceptance(args: argparse.Namespace,
     if args.shape_measured is not None and args.acceptance_length is None:
         raise ConfigError("--shape-measured", "only applies with --acceptance-length")
     if args.acceptance_length is not None and args.shape_measured is not None:
-        from src.trees.measured import acceptance_from_tree_length
+        from src.acceptance_data.tree_length import acceptance_from_tree_length
         acc = acceptance_from_tree_length(args.acceptance_length, args.shape_measured,
                                           args.gamma_measured, sibling_vector)
         modes[acc.mode_name] = acc.to_mode()

@@ -7,4 +7,6 @@
     report.py            the scenario's part of summary.txt
     plots.py             the scenario's plots
     published_checks.py  the model against published measurements (MagicDec, vLLM blog)
+    validation.py        predicted vs measured step times on every data set (design.md,
+                         "Validation")
 """

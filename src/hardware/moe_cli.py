@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
     from src.hardware import moe_report, moe_validation
     from src.hardware.moe_plots import PLOT_NAME, plot_moe_speedup
     from src.hardware.moe_study import run_moe_scenario
-    from src.online.report import existing_outputs
+    from src.outputs import existing_outputs
     from src.reporting import csv_bytes
     studies = []
     for sc in scenarios:
@@ -100,7 +100,7 @@ def main(argv: list[str]) -> int:
                                          moe_validation.summary_lines(validation), ENGINE_NOTES)
     import pandas as pd
 
-    from src.online.blog_check import block_last
+    from src.outputs import block_last
     new = {"results/moe_study.csv": csv_bytes(pd.concat([s.rows for s in studies],
                                                         ignore_index=True)),
            "results/moe_validation.csv": csv_bytes(validation)}

@@ -24,7 +24,7 @@ import json
 import pandas as pd
 
 from src.hardware.schedules import schedule_ranges
-from src.trees.shape import TreeShape
+from src.treeshape.shape import TreeShape
 
 SECTION_BEGIN = "=== MIXTURE-OF-EXPERTS TARGETS (python run.py moe-study) ==="
 SECTION_END = "=== END MIXTURE-OF-EXPERTS TARGETS ==="

@@ -326,7 +326,7 @@ def select_engine_profiles(scenario: Scenario, value, flag: str = "--engine-prof
 
 def check_tree_engines(scenario: Scenario, field: str) -> None:
     """A tree (topk > 1) needs engine profiles that verify trees (src/presets/tree_engines.toml)."""
-    from src.trees.costs import check_engines_verify
+    from src.treesim.costs import check_engines_verify
     check_engines_verify(scenario.study.trees, scenario.engine_profiles, field)
     tree = next((t for t in scenario.study.trees if not t.is_chain), None)
     if tree is not None and scenario.draft == "ngram":

@@ -21,11 +21,11 @@ import pandas as pd
 
 from src.hardware.scenario import SCENARIOS_DIR
 from src.online.cli import config_from_args, make_parser
-from src.online.report import existing_outputs
 from src.outputs import (
     BLOG_BLOCK_BEGIN,
     BLOG_BLOCK_END,
     block_last,  # noqa: F401 (its users import it from here)
+    existing_outputs,
 )
 
 CHECKS = {  # scenario file -> (label, blog speedup at QPS 1, blog speedup at high QPS)

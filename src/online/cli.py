@@ -544,7 +544,7 @@ def main(argv: list[str]) -> int:
         return 2
     from src.online import report
     from src.online.study import benchmark_line, run_serving
-    from src.outputs import locked, publish
+    from src.outputs import existing_outputs, locked, publish
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     try:
         result = run_serving(cfg, workers=workers, say=say, executor=executor)
@@ -555,7 +555,7 @@ def main(argv: list[str]) -> int:
         # OUT/results and OUT/plots are replaced as one set: keep what other commands wrote there,
         # read under OUT's lock, so a run that published meanwhile is kept too
         with locked(out, lambda msg: print(msg, file=sys.stderr)):
-            files = report.existing_outputs(out)
+            files = existing_outputs(out)
             summary = files.get("results/summary.txt", b"").decode("utf-8", "replace")
             new = report.render(result, cfg, summary, plots=not args.no_plots)
             for stale in report.SWEEP_PLOTS:

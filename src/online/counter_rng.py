@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from src.online import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
+from src import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -9,7 +9,7 @@ schedules):
    gamma is capped so the decode/verification positions fit the token budget:
    n_decode (gamma + 1) <= max_num_batched_tokens.
 2. Running sequences are scheduled first: each decoding one needs gamma + 1 positions and KV slots
-   for them (speculation's lookahead slots; a token tree's step N, src/trees/serving.py, and no
+   for them (speculation's lookahead slots; a token tree's step N, src/treesim/serving.py, and no
    tree where N per sequence exceed the budget); each one still in prefill takes the next chunk
    of its prompt from what is left of the token budget (slot order). If the KV blocks they need
    exceed the GPU's capacity, the most recently admitted running request is preempted (its KV

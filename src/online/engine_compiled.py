@@ -5,7 +5,7 @@ numba loop (src/online/engine_loop.py) and returns the same EngineResult as the 
 policy is either a batch-size policy (`reads_slot_state = False`: its gamma is a function of the
 running sequences only, tabled here by calling its own `gammas` once for batch sizes 0..
 max_num_seqs), `Adaptive`, or a token tree `FixedTree` (gamma S at every batch size; its rows
-draw their accepted depth against the requests' P(K >= d), src/trees/serving.row_thresholds,
+draw their accepted depth against the requests' P(K >= d), src/treesim/serving.row_thresholds,
 the numpy engine's arrays), and src/online/step_prices.py prices every deployment (a tree's
 TreeStepTimer included).
 """
@@ -76,7 +76,7 @@ class CompiledEngine:
         R, N = requests.arrival_s.shape
         self.tree_tokens, self.tree_thr = np.zeros(R, np.int64), np.zeros((1, 1, 1))
         if any(getattr(g.policy, "shape", None) is not None for g in groups):
-            from src.trees.serving import row_thresholds
+            from src.treesim.serving import row_thresholds
             self.tree_tokens, self.tree_thr = row_thresholds(groups, requests, R, N)
         self.cap = np.array([deployments[d].kv_capacity_blocks for d in self.row_dep], np.int64)
         longest = np.where(np.isfinite(requests.arrival_s),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from src.online import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
+from src import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
 from src.online.counter_rng import uniform_one
 from src.online.step_prices import (
     E_BUDGET,

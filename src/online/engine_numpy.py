@@ -91,10 +91,10 @@ class NumpyEngine:
         self.row_group = np.full(R, -1)  # index into groups (compared as ints, not policies)
         for i, g in enumerate(groups):
             self.row_group[g.rows] = i
-        # token-tree policies: each request's accepted-depth thresholds (src/trees/serving.py)
+        # token-tree policies: each request's accepted-depth thresholds (src/treesim/serving.py)
         self.tree_tokens, self.tree_thr = np.zeros(R, np.int64), None
         if any(getattr(g.policy, "shape", None) is not None for g in groups):
-            from src.trees.serving import row_thresholds
+            from src.treesim.serving import row_thresholds
             self.tree_tokens, self.tree_thr = row_thresholds(groups, requests, R, N)
         self.tree_row = self.tree_tokens > 0
         self.cap = np.array([deployments[d].kv_capacity_blocks for d in self.row_dep], np.int64)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from src import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
 from src.costmodel.attention import ATTENTION_SHARPNESS_P, MAX_SPLITS
-from src.online import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
 
 (K_BLOCK_M, K_SPLIT_BLOCK_M, K_CTAS, K_LAYERS, K_HEADS_KV, K_GROUP, K_HEAD_DIM, K_SMS, K_FLOPS,
  K_BYTES, K_COMPUTE_EFF, K_BANDWIDTH_EFF, K_SOFTMAX, K_P) = range(14)

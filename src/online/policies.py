@@ -165,12 +165,12 @@ class Adaptive:
 
 @dataclass(frozen=True)
 class FixedTree:
-    """`tree:S:K:N`: an SGLang token tree every step (src/trees/serving.py): the engine runs its S
+    """`tree:S:K:N`: an SGLang token tree every step (src/treesim/serving.py): the engine runs its S
     draft passes (gamma = S), verifies N tokens per sequence and draws each step's accepted depth
     from the tree's survival by depth. Both engines run it (the compiled loop as a tree kind of its
     own), without stretches."""
 
-    shape: object  # src.trees.shape.TreeShape
+    shape: object  # src.treeshape.shape.TreeShape
     reads_slot_state: ClassVar[bool] = True  # not a batch table: the engines route it by class
     speculative: bool = True
     max_segment_steps: int | None = None
@@ -217,7 +217,7 @@ def parse_policies(
                     raise ValueError(f"gamma {g} outside 1..{max_gamma}")
                 policy = FixedGamma(g)
             elif head == "tree":
-                from src.trees.shape import TreeShapeError, parse_shape
+                from src.treeshape.shape import TreeShapeError, parse_shape
                 try:
                     shape = parse_shape(rest)
                 except TreeShapeError as e:

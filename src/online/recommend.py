@@ -33,7 +33,7 @@ from src.config import (
 )
 from src.errors import ascii_float
 from src.online.gamma_rule import SCHEDULE_TOLERANCE, rises, tolerant_gammas, tops_out
-from src.trees.shape import TreeShape
+from src.treeshape.shape import TreeShape
 
 FIELD_FLAGS = {"scenario.gpu": "--gpu", "scenario.target": "--target", "scenario.draft": "--draft",
                "scenario.tp": "--tp", "scenario.draft_tp": "--draft-tp"}

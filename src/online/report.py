@@ -7,8 +7,6 @@ a study run replaces OUT.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 
@@ -366,24 +364,10 @@ SERVING_FILES = ("results/serving.csv", "plots/serving_latency_vs_rate.png",
                  "plots/serving_vllm_blog_check.png", "results/serving_vllm_blog_check.csv")
 
 
-def existing_outputs(out_dir: str) -> dict[str, bytes]:
-    """Every file now in OUT/results and OUT/plots (path relative to OUT -> bytes)."""
-    files = {}
-    for folder in ("results", "plots"):
-        path = os.path.join(out_dir, folder)
-        if os.path.isdir(path):
-            for name in sorted(os.listdir(path)):
-                full = os.path.join(path, name)
-                if os.path.isfile(full) and not name.startswith("."):
-                    with open(full, "rb") as fh:
-                        files[f"{folder}/{name}"] = fh.read()
-    return files
-
-
 def serving_outputs(out_dir: str) -> tuple[dict[str, bytes], str | None]:
     """The serve command's files in OUT and the serving section of OUT/results/summary.txt, for a
     study run that replaces OUT's outputs as a set to keep (they come from another command)."""
-    old = existing_outputs(out_dir)
+    old = outputs.existing_outputs(out_dir)
     files = {k: v for k, v in old.items() if k in SERVING_FILES}
     summary = old.get("results/summary.txt", b"").decode("utf-8", "replace")
     section = None

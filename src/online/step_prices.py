@@ -14,8 +14,8 @@ rounding (tests/test_online_step_prices.py: 1e-9 relative); numba's exp, log and
 the last bit differently from numpy's vector loops.
 
 Attention kernels fitted on a GPU (`PassCoefficients.attn_kernels`) are priced by
-src/online/kernel_attention.py. A token tree's deployment (src/trees/serving.py's TreeStepTimer,
-`tree_shape` set) prices its speculative steps as src/trees/costs.py does (tree_decode_ms); the
+src/online/kernel_attention.py. A token tree's deployment (src/treesim/serving.py's TreeStepTimer,
+`tree_shape` set) prices its speculative steps as src/treesim/costs.py does (tree_decode_ms); the
 verification's extras over the target pass of N positions depend on the sequence count only and
 are tabled by it from the timer (`tree_verify_extra_ms`).
 """
@@ -27,10 +27,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from src import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
 from src.costmodel.drafts import STATEFUL_DRAFT_KINDS, kind_listed
 from src.costmodel.memory import memory_usable_bytes
 from src.costmodel.roofline import _pnorm, gemm_terms_s
-from src.online import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
 from src.online.kernel_attention import N_KERNEL, fastest_pass_s, pack_kernels
 
 # per-network scalars (row of PriceTables.net)
@@ -63,7 +63,7 @@ class PriceTables(NamedTuple):
 
 def compiled_pricing_supported(timer) -> bool:
     """Whether step_prices prices this StepTimer's steps: every cost model it builds; a token
-    tree's timer (src/trees/serving.py) without a draft KV budget (whose capped sums the tree's
+    tree's timer (src/treesim/serving.py) without a draft KV budget (whose capped sums the tree's
     pricing does not take: the numpy engine refuses it too)."""
     if timer.cost is None:
         return False
@@ -353,7 +353,7 @@ def tree_step_fits(pt, d, n, C, g):
 
 @njit(cache=True)
 def tree_decode_ms(pt, d, n, C):
-    """(target_ms, draft_ms) of a token tree's speculative step (src/trees/costs.py: verify_ms,
+    """(target_ms, draft_ms) of a token tree's speculative step (src/treesim/costs.py: verify_ms,
     draft_ms; no draft KV budget): the target pass of N positions (the chain's at gamma N - 1)
     plus the tree's verification extras (tabled by sequences, tree_extra), and the chain's S
     draft passes plus (S - 1) x (the draft pass of K positions - the pass of 1) at the mean

@@ -85,8 +85,8 @@ def check_tree_policies(cfg: ServeConfig) -> None:
     """ConfigError now, before the deployments and the steady state are computed (seconds), where
     a tree:S:K:N policy (topk > 1) meets an engine profile that verifies chains only
     (src/presets/tree_engines.toml). A malformed item is left to parse_policies, which names it."""
-    from src.trees.costs import check_engines_verify
-    from src.trees.shape import TreeShapeError, parse_shape
+    from src.treeshape.shape import TreeShapeError, parse_shape
+    from src.treesim.costs import check_engines_verify
     trees = []
     for part in str(cfg.policies).split(","):
         head, _, rest = part.strip().partition(":")
@@ -246,10 +246,10 @@ ENGINE_COMPILE_S = 30.0
 
 def compile_engine_once(cfg: ServeConfig, prepared: Prepared, say=lambda msg: None) -> bool:
     """Compile the serving engine here, once, if numba's cache does not hold it yet (and this
-    run uses it): src/online/compiled_cache.py `compile_once`, on a run of 2 x 2 requests at 1/s,
+    run uses it): src/compiled_cache.py `compile_once`, on a run of 2 x 2 requests at 1/s,
     whose arrays have the types of every run's. Returns whether it compiled."""
+    from src.compiled_cache import cache_is_warm, compile_once
     from src.online import engine_loop
-    from src.online.compiled_cache import cache_is_warm, compile_once
     from src.online.engine_compiled import CompiledEngine
 
     tiny = replace(cfg, replications=2) if cfg.trace is not None else replace(
@@ -271,7 +271,7 @@ def _engine_at_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
     row_dep = np.repeat([1 if p.speculative else 0 for p in prepared.policies], R)
     for i, p in enumerate(prepared.policies):  # a token tree prices its steps itself
         if getattr(p, "shape", None) is not None:
-            from src.trees.serving import tree_timer
+            from src.treesim.serving import tree_timer
             deps.append(replace(deps[1], timer=tree_timer(deps[1].timer, p.shape)))
             row_dep[i * R:(i + 1) * R] = len(deps) - 1
     return Engine(requests, groups, deps, row_dep, cfg.limits, cfg.max_gamma), groups

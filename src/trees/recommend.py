@@ -2,9 +2,9 @@
 
 Steady state, every sequence at the context asked: speedup(shape, B) = E[tokens per
 verification] x t_greedy(B) / (t_verify(shape, B) + t_draft(shape, B)), with the tree costs of
-src/trees/costs.py under engine profile sglang (SGLang's EAGLE worker, whatever --engine says:
+src/treesim/costs.py under engine profile sglang (SGLang's EAGLE worker, whatever --engine says:
 these are SGLang's flags) and the tree acceptance model at the i.i.d. top-1 rate --acceptance
-with Sequoia's sibling vector (src/trees/siblings.py). Shapes searched: S = 1..8, K in 2, 4, 8,
+with Sequoia's sibling vector (src/treeshape/siblings.py). Shapes searched: S = 1..8, K in 2, 4, 8,
 N in TOKENS within SGLang's candidate pool, and the chains S:1:S+1.
 
 SGLang's rules, v0.5.10.post1 (the sglang profile's version), python/sglang/srt/server_args.py
@@ -17,10 +17,10 @@ only); _handle_page_size sets page_size 1 when unset. Other versions differ (des
 """
 from __future__ import annotations
 
-from src.trees.costs import steady_greedy_ms, steady_step_ms
-from src.trees.fit import tree_tokens
-from src.trees.shape import TreeShape
-from src.trees.siblings import SiblingVector
+from src.treeshape.fit import tree_tokens
+from src.treeshape.shape import TreeShape
+from src.treeshape.siblings import SiblingVector
+from src.treesim.costs import steady_greedy_ms, steady_step_ms
 
 TOKENS = (4, 6, 8, 12, 16, 24, 32, 48, 64)
 

@@ -135,7 +135,7 @@ def run_shape(r) -> str:
 
 def sglang_flags(label: str) -> str:
     """SGLang's three flags for a shape label ('S:K:N' or 'chain G'); SGLang needs all three."""
-    from src.trees.shape import TreeShape, parse_shape
+    from src.treeshape.shape import TreeShape, parse_shape
     if label == "none":
         return "no speculation (leave out --speculative-algorithm)"
     if label.startswith("chain "):
@@ -205,13 +205,13 @@ def summary_text(parts: list[tuple[str, pd.DataFrame, object]]) -> str | None:
 
 def sequoia_lines(rows: pd.DataFrame, cfg) -> list[str]:
     """SGLang's selection vs Sequoia's optimum, expected tokens per verification (closed form)."""
-    from src.trees.grid import representative_alpha
-    from src.trees.select import sglang_tree
-    from src.trees.sequoia import sequoia_tree
-    from src.trees.serve import representative_rates
-    from src.trees.shape import TreeShape
-    from src.trees.siblings import child_probabilities, vector_siblings
-    from src.trees.tree import expected_tokens
+    from src.treeshape.select import sglang_tree
+    from src.treeshape.sequoia import sequoia_tree
+    from src.treeshape.shape import TreeShape
+    from src.treeshape.siblings import child_probabilities, vector_siblings
+    from src.treeshape.tree import expected_tokens
+    from src.treesim.grid import representative_alpha
+    from src.treesim.serve import representative_rates
     from src.workload import acceptance_profile
     if cfg is None:
         return []

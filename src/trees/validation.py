@@ -19,8 +19,8 @@ from src.costmodel import HardwareCostModel
 from src.costmodel.drafts import DraftSpec
 from src.costmodel.engines import engine_profile
 from src.costmodel.presets import load_presets
-from src.trees.costs import steady_greedy_ms, steady_step_ms
-from src.trees.shape import TreeShape
+from src.treeshape.shape import TreeShape
+from src.treesim.costs import steady_greedy_ms, steady_step_ms
 
 VALIDATION_PRESETS_FILE = (Path(__file__).resolve().parents[1] / "presets"
                            / "validation_presets.toml")

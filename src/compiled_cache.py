@@ -8,7 +8,7 @@ hash of all the group's files, and a change to any of them recompiles the whole 
 * the serving engine: src/online/counter_rng.py, kernel_attention.py, step_prices.py,
   engine_loop.py;
 * the fixed-batch study loop: src/step_engine.py, which compiles the acceptance draws of
-  src/acceptance.py and src/trees/accept.py into its loop.
+  src/acceptance.py and src/treeshape/accept.py into its loop.
 The locator is numba's in-tree one (the `__pycache__` beside the source), registered first in
 numba's list of locators (`CacheImpl._locator_classes`, a private list of numba 0.68, the version
 requirements.txt pins) for these files only; every other file keeps numba's own. Each module that
@@ -30,12 +30,11 @@ from typing import Callable
 
 from numba.core.caching import CacheImpl, InTreeCacheLocator, UserProvidedCacheLocator
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_SRC = os.path.dirname(_HERE)
-COMPILED_SOURCES = tuple(os.path.join(_HERE, name) for name in (
+_SRC = os.path.dirname(os.path.abspath(__file__))
+COMPILED_SOURCES = tuple(os.path.join(_SRC, "online", name) for name in (
     "counter_rng.py", "kernel_attention.py", "step_prices.py", "engine_loop.py"))
 STUDY_LOOP_SOURCES = tuple(os.path.join(_SRC, *name.split("/")) for name in (
-    "step_engine.py", "acceptance.py", "trees/accept.py"))
+    "step_engine.py", "acceptance.py", "treeshape/accept.py"))
 _GROUP_OF = {path: group for group in (COMPILED_SOURCES, STUDY_LOOP_SOURCES) for path in group}
 
 

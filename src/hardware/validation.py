@@ -1,7 +1,7 @@
 """How good the hardware cost model is: predicted vs measured on every data set it was fitted to
 or checked on, as design.md's "Validation" tables and plots/validation_step_time.png.
 
-    python -m src.calibration.validation          # print the markdown tables
+    python -m src.hardware.validation          # print the markdown tables
 
 Data sets in the repository (design.md's `validation` block; a fresh clone regenerates it):
 

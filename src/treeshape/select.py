@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from src.trees.shape import TreeShape
-from src.trees.tree import Tree, from_parents
+from src.treeshape.shape import TreeShape
+from src.treeshape.tree import Tree, from_parents
 
 
 def sglang_tree(shape: TreeShape, q: np.ndarray) -> Tree:

@@ -7,8 +7,8 @@ of src.config, so the two are no import loop.
 from __future__ import annotations
 
 from src.errors import ConfigError
-from src.trees.shape import TreeShapeError, parse_shapes
-from src.trees.siblings import SEQUOIA_VECTOR, SiblingError, parse_vector
+from src.treeshape.shape import TreeShapeError, parse_shapes
+from src.treeshape.siblings import SEQUOIA_VECTOR, SiblingError, parse_vector
 
 __all__ = ["SEQUOIA_VECTOR", "TREES", "TREES_HELP", "SIBLINGS", "SIBLINGS_HELP"]
 

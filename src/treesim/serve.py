@@ -13,12 +13,12 @@ from dataclasses import replace
 import numpy as np
 
 from src.serving import DECODERS, RunStats, StepBuffers, StepRecord, price_steps, serve
-from src.trees.accept import hazard_steps
-from src.trees.costs import TreeCost
-from src.trees.select import sglang_tree
-from src.trees.shape import TreeShape
-from src.trees.siblings import SiblingVector, child_probabilities
-from src.trees.tree import Tree
+from src.treeshape.accept import hazard_steps
+from src.treeshape.select import sglang_tree
+from src.treeshape.shape import TreeShape
+from src.treeshape.siblings import SiblingVector, child_probabilities
+from src.treeshape.tree import Tree
+from src.treesim.costs import TreeCost
 from src.workload import Requests
 
 
@@ -39,8 +39,8 @@ def simulate_tree_steps(requests: Requests, batch_size: int, serving_mode: str, 
                         tree: Tree, siblings: SiblingVector, rng: np.random.Generator,
                         store_steps: bool = True,
                         draft_budget_tokens: int | None = None) -> StepRecord:
-    """src/serving.simulate_steps for a tree (src/trees/loop.py)."""
-    from src.trees import loop  # numba: only when something is simulated
+    """src/serving.simulate_steps for a tree (src/treesim/loop.py)."""
+    from src.treesim import loop  # numba: only when something is simulated
     output_len = np.ascontiguousarray(requests.output_len_tokens, dtype=np.int64)
     prompt_len = np.ascontiguousarray(requests.prompt_len_tokens, dtype=np.int64)
     hazard_scale = -np.log(np.ascontiguousarray(requests.alpha, dtype=np.float64))

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from src.trees.siblings import SiblingVector
-from src.trees.tree import Tree
+from src.treeshape.siblings import SiblingVector
+from src.treeshape.tree import Tree
 
 
 def node_terms(tree: Tree, siblings: SiblingVector) -> tuple[np.ndarray, ...]:

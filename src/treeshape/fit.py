@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from src.trees.select import sglang_tree
-from src.trees.shape import TreeShape
-from src.trees.siblings import SiblingVector, child_probabilities
-from src.trees.tree import expected_tokens
+from src.treeshape.select import sglang_tree
+from src.treeshape.shape import TreeShape
+from src.treeshape.siblings import SiblingVector, child_probabilities
+from src.treeshape.tree import expected_tokens
 
 ALPHA_RANGE = (0.001, 0.999)  # = config.ALPHA_CLIP
 

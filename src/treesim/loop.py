@@ -3,8 +3,8 @@
 The chain study and the tree study run the same loop (step_engine.run_steps: serving modes,
 ragged and lockstep verification, per-step records); a tree is passed as its child table, hazard
 steps and sibling shares, and each active slot's verification then walks the grid point's tree
-(src/trees/accept.py) with its request's top-1 rates by depth, a_d = exp(-h dD_d), computed once
-at admission. A chain shape never comes here (src/trees/serve.py sends it to the chain draw, so
+(src/treeshape/accept.py) with its request's top-1 rates by depth, a_d = exp(-h dD_d), computed once
+at admission. A chain shape never comes here (src/treesim/serve.py sends it to the chain draw, so
 chains keep their numbers bit for bit).
 """
 from __future__ import annotations

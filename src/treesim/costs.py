@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from src.input_files import read_toml
-from src.trees.shape import TreeShape
+from src.treeshape.shape import TreeShape
 
 TREE_ENGINES_FILE = Path(__file__).resolve().parents[1] / "presets" / "tree_engines.toml"
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from src.costmodel.presets import CostModelInputError
-from src.trees.accept import hazard_steps
-from src.trees.costs import draft_ms, verify_ms
-from src.trees.depth import survival_rates
-from src.trees.serve import mode_tree
-from src.trees.siblings import SiblingVector
+from src.treeshape.accept import hazard_steps
+from src.treeshape.depth import survival_rates
+from src.treeshape.siblings import SiblingVector
+from src.treesim.costs import draft_ms, verify_ms
+from src.treesim.serve import mode_tree
 
 
 def tree_timer(timer, shape):

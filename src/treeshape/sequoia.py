@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from src.trees.tree import Tree, from_parents
+from src.treeshape.tree import Tree, from_parents
 
 
 def sequoia_tree(tokens: int, q: np.ndarray, max_depth: int | None = None) -> tuple[Tree, float]:

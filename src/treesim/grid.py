@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from src.trees.serve import mode_tree, serve_tree
-from src.trees.siblings import vector_siblings
+from src.treeshape.siblings import vector_siblings
+from src.treesim.serve import mode_tree, serve_tree
 from src.workload import acceptance_profile, sample_alpha, stream
 
 REPRESENTATIVE_DRAWS = 20_000

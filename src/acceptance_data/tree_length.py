@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 from src.acceptance_data import sglang
 from src.config import ConfigError, PerPositionAlpha, _number
-from src.trees.fit import TreeFitError, TreeLengthAcceptance, alpha_from_tree_length
-from src.trees.shape import TreeShapeError, parse_shape
+from src.treeshape.fit import TreeFitError, TreeLengthAcceptance, alpha_from_tree_length
+from src.treeshape.shape import TreeShapeError, parse_shape
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def acceptance_from_tree_length(tau, shape_text, gamma_measured, sibling_vector=
     if shape.is_chain:
         return ChainLength(sglang.acceptance_from_length(tau, shape.steps))
     t = _number("--acceptance-length", tau)
-    from src.trees.siblings import SiblingVector, vector_siblings
+    from src.treeshape.siblings import SiblingVector, vector_siblings
     siblings = SiblingVector() if sibling_vector is None else vector_siblings(sibling_vector)
     try:
         alpha = alpha_from_tree_length(t, shape, siblings)
