@@ -358,6 +358,11 @@ def check_model(m: ModelSpec, where: str) -> ModelSpec:
         if getattr(m, name) not in allowed:
             raise CostModelInputError(f"{where}.{name}", f"unknown {getattr(m, name)!r}; "
                                       f"allowed: {', '.join(a or '(empty)' for a in allowed)}")
+    H, kv = m.n_heads, m.n_kv_heads
+    if kv > H or H % kv:  # grouped-query attention: each KV head serves H / kv query heads
+        raise CostModelInputError(f"{where}.n_kv_heads", f"{kv} KV heads with {H} query heads; "
+                                  f"allowed: a divisor of {H} (each KV head serves a whole group "
+                                  "of query heads)")
     E, k = m.n_routed_experts, m.experts_per_token
     if E or k:
         if not 1 <= k <= max(E, 1):

@@ -144,9 +144,12 @@ def _check_draft(args) -> None:
     from src.costmodel import load_presets
     presets = load_presets()
     models = presets.models
+    from src.hardware.scenario import check_not_a_head
     for flag, name in (("--target", args.target), ("--draft", args.draft)):
         if name in models:  # a config.json path is read here: its errors name the flag
-            presets.model(name, flag)
+            spec = presets.model(name, flag)
+            if flag == "--target":
+                check_not_a_head(spec, name, flag)
     if args.draft == "self":
         raise ConfigError("--draft", "'self' needs a draft KV budget, which recommend has no "
                                      "option for (use serve with a scenario file); allowed: eagle, "
@@ -557,20 +560,30 @@ def _rise_reason(cfg, b: int, g0: int, g1: int, start: int = 1) -> str:
             if switch.size:
                 i = int(switch[-1]) + 1
                 return (f"at tp {cost.tp} the target pass of gamma {g} switches all-reduce kernel "
-                        f"({algo[i - 1]} -> {algo[i]}, vLLM's custom all-reduce) at {tokens[i]} "
-                        f"tokens ({batches[i]} sequences x {g + 1} positions), a step in its "
-                        "time")
+                        f"({algo[i - 1]} -> {algo[i]}, vLLM's custom all-reduce) at batch "
+                        f"{batches[i]}, {tokens[i]} tokens ({batches[i]} sequences x {g + 1} "
+                        "positions), a step in its time" + _since(batches[i], b, g1))
         if getattr(c, "gemm_weight_small_s", None) is not None:
             over = np.nonzero((tokens[:-1] <= SMALL_GEMM_MAX_ROWS)
                               & (tokens[1:] > SMALL_GEMM_MAX_ROWS))[0]
             if over.size:
                 i = int(over[-1]) + 1
-                return (f"the target pass of gamma {g} grows past {SMALL_GEMM_MAX_ROWS} tokens "
-                        f"({batches[i]} sequences x {g + 1} positions = {tokens[i]}), where the "
-                        "calibrated GEMMs leave their small-row regime: a step in its time, not a "
-                        "trend")
+                return (f"at batch {batches[i]} the target pass of gamma {g} grows past "
+                        f"{SMALL_GEMM_MAX_ROWS} tokens ({batches[i]} sequences x {g + 1} "
+                        f"positions = {tokens[i]}), where the calibrated GEMMs leave their "
+                        "small-row regime: a step in its time, not a trend"
+                        + _since(batches[i], b, g1))
     return ("a step in the modelled kernel times at this batch size (GEMM wave quantisation or "
             "attention splits), not a trend")
+
+
+def _since(step_batch: int, rise_batch: int, g1: int) -> str:
+    """Where the step lies below the rise: gamma g1 gains on the step there, and passes the
+    tolerance at the rise's batch."""
+    if step_batch == rise_batch:
+        return ""
+    return (f"; gamma {g1} gains from that step on and is faster by more than the tolerance from "
+            f"batch {rise_batch}")
 
 
 def main(argv: list[str]) -> int:
