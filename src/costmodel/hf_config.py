@@ -91,6 +91,26 @@ def model_id_of(data: dict) -> str:
     return name if isinstance(name, str) and _REPO_ID.fullmatch(name) else MODEL_ID_PLACEHOLDER
 
 
+def snippet_id_note(path: str, model_id: str, role: str = "target") -> str:
+    """The line printed beside an engine snippet naming a config.json model by `model_id`."""
+    if model_id == MODEL_ID_PLACEHOLDER:
+        return (f"(the {role} is the config.json {path}: replace {MODEL_ID_PLACEHOLDER} with its "
+                "Hugging Face id or weights folder; the file's _name_or_path names no repository)")
+    return (f"(the {role} is the config.json {path}: {model_id} is its _name_or_path; check it "
+            "names the weights you serve)")
+
+
+def snippet_id_notes(target: str, draft: str, models, draft_path: str | None = None) -> list:
+    """The note lines (indented) for the config.json models a snippet names by id: the target,
+    and a draft printed by its own id (not where --draft-model-path names it)."""
+    notes = []
+    if looks_like_config_path(target):
+        notes.append("  " + snippet_id_note(target, models[target].hf_name))
+    if looks_like_config_path(draft) and not draft_path:
+        notes.append("  " + snippet_id_note(draft, models[draft].hf_name, "draft"))
+    return notes
+
+
 class _Fields:
     """config.json look-ups that name the file and field when they fail."""
 

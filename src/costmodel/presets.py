@@ -139,6 +139,9 @@ class ModelSpec:
     # KV heads of the target's published EAGLE(-1/2) head where they differ from the target's
     # (0 = the target's): Mixtral's head is full multi-head attention (32) over a GQA target (8)
     eagle_head_n_kv_heads: int = 0
+    # a public Hugging Face repository of an EAGLE-3 head preset's weights, where hf_name names
+    # the training config its shape comes from ("" = none known): recommend's default draft path
+    weights_repository: str = ""
 
     @property
     def is_plain(self) -> bool:
