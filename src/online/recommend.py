@@ -51,9 +51,12 @@ def make_parser() -> argparse.ArgumentParser:
                     "--speculative-config JSON and SGLang flags, and the expected TPOT and "
                     "throughput change (steady state by batch size, or simulated by request rate).")
     p.add_argument("--gpu", required=True, help="GPU preset id (python run.py step-time --list)")
-    p.add_argument("--target", required=True, help="target model preset id, e.g. llama-3.1-8b")
+    p.add_argument("--target", required=True,
+                   help="target model preset id, e.g. llama-3.1-8b, or a path to a Hugging Face "
+                        "config.json (README, 'A model from its config.json')")
     p.add_argument("--draft", required=True,
-                   help="draft model preset id with the target's vocabulary, 'eagle' or 'ngram'")
+                   help="draft model preset id (or config.json path) with the target's "
+                        "vocabulary, an EAGLE-3 head preset, 'eagle' or 'ngram'")
     p.add_argument("--acceptance", required=True,
                    help=f"per-token acceptance probability of the draft, {ALPHA_CLIP[0]:g}.."
                         f"{ALPHA_CLIP[1]:g} (vLLM's accepted / draft tokens is a lower bound of it "
@@ -73,7 +76,8 @@ def make_parser() -> argparse.ArgumentParser:
                                                           "(default 1024, vLLM V1's)")
     p.add_argument("--max-gamma", default="8", help="largest gamma considered (default 8)")
     p.add_argument("--draft-model-path", help="Hugging Face repository of the draft to print "
-                                              "(default: the preset's; required for --draft eagle; "
+                                              "(default: the preset's; required for --draft eagle "
+                                              "and eagle3 and a head without public weights; "
                                               "not with --draft ngram)")
     p.add_argument("--requests", help=f"requests per replication, only with --rate "
                                       f"(default {DEFAULT_REQUESTS})")
