@@ -248,8 +248,22 @@ def _write_file(path: str, data: bytes) -> None:
     """A new file, folders as needed, with the permissions the umask gives (open's 0o666 &
     ~umask)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError as e:  # a failed write (a full disk) names no file of its own
+        if e.filename is None:
+            e.filename = path
+        raise
+
+
+def write_error_line(e: OSError) -> str:
+    """One line for an OSError while publishing: what could not be written and why, saying so
+    plainly where the disk is full (errno ENOSPC, which str(e) gives as '[Errno 28] ...')."""
+    why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+    where = f" ({os.path.basename(e.filename)}, in {os.path.dirname(e.filename)})" \
+        if e.filename else ""
+    return f"could not write the outputs{where}: {why}; previous outputs left as they were"
 
 
 def _link_or_copy(source: str, target: str) -> None:

@@ -71,7 +71,7 @@ CONFIGS = {
         "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
         "intermediate_size": 18944, "vocab_size": 152064, "tie_word_embeddings": False},
 }
-IDENTITY = ("model_id", "hf_name", "source",
+IDENTITY = ("model_id", "hf_name", "source", "weights_repository",
             "eagle_head_n_kv_heads")  # the published EAGLE head's, not in the target's config
 
 

@@ -83,9 +83,8 @@ def test_recommend_prints_eagle3_and_mtp_settings_the_engines_accept():
     from tests.helpers import run_captured
     base = ["recommend", "--gpu", "h100-sxm", "--target", "qwen3-30b-a3b-fp8", "--draft",
             "qwen3-30b-a3b-eagle3", "--acceptance", "0.5", "--batch", "1,8"]
-    rc, out, err = run_captured(base)
-    assert rc == 2 and err.startswith("error: --draft-model-path: --draft qwen3-30b-a3b-eagle3 "
-                                      "needs the EAGLE head's repository")
+    rc, out, err = run_captured(base)  # the preset's public weights are the default path
+    assert rc == 0 and "--speculative-draft-model-path zhuyksir/EAGLE3-Qwen3-30B-A3B" in out, err
     rc, out, err = run_captured(base + ["--draft-model-path", "org/head"])
     assert rc == 0, err
     vllm = json.loads(out.split("--speculative-config '", 1)[1].split("'", 1)[0])

@@ -141,6 +141,9 @@ class ModelSpec:
     # KV heads of the target's published EAGLE(-1/2) head where they differ from the target's
     # (0 = the target's): Mixtral's head is full multi-head attention (32) over a GQA target (8)
     eagle_head_n_kv_heads: int = 0
+    # a public Hugging Face repository of an EAGLE-3 head preset's weights, where hf_name names
+    # the training config its shape comes from ("" = none known): recommend's default draft path
+    weights_repository: str = ""
 
     @property
     def is_plain(self) -> bool:
@@ -360,6 +363,11 @@ def check_model(m: ModelSpec, where: str) -> ModelSpec:
         if getattr(m, name) not in allowed:
             raise CostModelInputError(f"{where}.{name}", f"unknown {getattr(m, name)!r}; "
                                       f"allowed: {', '.join(a or '(empty)' for a in allowed)}")
+    H, kv = m.n_heads, m.n_kv_heads
+    if kv > H or H % kv:  # grouped-query attention: each KV head serves H / kv query heads
+        raise CostModelInputError(f"{where}.n_kv_heads", f"{kv} KV heads with {H} query heads; "
+                                  f"allowed: a divisor of {H} (each KV head serves a whole group "
+                                  "of query heads)")
     E, k = m.n_routed_experts, m.experts_per_token
     if E or k:
         if not 1 <= k <= max(E, 1):

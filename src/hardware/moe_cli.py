@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from src.hardware.moe_study import moe_scenario_paths
     from src.hardware.scenario import load_scenario
-    from src.outputs import locked, prepare, publish
+    from src.outputs import locked, prepare, publish, write_error_line
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     try:
         prepare(args.out)
@@ -118,7 +118,7 @@ def main(argv: list[str]) -> int:
             files.update(new)
             publish(args.out, files)
     except OSError as exc:
-        print(f"error: --out: {exc}", file=sys.stderr)
+        print(f"error: --out: {write_error_line(exc)}", file=sys.stderr)
         return 2
     say(f"moe-study: wrote {args.out}/results/summary.txt (MoE section), "
         f"{', '.join(RESULTS)}" + ("" if args.no_plots else f", plots/{PLOT_NAME}"))

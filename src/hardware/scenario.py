@@ -188,7 +188,7 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     if target not in presets.models:
         raise ConfigError("scenario.target", f"unknown '{target}'; allowed: "
                           f"{', '.join(sorted(presets.models))}, or a config.json path")
-    _resolve_model(presets, target, "target")
+    check_not_a_head(_resolve_model(presets, target, "target"), target, "scenario.target")
     draft = _string("draft", table["draft"])
     if draft not in SPECIAL_DRAFTS:
         draft = _model_path(draft, source_path)
@@ -284,6 +284,15 @@ def _model_path(value: str, source_path: str | None) -> str:
     return str(Path(source_path).parent / value)
 
 
+def check_not_a_head(spec, model_id: str, field_name: str) -> None:
+    """A target must be a decoder: an EAGLE-3 head (architecture eagle3) has one layer and reads
+    the target's hidden states, so it cannot serve on its own."""
+    if spec.architecture == "eagle3":
+        raise ConfigError(field_name, f"{model_id} is an EAGLE-3 draft head, not a target model; "
+                                      "allowed: a decoder preset or config.json (give the head as "
+                                      "the draft)")
+
+
 def _resolve_model(presets, model_id: str, key: str):
     """The ModelSpec of a preset id or config.json (its errors under scenario.<key>)."""
     try:
@@ -340,8 +349,9 @@ def check_memory(scenario: Scenario) -> None:
     every sequence at its longest (else `study.batch_sizes`, naming the largest batch that fits)."""
     try:
         cost = scenario.cost_model(IDEAL_ENGINE)  # memory does not depend on the engine
-    except CostModelInputError as e:
-        raise ConfigError("scenario.tp", e.allowed) from None
+    except CostModelInputError as e:  # the draft's own refusals name the draft, the rest the tp
+        where = {"draft": "scenario.draft", "draft_tp": "scenario.draft_tp"}
+        raise ConfigError(where.get(e.field_name, "scenario.tp"), e.allowed) from None
     tokens = scenario.max_tokens_per_seq()
     batch = max(scenario.study.batch_sizes)
     fits, need_gb, usable_gb = cost.kv_fits(batch, tokens)

@@ -31,8 +31,10 @@ from src.config import (
     check_alpha,
     list_items,
 )
+from src.costmodel.hf_config import snippet_id_notes
 from src.errors import ascii_float
-from src.online.gamma_rule import SCHEDULE_TOLERANCE, rises, tolerant_gammas, tops_out
+from src.online.gamma_notes import schedule_notes
+from src.online.gamma_rule import SCHEDULE_TOLERANCE, tolerant_gammas
 from src.treeshape.shape import TreeShape
 
 FIELD_FLAGS = {"scenario.gpu": "--gpu", "scenario.target": "--target", "scenario.draft": "--draft",
@@ -50,9 +52,12 @@ def make_parser() -> argparse.ArgumentParser:
                     "--speculative-config JSON and SGLang flags, and the expected TPOT and "
                     "throughput change (steady state by batch size, or simulated by request rate).")
     p.add_argument("--gpu", required=True, help="GPU preset id (python run.py step-time --list)")
-    p.add_argument("--target", required=True, help="target model preset id, e.g. llama-3.1-8b")
+    p.add_argument("--target", required=True,
+                   help="target model preset id, e.g. llama-3.1-8b, or a path to a Hugging Face "
+                        "config.json (README, 'A model from its config.json')")
     p.add_argument("--draft", required=True,
-                   help="draft model preset id with the target's vocabulary, 'eagle' or 'ngram'")
+                   help="draft model preset id (or config.json path) with the target's "
+                        "vocabulary, an EAGLE-3 head preset, 'eagle' or 'ngram'")
     p.add_argument("--acceptance", required=True,
                    help=f"per-token acceptance probability of the draft, {ALPHA_CLIP[0]:g}.."
                         f"{ALPHA_CLIP[1]:g} (vLLM's accepted / draft tokens is a lower bound of it "
@@ -72,7 +77,8 @@ def make_parser() -> argparse.ArgumentParser:
                                                           "(default 1024, vLLM V1's)")
     p.add_argument("--max-gamma", default="8", help="largest gamma considered (default 8)")
     p.add_argument("--draft-model-path", help="Hugging Face repository of the draft to print "
-                                              "(default: the preset's; required for --draft eagle; "
+                                              "(default: the preset's; required for --draft eagle "
+                                              "and eagle3 and a head without public weights; "
                                               "not with --draft ngram)")
     p.add_argument("--requests", help=f"requests per replication, only with --rate "
                                       f"(default {DEFAULT_REQUESTS})")
@@ -145,9 +151,12 @@ def _check_draft(args) -> None:
     from src.costmodel import load_presets
     presets = load_presets()
     models = presets.models
+    from src.hardware.scenario import check_not_a_head
     for flag, name in (("--target", args.target), ("--draft", args.draft)):
         if name in models:  # a config.json path is read here: its errors name the flag
-            presets.model(name, flag)
+            spec = presets.model(name, flag)
+            if flag == "--target":
+                check_not_a_head(spec, name, flag)
     if args.draft == "self":
         raise ConfigError("--draft", "'self' needs a draft KV budget, which recommend has no "
                                      "option for (use serve with a scenario file); allowed: eagle, "
@@ -188,11 +197,14 @@ def build(args):
     preset = workload_preset(args.workload or "sharegpt")
     from src.costmodel import load_presets
     from src.hardware.moe_report import draft_kind  # eagle3 / mtp drafts (MoE study)
-    if draft_kind(args.draft, load_presets().models) in ("eagle", "eagle3") and not (
-            args.draft_model_path):
-        raise ConfigError("--draft-model-path", f"--draft {args.draft} needs the EAGLE head's "
-                                                "repository (e.g. yuhuili/EAGLE-LLaMA3.1-"
-                                                "Instruct-8B)")
+    models = load_presets().models
+    if draft_kind(args.draft, models) in ("eagle", "eagle3") and not args.draft_model_path:
+        # an EAGLE-3 head preset with public weights prints them (ModelSpec.weights_repository)
+        args.draft_model_path = models[args.draft].weights_repository \
+            if args.draft in models else None
+        if not args.draft_model_path:
+            raise ConfigError("--draft-model-path", f"--draft {args.draft} needs the EAGLE head's "
+                                                    f"repository ({_head_example(args, models)})")
     cfg = ServeConfig(
         scenario=scenario, engine_profile=engine, rates_per_s=rates or (1.0,),
         policies="none,schedule,fixed", workload=preset.name, prompt_len=preset.prompt_len,
@@ -203,6 +215,19 @@ def build(args):
         limits=EngineLimits(max_seqs, max(8192, max_seqs)), max_gamma=max_gamma)
     _tolerance(args.tolerance)
     return cfg, batches, rates, context, alpha
+
+
+def _head_example(args, models) -> str:
+    """An EAGLE head for --target: the head preset with public weights named for it (id
+    '<target>-eagle3', the target's id may add a format: qwen3-30b-a3b-fp8), else a plain request
+    naming the target."""
+    t = models[args.target]
+    heads = [k for k, m in models.items() if m.architecture == "eagle3" and m.weights_repository
+             and k.endswith("-eagle3") and f"{args.target}-".startswith(f"{k[:-7]}-")
+             and (m.hidden_size, m.vocab_size) == (t.hidden_size, t.vocab_size)]
+    if heads:
+        return f"e.g. {models[heads[0]].weights_repository}, or --draft {heads[0]}"
+    return f"one trained for {t.hf_name}"
 
 
 def schedule_at(cfg, context: int, context_flag: str = "--context",
@@ -433,6 +458,8 @@ def report(args) -> str:
     lines.append("")
     if speculate:
         model = presets.models[sc.target_model_id].hf_name
+        id_notes = snippet_id_notes(sc.target_model_id, sc.draft, presets.models,
+                                    args.draft_model_path)
         tp_flag = f" --tensor-parallel-size {sc.tp}" if sc.tp > 1 else ""
         if cfg.engine_profile in OLD_VLLM_PROFILES and _kind(sc.draft) in ("eagle3", "mtp"):
             lines.append(f"vLLM v0.6 (the engine the {cfg.engine_profile} profile models) has no "
@@ -455,12 +482,14 @@ def report(args) -> str:
                          "scheduled requests):")
             lines.append(f"  vllm serve {model}{tp_flag} --speculative-config "
                          f"'{json.dumps(spec_cfg)}'")
+        lines += id_notes
         lines.append("")
         lines.append(f"SGLang (one draft length for every batch: gamma {sglang_gamma}, the "
                      "schedule's at batch 1):")
         tp_flag = f" --tp {sc.tp}" if sc.tp > 1 else ""
         lines.append(f"  python -m sglang.launch_server --model-path {model}{tp_flag} "
                      f"{sglang_flags(cfg, sglang_gamma, args.draft_model_path)}")
+        lines += id_notes
         from src.hardware.moe_report import draft_kind  # an EAGLE head: SGLang picks its class
         if draft_kind(sc.draft, load_presets().models) in ("eagle", "eagle3"):  # by config.json
             lines.append("  (the head's config.json must name LlamaForCausalLMEagle or -Eagle3: "
@@ -506,72 +535,6 @@ def report(args) -> str:
                      "size) is documented as tested with EAGLE/EAGLE-3 and off for data parallel "
                      "> 1")
     return "\n".join(lines)
-
-
-def schedule_notes(cfg, gammas, best, context: int, tolerance: float, simulated: bool) -> list:
-    """What the schedule was optimised for, where its gamma rises with batch size and why, and a
-    flag where the best gamma sits at --max-gamma (the optimum may lie above it)."""
-    workload = (f"the {cfg.workload} workload's mean context, {context} tokens (prompt plus half "
-                "the output)" if simulated else f"{context} tokens of context")
-    lines = [f"Schedule optimised for: the steady state (every sequence at {workload}; no "
-             f"queueing, no prefill), acceptance {cfg.alpha.value:g}; gamma switches only where "
-             f"another is modelled faster by more than {tolerance:.0%} (design.md, "
-             "'recommend')" + ("; the table above then simulates it under load." if simulated
-                               else ".")]
-    for b, g0, g1 in rises(gammas):
-        start = b - 1
-        while start > 1 and gammas[start - 1] == g0:
-            start -= 1
-        lines.append(f"  gamma rises from {g0} to {g1} at batch {b}: "
-                     f"{_rise_reason(cfg, b, g0, g1, start)}")
-    if tops_out(best[1:], cfg.max_gamma):
-        at = np.nonzero(best[1:] >= cfg.max_gamma)[0] + 1
-        more = (f"try --max-gamma {min(2 * cfg.max_gamma, 32)}" if cfg.max_gamma < 32
-                else "32 is the largest recommend considers")
-        lines.append(f"  The best gamma is --max-gamma {cfg.max_gamma} at batch {at[0]}"
-                     + (f" (and at {at.size - 1} more batch size"
-                        + ("s" if at.size > 2 else "") + f", up to {at[-1]})" if at.size > 1
-                        else "")
-                     + f": the optimum may lie above the grid: {more}.")
-    return lines
-
-
-def _rise_reason(cfg, b: int, g0: int, g1: int, start: int = 1) -> str:
-    """Why the modelled speedup of gamma g1 overtakes g0's at batch b: where the target pass of
-    either gamma (batch x (gamma + 1) tokens) crosses, at a batch from `start` (where g0's range
-    begins) up to b, a step of the cost
-    model: vLLM's custom all-reduce kernel switch at TP > 1 (src/costmodel/allreduce.py), the
-    GEMM regime above 16 rows (the calibrated small-GEMM weight bandwidth, src/costmodel/
-    roofline.py `gemm_terms_s`) or a new wave of GEMM output tiles; else a step of the modelled
-    kernels in general."""
-    from src.costmodel.roofline import SMALL_GEMM_MAX_ROWS
-    from src.online.study import deployments
-    cost = deployments(cfg)[1].timer.cost
-    c = getattr(cost, "_target_c", None)
-    batches = np.arange(max(start - 1, 1), b + 1)
-    for g in (g0, g1):
-        tokens = batches * (g + 1)
-        ar = getattr(c, "comm_custom", None)
-        if cost.tp > 1 and ar is not None:
-            algo = ar.algorithm(tokens * c.comm_bytes_per_token)
-            switch = np.nonzero(algo[1:] != algo[:-1])[0]
-            if switch.size:
-                i = int(switch[-1]) + 1
-                return (f"at tp {cost.tp} the target pass of gamma {g} switches all-reduce kernel "
-                        f"({algo[i - 1]} -> {algo[i]}, vLLM's custom all-reduce) at {tokens[i]} "
-                        f"tokens ({batches[i]} sequences x {g + 1} positions), a step in its "
-                        "time")
-        if getattr(c, "gemm_weight_small_s", None) is not None:
-            over = np.nonzero((tokens[:-1] <= SMALL_GEMM_MAX_ROWS)
-                              & (tokens[1:] > SMALL_GEMM_MAX_ROWS))[0]
-            if over.size:
-                i = int(over[-1]) + 1
-                return (f"the target pass of gamma {g} grows past {SMALL_GEMM_MAX_ROWS} tokens "
-                        f"({batches[i]} sequences x {g + 1} positions = {tokens[i]}), where the "
-                        "calibrated GEMMs leave their small-row regime: a step in its time, not a "
-                        "trend")
-    return ("a step in the modelled kernel times at this batch size (GEMM wave quantisation or "
-            "attention splits), not a trend")
 
 
 def main(argv: list[str]) -> int:

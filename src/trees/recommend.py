@@ -97,12 +97,14 @@ def recommend_lines(scenario, alpha: float, batches, context: int, launch: str,
     trees_win = [r["batch"] for r in rows if not r["shape"].is_chain]
     if trees_win and len(trees_win) < len(rows):
         above = max(trees_win)
-        chain_rows = [r for r in rows if r["batch"] > above]
+        # a chain may win below a tree's batch too (then no chain lies above the last tree)
+        chain_rows = [r for r in rows if r["shape"].is_chain]
         asked = ", ".join(str(r["batch"]) for r in chain_rows)
+        where = (f"the table's batch sizes above {above}" if chain_rows[0]["batch"] > above
+                 else "where no tree wins")
         # only the batch sizes asked were evaluated: say which, not "above batch X"
-        lines.append(f"  (one shape per server: a chain is best at batch {asked} (the table's "
-                     f"batch sizes above {above}); for such loads use "
-                     f"{chain_rows[0]['chain'].sglang_flags})")
+        lines.append(f"  (one shape per server: a chain is best at batch {asked} ({where}); for "
+                     f"such loads use {chain_rows[0]['chain'].sglang_flags})")
     # SGLang v0.5.10.post1 (the sglang profile's version, engines.toml sgl-0510), server_args.py
     # _handle_speculative_decoding: topk > 1 raises with trtllm_mha, with SGLANG_ENABLE_SPEC_V2,
     # and with page_size > 1 unless the attention backend is flashinfer or fa3
