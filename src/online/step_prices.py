@@ -298,7 +298,7 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     c = pt.net[d, TARGET]
     t = g + 1
     tokens = n * t
-    attention = attention_exp_ms(pt, d, TARGET, n, tokens, t, C)
+    attention = attention_exp_ms(pt, d, TARGET, n, tokens, t, float(C))
     physics = pt.table[d, TARGET, n, t] + attention
     verify = t > 1
     per_seq = e[E_CPU_PER_SEQ]
