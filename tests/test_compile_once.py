@@ -64,7 +64,7 @@ def test_serve_compiles_a_cold_engine_in_the_parent_and_says_so(tmp_path, monkey
     done = run_captured(SERVE + ["--out", str(tmp_path)] + (["--quiet"] if quiet else []))
     assert done.returncode == 0, done.stderr
     assert compiled == [1]  # once, in this process, whatever the number of workers
-    said = "compiling the serving engine once (numba; about 30 s of one core" in done.stderr
+    said = "compiling the serving engine once (numba; about 12 s of one core" in done.stderr
     assert said is not quiet
 
 
@@ -89,3 +89,25 @@ def test_the_study_compiles_a_cold_step_loop_before_its_second_process(tmp_path,
     assert asked == ["the study's step loop"]
     said = "compiling the study's step loop once (numba; about 6 s of one core" in done.stderr
     assert said is not quiet
+
+
+def test_the_engine_compiles_each_function_for_no_literal_argument():
+    """numba compiles a callee once more for every Python literal (0, 1, True) a compiled caller
+    passes it, typed Literal[int] / Literal[bool] (54 signatures of 24 functions, where 24 do):
+    the engine's functions pass one another numpy scalars, so no signature numba saved for them
+    (the session's compile, tests/conftest.py) has a literal argument."""
+    from numba.core.registry import CPUDispatcher
+
+    from src.online import counter_rng, engine_loop, kernel_attention, step_prices
+    from src.online.compiled_cache import cache_is_warm
+
+    assert cache_is_warm(engine_loop.run_rows)
+    saved = {}
+    for module in (engine_loop, step_prices, kernel_attention, counter_rng):
+        for name, f in vars(module).items():
+            if isinstance(f, CPUDispatcher) and f.__module__ == module.__name__:
+                index = f._cache._cache_file._load_index()
+                saved[name] = [str(key[0]) for key in index]  # (signature, target, ...)
+    assert saved["attention_exp_ms"] and saved["mixed_ms"]  # compiled as callees, saved
+    literal = {name: sigs for name, sigs in saved.items() if any("Literal" in s for s in sigs)}
+    assert literal == {}

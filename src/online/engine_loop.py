@@ -26,6 +26,7 @@ from src.online.step_prices import (
     E_BUDGET,
     E_TREE_TOKENS,
     E_WITH_DRAFT,
+    ZERO,
     decode_ms,
     prefill_extra_ms,
     step_fits,
@@ -210,28 +211,28 @@ def run_rows(pt, arrival_ms, released, closed, prompt, output, alpha, key, n_req
         q_tested[:] = 0
         q_last_emit[:] = 0.0
         waiting_pre[:] = False
-        hi = 0  # slots 0..hi-1 may be occupied
-        n_run = 0
+        hi = ZERO  # slots 0..hi-1 may be occupied
+        n_run = ZERO
         clock = 0.0
-        next_new = 0
-        n_pre_wait = 0
+        next_new = ZERO
+        n_pre_wait = ZERO
         admit_counter = 0
         pool_acc = 0.0
         pool_tested = 0.0
-        n_dec_start = 0  # running slots decoding at the next step's start
+        n_dec_start = ZERO  # running slots decoding at the next step's start
         while True:
             if n_run == 0 and n_pre_wait == 0:
                 if next_new >= n_req[r]:
                     break
                 clock = max(clock, arrival_ms[r, next_new])  # idle: jump to the next arrival
             # 1. the policy's gamma from the state at the step's start
-            gamma = 0
+            gamma = ZERO
             if speculative:
                 if kind == POLICY_TABLE:
                     gamma = group_table[grp, n_run]
                 else:
-                    n0 = 0
-                    C0 = 0
+                    n0 = ZERO
+                    C0 = ZERO
                     for c in range(hi):
                         dec[c] = (req[c] >= 0) & (pf[c] == 0)
                         if dec[c]:
@@ -251,21 +252,21 @@ def run_rows(pt, arrival_ms, released, closed, prompt, output, alpha, key, n_req
             while True:
                 n_dec = n_dec_start  # running slots with their prompt done (counted last step)
                 if prefill_only:  # the running sequences wait for the prompts
-                    n_dec = 0
+                    n_dec = ZERO
                 g = min(gamma, max(budget_tokens // max(n_dec, 1) - 1, 0))
                 if is_tree and gamma > 0:  # N positions per sequence, or no speculation
                     g = gamma if n_dec * row_tokens <= budget_tokens else 0
                 if prefill_only:
-                    g = 0
+                    g = ZERO
                 per_seq = row_tokens if is_tree and g > 0 else g + 1  # positions per sequence
                 left = budget_tokens - n_dec * per_seq
                 before = 0
                 demand = 0
-                C_dec = 0
-                P = 0
-                Ntok = 0
-                Cp = 0
-                Lp = 0
+                C_dec = ZERO
+                P = ZERO
+                Ntok = ZERO
+                Cp = ZERO
+                Lp = ZERO
                 for c in range(hi):
                     chunk[c] = 0
                     dec[c] = (req[c] >= 0) & (pf[c] == 0) & (not prefill_only)
@@ -384,7 +385,7 @@ def run_rows(pt, arrival_ms, released, closed, prompt, output, alpha, key, n_req
             # then the statistics and finished requests leave (one scan)
             blocks_used = 0
             n_sched = n_run
-            n_dec_start = 0
+            n_dec_start = ZERO
             gap_seen, bin_seen = -1.0, 0  # most slots emitted at the same time: one bin lookup
             bin_count = 0.0  # gaps in bin_seen not yet added to the histogram
             acc_step = 0

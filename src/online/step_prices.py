@@ -45,7 +45,13 @@ N_NET = 23
  E_CATCHUP, E_BUDGET, E_WITH_DRAFT, E_WEIGHT_B, E_KV_PER_TOKEN_B, E_KV_PER_SEQ_B, E_USABLE_B,
  E_ONE_GRAPH, E_SPEC_EAGER, E_TREE_TOKENS, E_TREE_STEPS, E_TREE_TOPK) = range(25)
 N_ENG = 25
-TARGET, DRAFT = 0, 1
+# The network index and the constant arguments the compiled functions pass one another are numpy
+# scalars: numba types a Python int or bool constant (0, 1, True) as Literal[int] / Literal[bool]
+# and compiles a callee once more for each literal value it is passed (numba's typing of constants
+# and frozen globals); a numpy scalar types as int64 / bool, so each callee compiles once.
+TARGET, DRAFT = np.int64(0), np.int64(1)
+ZERO, ONE = np.int64(0), np.int64(1)
+PREFILL, DECODE = np.True_, np.False_  # attention_pow_s's `prefill`
 
 
 class PriceTables(NamedTuple):
@@ -197,7 +203,7 @@ def attention_exp_ms(pt, d, net, n, tokens, t, sum_ctx):
         if n <= 0:
             return 0.0
         return fastest_pass_s(pt.kernels[d, net], int(c[N_KERNELS_FITTED]), float(n), float(t),
-                              float(sum_ctx), False) * 1e3
+                              float(sum_ctx), DECODE) * 1e3
     p = c[N_P]
     memory = (c[N_READ] * 1e3) * sum_ctx + ((c[N_READ] + c[N_NEW]) * 1e3) * tokens
     compute = (c[N_PAIR] * 1e3) * (t * sum_ctx + tokens * ((t + 1) * 0.5))
@@ -265,14 +271,14 @@ def draft_parts(pt, d, n, C, g, capped_mid, capped_start):
     catchup = g if e[E_COVERS] != 0.0 else int(e[E_CATCHUP])
     budget = e[E_BUDGET]
     mid_ctx = C + n * ((g - 1) * 0.5) if budget < 0 else capped_mid
-    per_pass = tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n, 1, mid_ctx)
+    per_pass = tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n, ONE, mid_ctx)
     physics = g * per_pass
-    gpu = g * launch_ms(c, per_pass, 1, n)
+    gpu = g * launch_ms(c, per_pass, ONE, n)
     if catchup > 0 and g > 0:
         ctx0 = C if budget < 0 else capped_start
         wide = 1 + catchup
         gpu += (tab[n, wide] - tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n * wide, wide, ctx0)
-                - attention_exp_ms(pt, d, DRAFT, n, n, 1, ctx0))
+                - attention_exp_ms(pt, d, DRAFT, n, n, ONE, ctx0))
     return physics, cpu, gpu
 
 
@@ -292,7 +298,7 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     c = pt.net[d, TARGET]
     t = g + 1
     tokens = n * t
-    attention = attention_exp_ms(pt, d, TARGET, n, tokens, t, C)
+    attention = attention_exp_ms(pt, d, TARGET, n, tokens, t, float(C))
     physics = pt.table[d, TARGET, n, t] + attention
     verify = t > 1
     per_seq = e[E_CPU_PER_SEQ]
@@ -307,7 +313,7 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     if verify and (e[E_EXPANSION] != 0.0 or e[E_SLOWDOWN] != 1.0):
         engine_attention = attention
         if e[E_EXPANSION] != 0.0:
-            engine_attention = attention_exp_ms(pt, d, TARGET, tokens, tokens, 1,
+            engine_attention = attention_exp_ms(pt, d, TARGET, tokens, tokens, ONE,
                                                 t * C + n * (t * (t - 1) * 0.5))
         gpu += e[E_SLOWDOWN] * engine_attention - attention
     overlap_spec = e[E_OVERLAP_SPEC] != 0.0
@@ -366,7 +372,7 @@ def tree_decode_ms(pt, d, n, C):
         tab = pt.table[d, DRAFT]
         ctx = C + n * ((S - 1) * 0.5)
         wide = (tab[n, K] - tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n * K, K, ctx)
-                - attention_exp_ms(pt, d, DRAFT, n, n, 1, ctx))
+                - attention_exp_ms(pt, d, DRAFT, n, n, ONE, ctx))
         draft = draft + (S - 1) * wide
     return target, draft
 
@@ -398,7 +404,7 @@ def mixed_ms(pt, d, net, S, t, C, P, N, Cp, Lp, dec_attention_s):
     total += dec_attention_s
     if P > 0:
         total += attention_pow_s(pt, d, net, float(max(P, 1)), max(chunk_len, 1.0), float(Cp),
-                                 True)
+                                 PREFILL)
     total += c[N_ATTN_FIXED]
     total += pt.comm[d, net, T]
     return total * 1e3
@@ -412,12 +418,12 @@ def prefill_extra_ms(pt, d, n, g, C, P, N, Cp, Lp):
     with its draft: StepTimer.draft_c)."""
     e = pt.eng[d]
     t = g + 1
-    att = attention_pow_s(pt, d, TARGET, float(n), float(max(t, 1)), float(C), False) if n > 0 \
+    att = attention_pow_s(pt, d, TARGET, float(n), float(max(t, 1)), float(C), DECODE) if n > 0 \
         else 0.0
     extra = (mixed_ms(pt, d, TARGET, n, t, C, P, N, Cp, Lp, att)
-             - mixed_ms(pt, d, TARGET, n, t, C, 0, 0, 0, 0, att))
+             - mixed_ms(pt, d, TARGET, n, t, C, ZERO, ZERO, ZERO, ZERO, att))
     if P > 0:
         extra += e[E_CPU_PER_SEQ] * P + (0.0 if n > 0 else e[E_CPU_FIXED])
     if e[E_WITH_DRAFT] != 0.0 and pt.net[d, DRAFT, N_PRESENT] != 0.0:
-        extra += mixed_ms(pt, d, DRAFT, 0, 1, 0, P, N, Cp, Lp, 0.0)
+        extra += mixed_ms(pt, d, DRAFT, ZERO, ONE, ZERO, P, N, Cp, Lp, 0.0)
     return extra

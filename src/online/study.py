@@ -240,8 +240,9 @@ def simulate_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
 
 
 # seconds of one core that numba takes to compile the serving engine (src/online/engine_loop.py
-# and what it calls) into an empty cache: 28-31 s on the project's 2-core machine, 2026-12-02
-ENGINE_COMPILE_S = 30.0
+# and what it calls) into an empty cache: 11.7 s on the project's 2-core machine, 2026-12-02
+# (21.0 s before the compiled functions passed one another numpy scalars, not Python literals)
+ENGINE_COMPILE_S = 12.0
 
 
 def compile_engine_once(cfg: ServeConfig, prepared: Prepared, say=lambda msg: None) -> bool:
