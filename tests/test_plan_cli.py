@@ -72,6 +72,14 @@ def test_plan_file_errors(tmp_path):
     assert "--gpus: required" in refused(tmp_path)
 
 
+def test_a_name_listed_twice_is_named_in_good_english(tmp_path):
+    """'an engine profile' was printed as 'a engine profile is listed twice': the message names the
+    repeated item instead, as the study's lists do."""
+    msg = refused(tmp_path, "--gpus", "l4", "--pairs", "llama-3.1-8b+llama-3.2-1b", "--engines",
+                  "vllm-v1,vllm-v1")
+    assert "engine profile 'vllm-v1' is listed twice" in msg and "a engine" not in msg
+
+
 def test_nothing_fits_says_what_would(tmp_path):
     line = refused(tmp_path, "--gpus", "l4,a40", "--pairs", "llama-3.1-70b+llama-3.2-1b")
     assert "no deployment of the plan fits in GPU memory" in line

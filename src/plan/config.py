@@ -93,7 +93,8 @@ def _names(flag: str, value: Any, known, what: str) -> tuple[str, ...]:
         if not isinstance(item, str) or item not in known:
             raise ConfigError(flag, f"unknown {what} '{item}'; allowed: {', '.join(sorted(known))}")
     if len(set(items)) != len(items):
-        raise ConfigError(flag, f"a {what} is listed twice")
+        dup = next(x for i, x in enumerate(items) if x in items[:i])
+        raise ConfigError(flag, f"{what} '{dup}' is listed twice")
     return tuple(items)
 
 
