@@ -136,3 +136,16 @@ def test_plan_takes_ids_and_names_an_unknown_one_under_pairs():
     d = Deployment(gpu="h200", tp=1, target="Qwen/Qwen3-8B", draft="ngram", engine="vllm-v1",
                    workload="sharegpt")
     assert scenario_of(d).name == "h200-tp1-Qwen_Qwen3-8B-ngram"
+
+
+def test_step_time_list_shows_the_bundled_ids_the_cost_model_runs():
+    listing = stepcalc.preset_listing([])
+    section = listing.split("Hugging Face ids (")[1].split("\n\n")[0]
+    rows = {line.split()[0]: line for line in section.splitlines()[1:]}
+    runs = [i for i in hf_ids.bundled_ids() if i in rows]
+    assert f"the {len(hf_ids.bundled_ids())} config.json files bundled with aiconfigurator-core " \
+           f"{VERSION}: the {len(runs)} of an architecture" in section
+    assert "Qwen/Qwen3-32B" in rows and "Qwen/Qwen3-VL-8B-Instruct" not in rows
+    assert rows["mistralai/Mixtral-8x7B-v0.1"].endswith("(= mixtral-8x7b)")
+    assert "bf16, experts mxfp4" in rows["openai/gpt-oss-120b"]
+    assert set(rows) == set(runs)
