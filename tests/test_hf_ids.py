@@ -149,3 +149,26 @@ def test_step_time_list_shows_the_bundled_ids_the_cost_model_runs():
     assert rows["mistralai/Mixtral-8x7B-v0.1"].endswith("(= mixtral-8x7b)")
     assert "bf16, experts mxfp4" in rows["openai/gpt-oss-120b"]
     assert set(rows) == set(runs)
+
+
+def test_recommend_serves_the_ids_themselves():
+    from tests.helpers import run_captured
+    rc, out, err = run_captured(["recommend", "--gpu", "h100-sxm", "--target", "Qwen/Qwen3-8B",
+                                 "--draft", "Qwen/Qwen3-0.6B", "--acceptance", "0.7",
+                                 "--batch", "1,8"])
+    assert rc == 0, err
+    assert "  vllm serve Qwen/Qwen3-8B --speculative-config '{\"method\": \"draft_model\", " \
+           "\"model\": \"Qwen/Qwen3-0.6B\"" in out
+    assert "--model-path Qwen/Qwen3-8B --speculative-algorithm STANDALONE " \
+           "--speculative-draft-model-path Qwen/Qwen3-0.6B " in out
+
+
+def test_every_builtin_preset_whose_repository_is_bundled_equals_its_file():
+    presets = load_presets()
+    extras = {"model_id", "hf_name", "source", "eagle_head_n_kv_heads"}  # a preset's own
+    bundled = [m for m in presets.models.values() if m.hf_name in hf_ids.bundled_ids()]
+    assert len(bundled) >= 5
+    for preset in bundled:
+        read = asdict(presets.model(_bundled(preset.hf_name)))
+        assert {k: v for k, v in asdict(preset).items() if k not in extras} == \
+               {k: v for k, v in read.items() if k not in extras}, preset.model_id
