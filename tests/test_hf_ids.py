@@ -135,7 +135,7 @@ def test_plan_takes_ids_and_names_an_unknown_one_under_pairs():
     # the scenario's name is a plain file name although the id has a '/'
     d = Deployment(gpu="h200", tp=1, target="Qwen/Qwen3-8B", draft="ngram", engine="vllm-v1",
                    workload="sharegpt")
-    assert scenario_of(d).name == "h200-tp1-Qwen_Qwen3-8B-ngram"
+    assert scenario_of(d).cost_model("vllm-v1").target.model_id == "Qwen/Qwen3-8B"
 
 
 def test_step_time_list_shows_the_bundled_ids_the_cost_model_runs():
