@@ -11,10 +11,13 @@ analysis, which renders every output, and replace the previous outputs as one se
 
 Bad input is found before anything heavy is imported or simulated. Ctrl-C (exit 130) and SIGTERM
 (exit 143) stop the run with one line, end its worker processes and leave the previous outputs.
+A reader that stops early (`python run.py step-time ... | head`) ends any command quietly, exit 0:
+the closed stream is pointed at os.devnull, nothing more is printed, no traceback.
 """
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import time
@@ -122,7 +125,51 @@ def study(plan: cli.RunPlan, state: dict, executor=None) -> None:
     say(f"wrote {len(own)} files in {where}{kept} in {time.perf_counter() - start:.1f} s")
 
 
+def _reader_gone(stream) -> bool:
+    """Whether `stream` is a pipe whose reading end has closed (poll flags its end POLLERR)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured or closed stream: not a pipe
+        return False
+    if not hasattr(select, "poll"):  # no poll (Windows): take the error as the closed pipe's
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _silence_closed_streams() -> bool:
+    """After a BrokenPipeError: point stdout and stderr, where their reader has gone, at
+    os.devnull, so that what is still buffered and the exit flush go nowhere, without a
+    traceback (the idiom of Python's signal docs, 'Note on SIGPIPE'). False where neither stream
+    is a closed pipe: the error then came from elsewhere and is not swallowed."""
+    gone = [s for s in (sys.stdout, sys.stderr) if _reader_gone(s)]
+    if gone:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in gone:
+            os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    return bool(gone)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The study or a subcommand (`_main`); exit 0 without output where the reader of stdout
+    stopped early, e.g. `| head`."""
+    try:
+        try:
+            code = _main(argv)
+        except SystemExit:  # argparse's --help and usage errors
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # a pipe is block-buffered: its last write fails here, not at exit
+        return code
+    except BrokenPipeError:
+        if not _silence_closed_streams():
+            raise
+        return 0
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
     state = {"published": False}

@@ -33,6 +33,7 @@ from src.config import ConfigError, OneLineArgumentParser
 from src.costmodel import (
     HardwareCostModel,
     forward_pass_breakdown,
+    hf_ids,
     load_engine_profiles,
     load_presets,
     pass_coefficients,
@@ -76,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "and exit")
     ap.add_argument("--gpu", help="GPU preset id, e.g. h100-sxm (required; --list shows all)")
     ap.add_argument("--model",
-                    help="model preset id, e.g. llama-3.1-8b or qwen3-30b-a3b, or a path to a "
+                    help="model preset id, e.g. llama-3.1-8b or qwen3-30b-a3b, a Hugging Face id "
+                    "bundled with aiconfigurator-core, e.g. Qwen/Qwen3-32B, or a path to a "
                     "Hugging Face config.json (required; --list shows the ids)")
     ap.add_argument("--tp", default="1", help="tensor-parallel degree (default 1)")
     ap.add_argument("--ep", default="1",
@@ -115,10 +117,36 @@ def preset_listing(preset_paths: list[str]) -> str:
     width = max(16, *(len(k) for k in presets.models))
     lines += [f"  {k:<{width}} {m.hf_name}, {_params_text(m)}, {m.n_layers} layers"
               for k, m in sorted(presets.models.items())]
+    lines += _hf_id_listing(presets)
     lines += ["", "engine profiles (--engine; scenario.engine_profiles):"]
     lines += [f"  {k:<16} {e.description}"
               for k, e in sorted(load_engine_profiles(extra_paths=preset_paths).items())]
     return "\n".join(lines) + "\n"
+
+
+def _hf_id_listing(presets) -> list[str]:
+    """The bundled Hugging Face ids whose architecture the cost model runs (hf_ids.py), each
+    read as --model reads it: a preset's repository names that preset."""
+    ids = hf_ids.bundled_ids()
+    runs = []
+    for hf_id in ids:
+        try:
+            runs.append((hf_id, presets.model(hf_id)))
+        except ConfigError:  # an architecture or format the cost model does not run
+            continue
+    width = max(16, *(len(k) for k, _ in runs)) if runs else 16
+    return ["", f"Hugging Face ids (--model; scenario.target, scenario.draft), read offline from "
+                f"the {len(ids)} config.json files bundled with {hf_ids.package_label()}: the "
+                f"{len(runs)} of an architecture the cost model runs (a preset's repository, as "
+                "listed above, names that preset):",
+            *(f"  {k:<{width}} {_params_text(m)}, {m.n_layers} layers, {_formats_text(m)}"
+              + (f" (= {m.model_id})" if m.model_id != k else "") for k, m in runs)]
+
+
+def _formats_text(m) -> str:
+    experts = m.expert_weight_format
+    return m.weight_format + (f", experts {experts}" if experts not in ("", m.weight_format)
+                              else "")
 
 
 def _params_text(m) -> str:

@@ -131,13 +131,23 @@ def test_engine_option_reports_that_profiles_overhead(capsys):
 
 
 def test_list_shows_every_gpu_model_and_engine_id(capsys):
+    from src.config import ConfigError
     from src.costmodel import load_engine_profiles
+    from src.costmodel.hf_ids import bundled_ids
 
     rc, out, err = run(capsys, ["--list"])
     assert rc == 0 and err == ""
     listed = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
     presets = load_presets()
-    assert listed == set(presets.gpus) | set(presets.models) | set(load_engine_profiles())
+    ids = set(presets.gpus) | set(presets.models) | set(load_engine_profiles())
+    hf_ids = set()  # the bundled Hugging Face ids the cost model runs (tests/test_hf_ids.py)
+    for hf_id in bundled_ids():
+        try:
+            presets.model(hf_id)
+            hf_ids.add(hf_id)
+        except ConfigError:
+            pass
+    assert listed == ids | hf_ids and hf_ids
 
 
 def test_missing_gpu_points_to_list(capsys):

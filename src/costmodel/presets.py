@@ -11,10 +11,12 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+import src.costmodel.hf_ids as hf_ids
 import src.costmodel.shapes as shapes
 from src.config import ConfigError, coerce, read_toml
 from src.costmodel.formats import KV_CACHE_FORMATS, WEIGHT_FORMATS
 from src.costmodel.hf_config import looks_like_config_path, model_fields_from_config
+from src.costmodel.hf_ids import looks_like_hf_id
 from src.errors import ascii_int
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
@@ -279,18 +281,63 @@ def model_from_config(path: str, field_name: str) -> "ModelSpec":
         raise CostModelInputError(field_name, e.allowed) from None
 
 
+def model_from_hf_id(hf_id: str, field_name: str) -> "ModelSpec":
+    """The ModelSpec of a Hugging Face id bundled with aiconfigurator-core (hf_ids.py): its
+    config.json read as model_from_config reads a path, with the id as model_id and hf_name (the
+    model an engine serves) and the ModelOpt sidecar's weight format where the config.json has
+    none. CostModelInputError(field_name, one line) for an id not bundled (the closest ones named)
+    or a file the cost model does not model."""
+    path = hf_ids.bundled_config(hf_id)
+    if path is None:
+        raise CostModelInputError(field_name, hf_ids.unknown_id_message(hf_id))
+    shown = hf_ids.display_name(hf_id)
+    try:
+        spec = replace(model_from_config(str(path), field_name), model_id=hf_id, hf_name=hf_id,
+                       source=shown, **hf_ids.sidecar_formats(hf_id, field_name))
+        return check_model(spec, hf_id)
+    except ConfigError as e:
+        text = e.allowed if e.field_name == field_name else str(e)
+        raise CostModelInputError(field_name, text.replace(str(path), shown)) from None
+
+
+def _preset_of_hf_name(models: Mapping, hf_id: str) -> "ModelSpec | None":
+    """The one preset whose Hugging Face repository (hf_name) is `hf_id`, or None: a preset wins
+    over a bundled file of the same id (its extra fields, e.g. an EAGLE head's shape, and its
+    citation come with it). Entries read from a file earlier are not presets."""
+    hits = [m for k, m in models.items()
+            if m.hf_name == hf_id and not looks_like_config_path(k) and not looks_like_hf_id(k)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _model_from_file(models: Mapping, model_id: str, field_name: str) -> "ModelSpec | None":
+    """The ModelSpec of a config.json path, or of a Hugging Face id (the preset of that hf_name,
+    else the bundled file); None for anything else."""
+    if looks_like_config_path(model_id):
+        return model_from_config(model_id, field_name)
+    if looks_like_hf_id(model_id):
+        return (_preset_of_hf_name(models, model_id)
+                or model_from_hf_id(model_id, field_name))
+    return None
+
+
 class ModelTable(dict):
-    """Model presets by id; a key naming a config.json file (ending in .json) is read from that
-    file on first use, so every `presets.models[...]` and `in presets.models` takes one."""
+    """Model presets by id; a key naming a config.json file (ending in .json) or a Hugging Face
+    id (org/name: a preset of that hf_name, else aiconfigurator-core's bundled model_configs/ file,
+    offline) is read on first use, so every `presets.models[...]` and `in presets.models` takes
+    one; a preset of the key's own name always wins. An org/name that is not bundled is `in` the
+    table and raises CostModelInputError (naming the closest bundled ids) when looked up, as a
+    missing .json does."""
 
     def __missing__(self, key):
-        if looks_like_config_path(key):
-            spec = self[key] = model_from_config(key, "model")
-            return spec
-        raise KeyError(key)
+        spec = _model_from_file(self, key, "model")
+        if spec is None:
+            raise KeyError(key)
+        self[key] = spec
+        return spec
 
     def __contains__(self, key) -> bool:
-        return dict.__contains__(self, key) or looks_like_config_path(key)
+        return (dict.__contains__(self, key) or looks_like_config_path(key)
+                or looks_like_hf_id(key))
 
 
 @dataclass(frozen=True)
@@ -310,15 +357,18 @@ class Presets:
         return self.gpus[gpu_id]
 
     def model(self, model_id: str, field_name: str = "model") -> ModelSpec:
-        """A preset by id, or the model of a config.json path (model_from_config)."""
-        if looks_like_config_path(model_id) and not dict.__contains__(self.models, model_id):
-            spec = model_from_config(model_id, field_name)
-            if isinstance(self.models, dict):
-                self.models[model_id] = spec
-            return spec
+        """A preset by id, or the model of a config.json path (model_from_config) or of a bundled
+        Hugging Face id (a preset of that id or hf_name, else model_from_hf_id)."""
+        if not dict.__contains__(self.models, model_id):
+            spec = _model_from_file(self.models, model_id, field_name)
+            if spec is not None:
+                if isinstance(self.models, dict):
+                    self.models[model_id] = spec
+                return spec
         if model_id not in self.models:
             raise CostModelInputError(
-                field_name, f"unknown model '{model_id}'; known: {', '.join(sorted(self.models))}")
+                field_name, f"unknown model '{model_id}'; known: {', '.join(sorted(self.models))}, "
+                "a config.json path or a Hugging Face id such as Qwen/Qwen3-32B")
         return self.models[model_id]
 
 

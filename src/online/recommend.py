@@ -53,11 +53,12 @@ def make_parser() -> argparse.ArgumentParser:
                     "throughput change (steady state by batch size, or simulated by request rate).")
     p.add_argument("--gpu", required=True, help="GPU preset id (python run.py step-time --list)")
     p.add_argument("--target", required=True,
-                   help="target model preset id, e.g. llama-3.1-8b, or a path to a Hugging Face "
-                        "config.json (README, 'A model from its config.json')")
+                   help="target model: a preset id, e.g. llama-3.1-8b, a Hugging Face id, e.g. "
+                   "Qwen/Qwen3-32B (step-time --list), or a path to a Hugging Face config.json "
+                   "(README, 'A model from its config.json')")
     p.add_argument("--draft", required=True,
-                   help="draft model preset id (or config.json path) with the target's "
-                        "vocabulary, an EAGLE-3 head preset, 'eagle' or 'ngram'")
+                   help="draft model (as --target) with the target's vocabulary, an EAGLE-3 "
+                   "head preset, 'eagle' or 'ngram'")
     p.add_argument("--acceptance", required=True,
                    help=f"per-token acceptance probability of the draft, {ALPHA_CLIP[0]:g}.."
                         f"{ALPHA_CLIP[1]:g} (vLLM's accepted / draft tokens is a lower bound of it "
@@ -544,8 +545,5 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    try:
-        print(text)
-    except BrokenPipeError:  # the reader (e.g. `head`) stopped early
-        pass
+    print(text)  # a reader that stops early (`| head`) is run.py's to handle
     return 0

@@ -25,8 +25,9 @@ from src.online.blog_check import block_last
 OPTIONS = {  # option -> help (plan key = the option's name with underscores)
     "gpus": "GPU presets, comma-separated (src/presets/gpus.toml)",
     "tp": "tensor-parallel sizes, e.g. 1,2 (default 1); a draft model runs at the same tp",
-    "pairs": "target+draft, comma-separated, e.g. llama-3.1-8b+llama-3.2-1b; each model a "
-             "preset or the path to a Hugging Face config.json (PATH/config.json+PATH/draft.json"
+    "pairs": "target+draft, comma-separated, e.g. llama-3.1-8b+llama-3.2-1b or "
+             "Qwen/Qwen3-32B+Qwen/Qwen3-0.6B; each model a preset, a Hugging Face id (step-time "
+             "--list) or the path to a Hugging Face config.json (PATH/config.json+PATH/draft.json"
              ", in a plan file relative to its folder); draft also eagle or ngram",
     "engines": "engine profiles (default vllm-v1)",
     "policies": "speculation policies: none, fixed[:G], schedule, adaptive, off-above[:N[:G]]; "
