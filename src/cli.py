@@ -30,6 +30,7 @@ from src.hardware.scenario import (
     check_tree_engines,
     default_hardware_scenario,
     load_scenario,
+    select_engine_profiles,
 )
 
 if TYPE_CHECKING:
@@ -101,6 +102,10 @@ def make_parser() -> argparse.ArgumentParser:
                                       "unless --out is given. Default: the reference study and the "
                                       "default "
                                       "hardware scenario (H100, Llama-3.1-8B + Llama-3.2-1B).")
+    p.add_argument("--engine-profiles",
+                   help="run only these of the scenario's engine profiles (scenario."
+                        "engine_profiles), comma-separated, the first the default; e.g. drop "
+                        "vllm-v1, which verifies chains only, to run --trees")
     p.add_argument("--out",
                    help="output folder; each run replaces OUT/results and OUT/plots as a whole "
                    "(default: "
@@ -150,6 +155,9 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
     """The hardware scenario to run (None for --scenario reference), with the command line's grid
     options applied over the scenario's own [study] table."""
     if args.scenario == "reference":
+        if args.engine_profiles is not None:
+            raise ConfigError("--engine-profiles", "the reference study (--scenario reference) "
+                                                   "has no engine profiles; give a scenario file")
         return None
     try:
         scenario = (default_hardware_scenario() if args.scenario is None
@@ -158,6 +166,8 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
         if e.field_name == "--scenario":  # the file itself could not be read
             raise
         raise ConfigError(f"--scenario {args.scenario}", str(e)) from None
+    if args.engine_profiles is not None:
+        scenario = select_engine_profiles(scenario, args.engine_profiles)
     # fields set on the command line or in --config apply to the scenario's grid too; draft_cost
     # belongs to the flat cost model and does not, so a scenario file alone refuses it
     in_config = set(load_toml(args.config)) if args.config else set()
@@ -180,8 +190,18 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
     if overrides:
         scenario = replace(scenario, study=replace(scenario.study, **overrides))
         if "trees" in overrides:
-            check_tree_engines(scenario, "--trees" if args.trees is not None
-                               else f"--config {args.config}: trees")
+            try:
+                check_tree_engines(scenario, "--trees" if args.trees is not None
+                                   else f"--config {args.config}: trees")
+            except ConfigError as e:
+                from src.trees.costs import TreeEngine, tree_engines
+                known = tree_engines()
+                able = [n for n in scenario.engine_profiles
+                        if known.get(n, TreeEngine()).verifies_trees]
+                if not able or len(able) == len(scenario.engine_profiles):
+                    raise  # no profile to keep, or the refusal is not about a profile
+                raise ConfigError(e.field_name, f"{e.allowed}; or run the scenario's others: "
+                                                f"--engine-profiles {','.join(able)}") from None
         try:
             check_memory(scenario)
         except ConfigError as e:

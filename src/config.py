@@ -12,7 +12,7 @@ import textwrap
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping, Union
 
-from src.errors import ConfigError
+from src.errors import ConfigError, ascii_float, ascii_int
 from src.input_files import read_text_file, read_toml  # noqa: F401 (the readers' home here)
 from src.trees import config_rules as tr
 
@@ -243,7 +243,7 @@ def _number(name: str, value: Any, *, integer: bool = False,
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         if isinstance(value, str):
             try:
-                value = int(value) if integer else float(value)
+                value = ascii_int(value) if integer else ascii_float(value)
             except ValueError:
                 kind = "an integer" if integer else "a number"
                 raise error(name, f"expected {kind}, got {value!r}") from None

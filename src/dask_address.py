@@ -29,7 +29,7 @@ from src.config import ConfigError
 CONNECT_TIMEOUT_S = 5.0  # how long a --dask address gets to answer
 DASK_ENV = "DASK_SCHEDULER_ADDRESS"
 MAX_LOCAL_WORKERS = 256
-_LOCAL = re.compile(r"local:([0-9]+)")  # ASCII digits: re's \d also matches '٣' and int() reads it
+_LOCAL = re.compile(r"local:([0-9]+)")  # [0-9], not \d: ASCII digits only (src/errors.py)
 # [SCHEME://]HOST:PORT: a host name or IPv4 address (at most 253 characters, DNS's limit), or an
 # IPv6 address in brackets; the port is required (distributed refuses an address without one)
 _ADDRESS = re.compile(r"(?:(tcp|tls|ucx|ws|wss)://)?(?:\[([0-9A-Fa-f:.]{2,45})\]|"

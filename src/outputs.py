@@ -93,7 +93,7 @@ def _leftover_pid(name: str) -> int | None:
     for kind in ("staging-", "previous-", "swap-"):
         if name.startswith(PREFIX + kind):
             pid = name[len(PREFIX + kind):].split("-", 1)[0]
-            return int(pid) if pid.isdigit() else None
+            return int(pid) if pid.isascii() and pid.isdigit() else None
     return None
 
 

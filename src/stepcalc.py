@@ -37,6 +37,7 @@ from src.costmodel import (
     load_presets,
     pass_coefficients,
 )
+from src.errors import ascii_int
 from src.kernels.sources import table_source
 
 COLUMNS = ("batch", "positions", "tokens", "total_ms", "layers_non_attention_ms", "attention_ms",
@@ -56,7 +57,7 @@ def _int_list(flag: str, text: str, minimum: int) -> list[int]:
     for part in text.split(","):
         part = part.strip()
         try:
-            value = int(part)
+            value = ascii_int(part)
         except ValueError:
             raise ConfigError(flag, f"'{part}' is not an integer; allowed: comma-separated "
                               f"integers >= {minimum}, e.g. 1,8,64") from None

@@ -169,3 +169,42 @@ def test_a_config_draft_cost_that_a_scenario_file_would_ignore_is_refused(tmp_pa
     assert err.count("\n") == 1 and err.startswith(f"error: --config {config}: draft_cost is not "
                                                    "used")
     assert not out.exists()
+
+
+# -- --engine-profiles: pick the scenario's engine profiles (issue 26) ----------------------------
+
+CHAIN_SCENARIO = "configs/scenarios/h100-llama8b-1b.toml"  # engine_profiles = ["ideal", "vllm-v1"]
+
+
+def test_engine_profiles_drops_a_chains_only_engine_so_trees_run(tmp_path):
+    from src.cli import parse
+    out = ["--out", str(tmp_path / "out")]
+    plan = parse(["--scenario", CHAIN_SCENARIO, "--trees", "3:2:6", "--engine-profiles", "ideal",
+                  *out])
+    assert plan.scenario.engine_profiles == ("ideal",)
+    assert [t.label for t in plan.scenario.study.trees if not t.is_chain] == ["3:2:6"]
+    plan = parse(["--scenario", CHAIN_SCENARIO, "--engine-profiles", "vllm-v1,ideal", *out])
+    assert plan.scenario.engine_profiles == ("vllm-v1", "ideal")  # the order given: first default
+
+
+def test_trees_refusal_names_engine_profiles():
+    from tests.helpers import run_captured
+    done = run_captured(["--scenario", CHAIN_SCENARIO, "--trees", "3:2:6", "--out", "/nonexistent"])
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "vllm-v1 verifies chains only" in done.stderr
+    assert done.stderr.rstrip().endswith("--engine-profiles ideal")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--scenario", CHAIN_SCENARIO, "--engine-profiles", "sglang"],
+     "'sglang' is not an engine profile of scenario h100-llama8b-1b; allowed: ideal, vllm-v1"),
+    (["--scenario", CHAIN_SCENARIO, "--engine-profiles", "ideal,ideal"], "listed twice"),
+    (["--scenario", CHAIN_SCENARIO, "--engine-profiles", "ideal,"], "empty item"),
+    (["--scenario", "reference", "--engine-profiles", "ideal"], "has no engine profiles"),
+])
+def test_engine_profiles_refusals_are_one_line(argv, needle, tmp_path):
+    from tests.helpers import run_captured
+    done = run_captured([*argv, "--out", str(tmp_path / "out")])
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: --engine-profiles: ") and needle in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -105,3 +105,21 @@ def test_design_layout_names_every_module_and_only_existing_ones():
                 os.path.isdir(os.path.join(src, entry)) and not entry.startswith((".", "__"))):
             name = f"src/{entry}" + ("/" if os.path.isdir(os.path.join(src, entry)) else "")
             assert name in paths, f"design.md layout does not list {name}"
+
+
+def test_readme_moe_layers_paragraph_sits_in_the_moe_section():
+    """It was glued inside the quickstart's timing paragraph (issue 26)."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    i = readme.index("**MoE layers.**")
+    section = readme.rfind("\n## ", 0, i)
+    assert readme[section:].startswith("\n## Mixture-of-Experts targets")
+    assert readme[i - 2:i] == "\n\n"  # a paragraph of its own
+
+
+def test_readme_outputs_say_gamma_is_n_minus_1_for_trees():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    outputs = readme[readme.index("### Outputs"):readme.index("### Your measured acceptance")]
+    row = next(line for line in outputs.splitlines() if line.startswith("| `results/results.csv`"))
+    assert "N - 1" in row and "`tree_tokens`" in row

@@ -166,16 +166,21 @@ def test_readme_tree_findings_are_generated_from_the_tree_study():
     assert block.count("- ") >= 2 and "sglang / continuous_refill" in block
 
 
-def test_tree_plot_labels_each_shape_once_per_point():
-    """Where quality modes share a best tree at a batch size the plot labels it once (three modes
-    overprinted '4:4:16' at batch 1-8 of the committed study)."""
+def test_tree_plot_names_each_shape_once_as_a_tick():
+    """The best shape sits on a categorical axis, one tick label per shape of the grid (sorted by
+    N), and no text is drawn beside the points: annotations beside them overlapped each other,
+    the lines and the panel's edge (issue 26)."""
     from src.trees.plots import plot_trees
     rows = pd.read_csv(os.path.join(ROOT, "studies", "trees", "results", "results.csv"))
+    trees = rows[rows.tree_topk > 1]
+    shapes = sorted({(n, s, k) for s, k, n in zip(trees.tree_steps, trees.tree_topk,
+                                                   trees.tree_tokens)})
     fig = plot_trees(rows, "t")
     try:
-        for ax in fig.axes[::2][:2]:  # the two best-N panels
-            labels = [(t.xy, t.get_text()) for t in ax.texts]
-            assert labels and len(labels) == len(set(labels)), labels
+        for ax in fig.axes[::2][:2]:  # the two best-shape panels
+            assert not ax.texts
+            ticks = [t.get_text() for t in ax.get_yticklabels()]
+            assert ticks == [f"{s}:{k}:{n}" for n, s, k in shapes]
     finally:
         import matplotlib.pyplot as plt
         plt.close(fig)

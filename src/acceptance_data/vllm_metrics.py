@@ -67,6 +67,12 @@ def parse_counters(text: str, source: str, model_name: str | None = None,
     models: set[str] = set()
     all_models: set[str] = set()
     label_sets: set = set()
+    for line in text.splitlines():  # the parser's float() reads other scripts' digits ('٣' = 3)
+        value_part = line.rsplit("}", 1)[-1] if "}" in line else line.strip().partition(" ")[2]
+        if not line.startswith("#") and not value_part.isascii():
+            raise ConfigError(option, f"{source}: the sample {line.strip()[:80]!r} has a value "
+                                      "that is not in ASCII digits; expected numbers such as "
+                                      "12 or 1.5e3")
     try:
         families = list(text_string_to_metric_families(text))
     # malformed lines (ValueError mostly)
@@ -97,7 +103,7 @@ def parse_counters(text: str, source: str, model_name: str | None = None,
             label_sets.add(tuple(sorted((k, v) for k, v in labels.items() if k != "position")))
             if name == PER_POSITION:
                 position = labels.get("position", "")
-                if not position.isdigit():
+                if not (position.isascii() and position.isdigit()):
                     raise ConfigError(option,
                                       f"{source}: {PER_POSITION} has position={position!r}; "
                                               "expected a label position=\"0\", \"1\", ...")

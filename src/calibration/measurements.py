@@ -25,6 +25,7 @@ import math
 import pandas as pd
 
 from src.config import ConfigError, read_text_file
+from src.errors import ascii_float
 
 REQUIRED_COLUMNS = ("model", "mode", "what", "attention_backend", "batch", "positions", "context",
                     "median_ms")
@@ -79,7 +80,7 @@ def read_measurements(path: str, known_models, flag: str = "--measurements") -> 
 
 def _integer(column: str, text: str, minimum: int, line: int) -> int:
     try:
-        value = float(text)
+        value = ascii_float(text)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value != int(value) or value < minimum:
@@ -90,7 +91,7 @@ def _integer(column: str, text: str, minimum: int, line: int) -> int:
 
 def _time_ms(text: str, line: int) -> float:
     try:
-        value = float(text)
+        value = ascii_float(text)
     except ValueError:
         raise CalibrationInputError(
             f"median_ms (line {line})",
@@ -149,7 +150,7 @@ def read_moe_measurements(path: str, flag: str = "--measurements") -> pd.DataFra
 
 def _number(column: str, text: str, line: int) -> float:
     try:
-        value = float(text)
+        value = ascii_float(text)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:

@@ -15,6 +15,7 @@ import src.costmodel.shapes as shapes
 from src.config import ConfigError, coerce, read_toml
 from src.costmodel.formats import KV_CACHE_FORMATS, WEIGHT_FORMATS
 from src.costmodel.hf_config import looks_like_config_path, model_fields_from_config
+from src.errors import ascii_int
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
 BUILTIN_PRESET_FILES = (
@@ -470,7 +471,7 @@ def _load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
         for gpu_id, per_n in data.get("allreduce", {}).items():
             for n_text, raw in per_n.items():
                 try:
-                    n_gpus = int(n_text)
+                    n_gpus = ascii_int(n_text)
                     fit = AllReduceFit(gpu_id, n_gpus, float(raw["latency_us"]),
                                        float(raw["bus_bandwidth_gb_per_s"]))
                 except (KeyError, TypeError, ValueError):

@@ -1,6 +1,7 @@
-"""plots/moe_speedup_vs_batch.png: per MoE scenario, the best-gamma speedup against batch size for
-the MoE target and its dense twin, with the fraction of routed experts one MoE layer reads (decode
-pass and 4-token verification pass) on a second axis."""
+"""plots/moe_speedup_vs_batch.png: per MoE scenario, two panels sharing the batch axis: above, the
+best-gamma speedup against batch size for the MoE target and its dense twin (1.0x = greedy);
+below, the fraction of routed experts one MoE layer reads (decode pass and a 4-token verification
+pass). Separate panels, not a second y axis, so no experts curve can seem to cross the 1.0x line."""
 from __future__ import annotations
 
 import math
@@ -16,8 +17,12 @@ def plot_moe_speedup(studies) -> bytes:
     n = len(studies)
     cols = 2 if n > 1 else 1
     nrows = math.ceil(n / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(6.4 * cols, 3.6 * nrows), squeeze=False)
-    for ax, study in zip(axes.flat, studies):
+    fig, axes = plt.subplots(2 * nrows, cols, figsize=(6.4 * cols, 4.6 * nrows), squeeze=False,
+                             gridspec_kw={"height_ratios": [2.2, 1] * nrows},
+                             layout="constrained")
+    handles: list = [[], []]
+    for i, study in enumerate(studies):
+        ax, ax_e = axes[2 * (i // cols), i % cols], axes[2 * (i // cols) + 1, i % cols]
         sc = study.scenario
         mode = sc.study.quality_modes[0]
         best = study.best[study.best.quality_mode == mode]
@@ -25,32 +30,34 @@ def plot_moe_speedup(studies) -> bytes:
             b = best[best.target == target].sort_values("batch_size")
             ax.plot(b.batch_size, b.speedup, style, color=colour, marker="o", ms=3,
                     label=f"{'MoE target' if target == 'moe' else 'dense twin'} (best gamma)")
-        ax.axhline(1.0, color="black", lw=0.8)
-        ax.set_xscale("log", base=2)
+        ax.axhline(1.0, color="black", lw=0.8, label="1.0x = greedy")
         ticks = sorted(best.batch_size.unique())
-        ax.set_xticks(ticks, [str(int(t)) for t in ticks])
         ax.set_ylim(bottom=min(0.9, float(best.speedup.min()) - 0.1))
-        ax.set_xlabel("batch size (sequences)")
-        ax.set_ylabel("speedup over greedy (x)")
+        ax.set_ylabel("speedup over\ngreedy (x)")
         ax.set_title(f"{sc.name}\n{mode}, engine profile {study.engine}, "
                      f"{study.context_tokens} tokens of context", fontsize=FONT_PT)
-        ax2 = ax.twinx()
         rows = study.rows[(study.rows.quality_mode == mode) & (study.rows.target == "moe")]
         g = PREMIUM_GAMMA if PREMIUM_GAMMA in set(rows.gamma) else int(rows.gamma.min())
         r = rows[rows.gamma == g].sort_values("batch_size")
-        ax2.plot(r.batch_size, 100 * r.experts_decode_fraction, ":", color="grey",
-                 label="experts read: decode")
-        ax2.plot(r.batch_size, 100 * r.experts_verify_fraction, "-.", color="grey",
-                 label=f"experts read: verify {g + 1} tokens")
-        ax2.set_ylim(0, 105)
-        ax2.set_ylabel("routed experts read per layer (%)", color="grey")
+        ax_e.plot(r.batch_size, 100 * r.experts_decode_fraction, ":", color="dimgrey",
+                  marker=".", label="MoE experts read: decode")
+        ax_e.plot(r.batch_size, 100 * r.experts_verify_fraction, "-.", color="dimgrey",
+                  marker=".", label=f"MoE experts read: verify {g + 1} tokens")
+        ax_e.set_ylim(0, 105)
+        ax_e.set_ylabel("experts read\nper layer (%)")
+        ax_e.set_xlabel("batch size (sequences)")
+        for a in (ax, ax_e):
+            a.set_xscale("log", base=2)
+            a.set_xticks(ticks, [str(int(t)) for t in ticks])
+            a.grid(alpha=0.3)
+        ax.tick_params(labelbottom=False)
         handles = [a + b for a, b in zip(ax.get_legend_handles_labels(),
-                                           ax2.get_legend_handles_labels())]
-    for ax in list(axes.flat)[n:]:
-        ax.set_visible(False)
+                                           ax_e.get_legend_handles_labels())]
+    for j in range(n, nrows * cols):
+        axes[2 * (j // cols), j % cols].set_visible(False)
+        axes[2 * (j // cols) + 1, j % cols].set_visible(False)
     fig.suptitle("MoE targets against a dense twin of the same active size: steady-state speedup "
-                 "of the best gamma\n(grey, right axis: routed experts one MoE layer reads)",
+                 "of the best gamma\n(lower panel of each: routed experts one MoE layer reads)",
                  fontsize=10)
-    fig.legend(*handles, loc="lower center", ncol=4, fontsize=FONT_PT, frameon=False)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.legend(*handles, loc="outside lower center", ncol=5, fontsize=FONT_PT, frameon=False)
     return png_bytes(fig)

@@ -24,6 +24,7 @@ from src.config import (
     UniformLength,
     build_config,
     check_keys,
+    list_items,
     read_toml,
 )
 from src.costmodel import (
@@ -307,6 +308,20 @@ def _preset_paths(value: Any, source_path: str | None) -> tuple[str, ...]:
             read_file_bytes(path, "scenario.presets", "a TOML file", max_bytes=MAX_TOML_BYTES)
         out.append(str(path))
     return tuple(out)
+
+
+def select_engine_profiles(scenario: Scenario, value, flag: str = "--engine-profiles") -> Scenario:
+    """The scenario with only the engine profiles `value` names ('a,b'), each one the scenario
+    lists, in the order given (the first is the default); ConfigError(flag, ...) otherwise."""
+    listed = scenario.engine_profiles
+    names = list_items(flag, value, f"the scenario's engine profiles ({', '.join(listed)})")
+    for i, name in enumerate(names):
+        if name not in listed:
+            raise ConfigError(flag, f"{name!r} is not an engine profile of scenario "
+                                    f"{scenario.name}; allowed: {', '.join(listed)}")
+        if name in names[:i]:
+            raise ConfigError(flag, f"{name!r} is listed twice; give each profile once")
+    return replace(scenario, engine_profiles=tuple(names))
 
 
 def check_tree_engines(scenario: Scenario, field: str) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from src.config import OneLineArgumentParser
 from src.costmodel import CostModelInputError, ModelSpec, load_presets
+from src.errors import ascii_float, ascii_int
 from src.measure.plan import (
     ATTENTION_BACKENDS,
     COLUMNS,
@@ -140,7 +141,7 @@ def _int_list(flag: str, text: str, minimum: int) -> tuple[int, ...]:
     for part in text.split(","):
         part = part.strip()
         try:
-            value = int(part)
+            value = ascii_int(part)
         except ValueError:
             raise UsageError(f"{flag}: '{part}' is not an integer; allowed: comma-separated "
                              f"integers >= {minimum}, e.g. 1,8,64") from None
@@ -152,7 +153,7 @@ def _int_list(flag: str, text: str, minimum: int) -> tuple[int, ...]:
 
 def _number(flag: str, text: str, minimum: float, integer: bool = False):
     try:
-        value = int(text) if integer else float(text)
+        value = ascii_int(text) if integer else ascii_float(text)
     except ValueError:
         kind = "an integer" if integer else "a number"
         raise UsageError(f"{flag}: '{text}' is not {kind}; allowed: >= {minimum:g}") from None
@@ -194,7 +195,7 @@ def parse_request(argv: list[str]) -> MeasureRequest:
     args = build_parser().parse_args(argv)
     device = args.device.strip()
     if device != "cpu" and device != "cuda" and not (
-            device.startswith("cuda:") and device[5:].isdigit()):
+            device.startswith("cuda:") and device[5:].isascii() and device[5:].isdigit()):
         raise UsageError(f"--device: unknown '{device}'; allowed: cuda, cuda:N, cpu")
     on_cpu = device == "cpu"
     modes = _choices("--mode", args.mode or ("eager" if on_cpu else "graph"), MODES)

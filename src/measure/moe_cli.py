@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from src.config import OneLineArgumentParser
+from src.errors import ascii_float
 from src.measure.cli import (
     INSTALL_HINT,
     UsageError,
@@ -85,7 +86,7 @@ def _skews(text: str) -> tuple[float, ...]:
     out = []
     for part in text.split(","):
         try:
-            value = float(part)
+            value = ascii_float(part)
         except ValueError:
             value = float("nan")
         if not value == value or value < 0 or value == float("inf"):
@@ -104,7 +105,7 @@ def parse_request(argv: list[str]) -> MoeRequest:
     if any(m not in MODES for m in modes):
         raise UsageError(f"--mode: allowed: {', '.join(MODES)}")
     if args.device != "cpu" and not (args.device == "cuda" or args.device.startswith("cuda:")
-                                     and args.device[5:].isdigit()):
+                                     and args.device[5:].isascii() and args.device[5:].isdigit()):
         raise UsageError(f"--device: '{args.device}'; allowed: cuda, cuda:N, cpu")
     if args.device == "cpu" and "graph" in modes:
         raise UsageError("--mode: graph needs a CUDA device; use --mode eager with --device cpu")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from src.config import ConfigError, read_text_file
+from src.errors import ascii_float
 from src.workload import stream
 
 
@@ -47,7 +48,7 @@ def parse_arrival(text: str) -> ArrivalProcess:
         return ArrivalProcess()
     if text.startswith("gamma:"):
         try:
-            cv = float(text.split(":", 1)[1])
+            cv = ascii_float(text.split(":", 1)[1])
         except ValueError:
             cv = float("nan")
         if not (math.isfinite(cv) and cv > 0):
@@ -117,7 +118,7 @@ def read_trace(path: str) -> Trace:
         for column, i in index.items():
             cell = row[i].strip()
             try:
-                value = float(cell)
+                value = ascii_float(cell)
             except ValueError:
                 value = float("nan")
             integer = column in ("prompt_tokens", "output_tokens")

@@ -27,6 +27,7 @@ from src.config import (
     list_items,
     read_toml,
 )
+from src.errors import ascii_float, ascii_int
 from src.hardware.scenario import SERVING_KEYS, check_serving_table
 from src.online.load_options import parse_concurrency, parse_fixed_workload
 
@@ -127,7 +128,7 @@ def _int(flag: str, value: Any, low: int, high: int = 10**9) -> int:
     try:
         if isinstance(value, bool):
             raise ValueError
-        v = int(str(value).strip()) if not isinstance(value, int) else value
+        v = ascii_int(str(value)) if not isinstance(value, int) else value
     except ValueError:
         raise ConfigError(flag, f"'{value}' is not an integer; allowed: {low}..{high}") from None
     if not low <= v <= high:
@@ -137,7 +138,7 @@ def _int(flag: str, value: Any, low: int, high: int = 10**9) -> int:
 
 def _positive_float(flag: str, value: Any) -> float:
     try:
-        v = float(value)
+        v = ascii_float(value)
     except (TypeError, ValueError):
         v = math.nan
     if isinstance(value, bool) or not (math.isfinite(v) and v > 0):
@@ -151,7 +152,7 @@ def parse_rates(flag: str, value: Any) -> tuple[float, ...]:
     rates = []
     for item in items:
         try:
-            r = float(item)
+            r = ascii_float(item)
         except (TypeError, ValueError):
             raise ConfigError(
                 flag, f"'{item}' is not a number; allowed: rates > 0 in requests/s, e.g. 1,2,4"
@@ -183,7 +184,7 @@ def parse_slo(flag: str, value: Any) -> tuple[float, float]:
         unit = 1e-3 if amount.endswith("ms") else 1.0
         number = amount[:-2] if amount.endswith("ms") else amount.removesuffix("s")
         try:
-            v = float(number) * unit
+            v = ascii_float(number) * unit
         except ValueError:
             v = math.nan
         if not (math.isfinite(v) and v > 0):

@@ -40,6 +40,7 @@ import numpy as np
 
 from src.acceptance import expected_tokens_per_step, expected_tokens_per_step_profile
 from src.config import ConfigError, list_items
+from src.errors import ascii_int
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ def parse_policies(
             elif part == "adaptive":
                 policy = Adaptive(max_gamma=max_gamma)
             elif head == "fixed":
-                g = int(rest) if rest else default_gamma
+                g = ascii_int(rest) if rest else default_gamma
                 if not 1 <= g <= max_gamma:
                     raise ValueError(f"gamma {g} outside 1..{max_gamma}")
                 policy = FixedGamma(g)
@@ -226,8 +227,8 @@ def parse_policies(
                 policy = FixedTree(shape) if not shape.is_chain else FixedGamma(shape.steps)
             elif head == "off-above" or part == "off-above":
                 n_text, _, g_text = rest.partition(":")
-                n = int(n_text) if n_text else default_off_above
-                g = int(g_text) if g_text else default_gamma
+                n = ascii_int(n_text) if n_text else default_off_above
+                g = ascii_int(g_text) if g_text else default_gamma
                 if n < 1 or not 1 <= g <= max_gamma:
                     raise ValueError(f"N must be >= 1 and G in 1..{max_gamma}")
                 policy = OffAbove(n, g)
@@ -360,7 +361,7 @@ def steady_state_gammas(
 
 def check_gamma_text(text: str, flag: str, max_gamma: int) -> int:
     try:
-        g = int(text)
+        g = ascii_int(text)
     except ValueError:
         g = math.nan
     if not (isinstance(g, int) and 1 <= g <= max_gamma):

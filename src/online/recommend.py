@@ -31,6 +31,7 @@ from src.config import (
     check_alpha,
     list_items,
 )
+from src.errors import ascii_float
 from src.online.gamma_rule import SCHEDULE_TOLERANCE, rises, tolerant_gammas, tops_out
 from src.trees.shape import TreeShape
 
@@ -85,7 +86,7 @@ def make_parser() -> argparse.ArgumentParser:
 def _tolerance(text: str) -> float:
     """--tolerance: a fraction in 0..0.5."""
     try:
-        x = float(text)
+        x = ascii_float(text)
     except ValueError:
         x = float("nan")
     if not 0.0 <= x <= 0.5:

@@ -21,6 +21,7 @@ from src.config import (
     parse_length_distribution,
     read_toml,
 )
+from src.errors import ascii_float, ascii_int
 from src.online.counter_rng import request_keys
 from src.workload import sample_alpha, sample_lengths, stream
 
@@ -44,13 +45,16 @@ def _length(name: str, table) -> LengthDistribution:
             raise ConfigError(
                 name, f"lognormal_mean needs exactly {', '.join(sorted(keys - {'kind'}))}"
             )
-        mean, cv = float(table["mean"]), float(table["cv"])
-        if not (mean > 0 and cv > 0):
-            raise ConfigError(name, "lognormal_mean needs mean > 0 and cv > 0")
+        try:
+            mean, cv = ascii_float(table["mean"]), ascii_float(table["cv"])
+            low, high = ascii_int(table["low"]), ascii_int(table["high"])
+        except (TypeError, ValueError):
+            mean = cv = math.nan
+        if not (mean > 0 and cv > 0 and math.isfinite(mean) and math.isfinite(cv)):
+            raise ConfigError(name, "lognormal_mean needs numbers mean > 0 and cv > 0 and "
+                                    "integers low, high (ASCII digits)")
         sigma = math.sqrt(math.log1p(cv**2))
-        return LognormalLength(
-            mean / math.sqrt(1 + cv**2), sigma, int(table["low"]), int(table["high"])
-        )
+        return LognormalLength(mean / math.sqrt(1 + cv**2), sigma, low, high)
     return parse_length_distribution(name, table)
 
 

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 from src.config import ConfigError, check_alpha, list_items
 from src.costmodel.hf_config import looks_like_config_path
+from src.errors import ascii_float, ascii_int
 from src.input_files import read_file_bytes, read_toml
 
 PLAN_KEYS = ("gpus", "tp", "pairs", "engines", "policies", "workloads", "slo", "target_rate",
@@ -76,7 +77,7 @@ def _number(flag: str, value: Any, low: float, high: float, integer: bool = Fals
     try:
         if isinstance(value, bool):
             raise ValueError
-        v = int(str(value).strip()) if integer else float(value)
+        v = ascii_int(str(value)) if integer else ascii_float(value)
     except (TypeError, ValueError):
         raise ConfigError(flag, f"'{value}' is not {kind}; allowed: {low:g}..{high:g}") from None
     if not math.isfinite(v) or not (low < v if low_open else low <= v) or v > high:
@@ -189,7 +190,7 @@ def parse_prices(flag: str, value: Any, gpus: tuple[str, ...]) -> tuple[tuple[st
     for gpu in gpus:
         raw = table[gpu]
         try:
-            price = float(raw) if not isinstance(raw, bool) else math.nan
+            price = ascii_float(raw) if not isinstance(raw, bool) else math.nan
         except (TypeError, ValueError):
             price = math.nan
         if not (math.isfinite(price) and price > 0):

@@ -28,37 +28,30 @@ def plot_trees(rows: pd.DataFrame, title: str):
     for e_i, engine in enumerate(engines):
         best = best_rows(rows[rows.engine_profile == engine])
         ax_n, ax_s = axes[e_i]
-        labelled: dict[tuple, list[str]] = {}  # (batch, N) -> shapes annotated there
+        # the best shape on a categorical axis, one row per shape of the grid (sorted by N): each
+        # label is written once, as a tick; modes at the same point are dodged sideways
+        shapes = sorted({(int(t.tree_tokens), int(t.tree_steps), int(t.tree_topk))
+                         for t in rows[rows.tree_topk > 1].itertuples()})
+        row_of = {f"{s_}:{k}:{n_}": i for i, (n_, s_, k) in enumerate(shapes)}
         for m_i, mode in enumerate(modes):
             b = best[best.quality_mode == mode].sort_values("batch_size")
             if b.empty:
                 continue
-            n = [int(t.tree_tokens) for t in b.tree]
-            ax_n.plot(b.batch_size, n, marker=MARKERS[m_i], color=colors[mode], label=mode)
-            for x, t, v in zip(b.batch_size, b.tree, b.verdict):
+            dodge = 2.0 ** (0.08 * (m_i - (len(modes) - 1) / 2))
+            x = [v * dodge for v in b.batch_size]
+            y = [row_of[shape_label(t)] for t in b.tree]
+            ax_n.plot(x, y, marker=MARKERS[m_i], color=colors[mode], label=mode)
+            for xi, yi, v in zip(x, y, b.verdict):
                 if v != "tree":  # the tree does not win here: hollow marker
-                    ax_n.plot([x], [int(t.tree_tokens)], marker=MARKERS[m_i], ms=9,
-                              mfc="white", color=colors[mode])
+                    ax_n.plot([xi], [yi], marker=MARKERS[m_i], ms=9, mfc="white",
+                              color=colors[mode])
             ax_s.plot(b.batch_size, [t.speedup for t in b.tree], marker=MARKERS[m_i],
                       color=colors[mode], label=f"{mode}: best tree")
             ax_s.plot(b.batch_size, [c.speedup for c in b.chain], marker=MARKERS[m_i],
                       color=colors[mode], ls="--", mfc="white", label=f"{mode}: best chain")
-            for x, t in zip(b.batch_size, b.tree):
-                # one label per shape and point (modes that share it would overprint it); a
-                # second shape of the same N at the same batch goes below the first
-                here = labelled.setdefault((int(x), int(t.tree_tokens)), [])
-                if shape_label(t) in here:
-                    continue
-                ax_n.annotate(shape_label(t), (x, int(t.tree_tokens)), fontsize=FONT_PT - 2,
-                              xytext=(3, 3 - 9 * len(here)), textcoords="offset points",
-                              color=colors[mode])
-                here.append(shape_label(t))
-        ax_n.set_yscale("log", base=2)
-        ax_n.set_ylabel("best tree size N (tokens verified per sequence)")
-        ticks = sorted({int(v) for v in rows[rows.tree_topk > 1].tree_tokens})
-        ax_n.set_yticks(ticks)
-        ax_n.set_yticklabels([str(t) for t in ticks])
-        ax_n.yaxis.set_minor_locator(plt.NullLocator())
+        ax_n.set_yticks(range(len(shapes)), [f"{s_}:{k}:{n_}" for n_, s_, k in shapes])
+        ax_n.set_ylim(-0.5, len(shapes) - 0.5)
+        ax_n.set_ylabel("best tree S:K:N (rows by N)")
         log2_batch_axis(ax_n, batches)
         ax_n.grid(alpha=0.3)
         ax_n.set_title(f"{engine}: best SGLang tree (S:K:N) by batch size\n"

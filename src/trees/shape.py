@@ -80,7 +80,8 @@ def check_shape(shape: TreeShape) -> TreeShape:
 def parse_shape(text) -> TreeShape:
     """'S:K:N' -> TreeShape (TreeShapeError on anything else)."""
     parts = str(text).strip().split(":")
-    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+    # ASCII digits only: '²' passes isdigit() and fails int(), int('٣') is 3
+    if len(parts) != 3 or not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
         raise TreeShapeError(f"expected S:K:N (three integers, e.g. 5:4:8; a chain of gamma is "
                              f"G:1:G+1), got {text!r}")
     return check_shape(TreeShape(*(int(p) for p in parts)))

@@ -68,6 +68,8 @@ def check_siblings(rates, top1_rate: float) -> SiblingVector:
 def parse_vector(items) -> tuple[float, ...]:
     """Sequoia's vector p_1, p_2, ... (numbers or numeric strings) -> checked tuple."""
     try:
+        if any(isinstance(v, str) and not (v.isascii() and "_" not in v) for v in items):
+            raise ValueError  # float() reads '٣' as 3 and '1_0' as 10 (src/errors.ascii_float)
         values = [float(v) for v in items]
     except (TypeError, ValueError):
         raise SiblingError(f"expected numbers p_1, p_2, ..., got {list(items)}") from None
