@@ -12,7 +12,7 @@ length of 3 EiB. So before distributed sees a tcp:// address, scheduler_handshak
 handshake itself, on a plain socket with a deadline, and checks its shape (HANDSHAKE_MAX_BYTES,
 HANDSHAKE_KEYS); then distributed.Client starts in a daemon thread that is waited for at most
 CONNECT_TIMEOUT_S more, so nothing a server does (or a DNS lookup that never returns) can hold a
-run longer than about 2 x CONNECT_TIMEOUT_S: it ends in one ConfigError line.
+run longer than 2 x (CONNECT_TIMEOUT_S + GRACE_S), 12 s: it ends in one ConfigError line.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from src.config import ConfigError
 
 CONNECT_TIMEOUT_S = 5.0  # how long a --dask address gets to answer
+GRACE_S = 1.0  # on top of CONNECT_TIMEOUT_S, for each step of connect_client
 DASK_ENV = "DASK_SCHEDULER_ADDRESS"
 MAX_LOCAL_WORKERS = 256
 _LOCAL = re.compile(r"local:([0-9]+)")  # [0-9], not \d: ASCII digits only (src/errors.py)
@@ -161,33 +162,43 @@ def _why(e: BaseException) -> str:
 
 
 def connect_client(dask: DaskAddress):
-    """distributed.Client connected to dask's scheduler, or ConfigError(dask.source, ...) within
-    about 2 x CONNECT_TIMEOUT_S: scheduler_handshake first (tcp:// only: a tls:// or ws:// one
-    starts with its own handshake), then Client(timeout=CONNECT_TIMEOUT_S), both in a daemon
-    thread (a thread still stuck in either does not keep the process from exiting)."""
-    timeout_s = CONNECT_TIMEOUT_S
+    """distributed.Client connected to dask's scheduler, or ConfigError(dask.source, ...) in one
+    line. Two steps, each waited for at most CONNECT_TIMEOUT_S + GRACE_S in a daemon thread (one
+    still stuck when the run gives up does not keep the process from exiting): for tcp://,
+    scheduler_handshake (a tls:// or ws:// scheduler starts with its own TLS or HTTP handshake:
+    only the second step's bound covers it), then Client(timeout=CONNECT_TIMEOUT_S), whose own
+    timeout covers its connection attempts but not the handshake that follows each."""
+    from distributed import Client  # before the clock starts: importing it takes a while
+
+    timeout_s, wait_s = CONNECT_TIMEOUT_S, CONNECT_TIMEOUT_S + GRACE_S
     result: dict = {}
+    checked, done = threading.Event(), threading.Event()
 
     def attempt():
         try:
             if dask.scheme == "tcp":
                 scheduler_handshake(dask.host, dask.port, timeout_s)
-            from distributed import Client
-
+            checked.set()
             result["client"] = Client(dask.address, timeout=timeout_s)
         except BaseException as e:  # reported by the waiting thread, in one line
             result["error"] = e
+        finally:
+            checked.set()
+            done.set()
 
-    thread = threading.Thread(target=attempt, name="dask-connect", daemon=True)
-    thread.start()
-    thread.join(2 * timeout_s + 1)
+    threading.Thread(target=attempt, name="dask-connect", daemon=True).start()
+    if checked.wait(wait_s):
+        done.wait(wait_s)
     if "client" in result:
         return result["client"]
     e = result.get("error")
     hint = "start one (`dask scheduler`), or use --dask local:N"
+    if e is None and not checked.is_set():  # the lookup of the host name did not return
+        raise ConfigError(dask.source, f"no Dask scheduler answered at {dask.address} within "
+                                       f"{wait_s:g} s; {hint}")
     if e is None:
         raise ConfigError(dask.source, f"the Dask scheduler at {dask.address} did not finish "
-                                       f"connecting within {2 * timeout_s + 1:g} s; {hint}")
+                                       f"connecting within {wait_s:g} s; {hint}")
     if isinstance(e, _NotDask):
         raise ConfigError(dask.source, f"{dask.address} answered, but not as a Dask scheduler "
                                        f"does: {e}")

@@ -16,8 +16,8 @@ bytes: which is what lets Dask retry a task whose worker died.
 worker processes on 127.0.0.1, anything else = the address of a running Dask scheduler
 ("tcp://host:8786"), checked by dask_option, which also records whether --dask or
 $DASK_SCHEDULER_ADDRESS gave it; an address that does not answer as a Dask scheduler raises
-ConfigError naming that input within about 2 x CONNECT_TIMEOUT_S (src/dask_address.py). Dask is
-imported only when asked for.
+ConfigError naming that input within 2 x (CONNECT_TIMEOUT_S + GRACE_S) (src/dask_address.py).
+Dask is imported only when asked for.
 """
 from __future__ import annotations
 
