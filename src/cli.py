@@ -11,7 +11,7 @@ import argparse
 import importlib
 import os
 from dataclasses import dataclass, fields, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from src import outputs
 from src.acceptance_data import options as acceptance_options
@@ -32,6 +32,9 @@ from src.hardware.scenario import (
     load_scenario,
     select_engine_profiles,
 )
+
+if TYPE_CHECKING:
+    from src.dask_address import DaskAddress
 
 # name -> (module whose main(argv) runs it, one line for --help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -222,7 +225,7 @@ class RunPlan:
     quiet: bool  # no progress on stderr
     plots: bool = True  # draw the plots (--no-plots: results/ only)
     measured_acceptance: tuple[str, ...] = ()  # what the measured-acceptance options derived
-    dask: str | None = None  # --dask (src/executor.py), checked; None = local processes
+    dask: DaskAddress | None = None  # --dask or $DASK_SCHEDULER_ADDRESS, checked; None = local
 
 
 def run_sibling_vector(args: argparse.Namespace, cfg: StudyConfig,

@@ -14,25 +14,23 @@ bytes: which is what lets Dask retry a task whose worker died.
 
 `open_executor(dask, workers)` picks one: `dask` None = local, "local:N" = a LocalCluster of N
 worker processes on 127.0.0.1, anything else = the address of a running Dask scheduler
-("tcp://host:8786"); it raises ConfigError on --dask within CONNECT_TIMEOUT_S when no scheduler
-answers. Dask is imported only when asked for.
+("tcp://host:8786"), checked by dask_option, which also records whether --dask or
+$DASK_SCHEDULER_ADDRESS gave it; an address that does not answer as a Dask scheduler raises
+ConfigError naming that input within 2 x (CONNECT_TIMEOUT_S + GRACE_S) (src/dask_address.py).
+Dask is imported only when asked for.
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import threading
 from typing import Callable, Iterator
 
-from src.config import ConfigError
+from src.dask_address import DaskAddress, dask_option
 
-CONNECT_TIMEOUT_S = 5.0  # how long a --dask address gets to answer
-DASK_ENV = "DASK_SCHEDULER_ADDRESS"
-MAX_LOCAL_WORKERS = 256
-_LOCAL = re.compile(r"local:([0-9]+)")  # [0-9], not \d: ASCII digits only (src/errors.py)
-_ADDRESS = re.compile(r"((tcp|tls|inproc|ucx|ws|wss)://)?[A-Za-z0-9._\-\[\]:]+(:[0-9]+)?")
+__all__ = ["DaskAddress", "DaskExecutor", "Executor", "LocalExecutor", "dask_option",
+           "open_executor"]
 
 
 class Executor:
@@ -118,28 +116,6 @@ class DaskExecutor(Executor):
             self.cluster.close()
 
 
-def dask_option(value: str | None) -> str | None:
-    """The --dask value, else $DASK_SCHEDULER_ADDRESS, else None (local processes); checked."""
-    if value is None:
-        value = os.environ.get(DASK_ENV) or None
-        flag = DASK_ENV
-    else:
-        flag = "--dask"
-    if value is None:
-        return None
-    value = value.strip()
-    m = _LOCAL.fullmatch(value)
-    if m:
-        n = int(m.group(1))
-        if not 1 <= n <= MAX_LOCAL_WORKERS:
-            raise ConfigError(flag, f"local:{n}: allowed local:1..local:{MAX_LOCAL_WORKERS}")
-        return value
-    if value.startswith("local") or not _ADDRESS.fullmatch(value):
-        raise ConfigError(flag, f"'{value}' is neither local:N (N worker processes here) nor a "
-                                "scheduler address such as tcp://127.0.0.1:8786")
-    return value
-
-
 @contextlib.contextmanager
 def _sigint_blocked():
     """SIGINT blocked in this thread while a LocalCluster starts; a signal that comes meanwhile
@@ -166,31 +142,28 @@ def _sigint_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def open_executor(dask: str | None, workers: int | None = None,
+def open_executor(dask: DaskAddress | str | None, workers: int | None = None,
                   timeout_s: float | None = None) -> Executor:
-    """The executor a run's --dask value (see dask_option) and --workers ask for. A Dask address
-    that does not answer within CONNECT_TIMEOUT_S raises ConfigError('--dask', ...)."""
+    """The executor a run's --dask value (see dask_option; a str is checked by it as --dask) and
+    --workers ask for. A scheduler address that does not answer as a Dask scheduler raises
+    ConfigError naming dask.source (src/dask_address.py connect_client)."""
+    if isinstance(dask, str):
+        dask = dask_option(dask)
     if dask is None:
         return LocalExecutor(workers)
-    import logging
+    if dask.local_workers is not None:
+        import logging
 
-    from distributed import Client, LocalCluster
+        from distributed import Client, LocalCluster
 
-    m = _LOCAL.fullmatch(dask)
-    if m:
         # loopback only: workers, scheduler and its HTTP endpoint on 127.0.0.1 (a free port; the
         # bokeh dashboard is not installed)
         with _sigint_blocked():
-            cluster = LocalCluster(n_workers=int(m.group(1)), threads_per_worker=1,
+            cluster = LocalCluster(n_workers=dask.local_workers, threads_per_worker=1,
                                    processes=True, host="127.0.0.1",
                                    dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
             client = Client(cluster)
         return DaskExecutor(client, cluster, timeout_s=timeout_s)
-    try:
-        client = Client(dask, timeout=CONNECT_TIMEOUT_S)
-    except (OSError, ValueError, TypeError) as e:
-        why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError("--dask", f"no Dask scheduler answered at {dask} within "
-                                    f"{CONNECT_TIMEOUT_S:g} s ({why[:120]}); start one "
-                                    "(`dask scheduler`), or use --dask local:N") from None
-    return DaskExecutor(client, timeout_s=timeout_s)
+    from src.dask_address import connect_client
+
+    return DaskExecutor(connect_client(dask), timeout_s=timeout_s)

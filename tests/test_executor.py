@@ -20,8 +20,8 @@ TASKS = [SearchTask(Deployment(gpu, 1, "llama-3.1-8b", "llama-3.2-1b", "vllm-v1"
 
 def test_dask_option():
     assert dask_option(None) is None or "DASK_SCHEDULER_ADDRESS" in os.environ
-    assert dask_option("local:2") == "local:2"
-    assert dask_option("tcp://127.0.0.1:8786") == "tcp://127.0.0.1:8786"
+    assert dask_option("local:2").address == "local:2"
+    assert dask_option("tcp://127.0.0.1:8786").address == "tcp://127.0.0.1:8786"
     for bad in ("local:0", "local:x", "tcp://a b"):
         with pytest.raises(ConfigError, match="--dask"):
             dask_option(bad)
@@ -29,8 +29,8 @@ def test_dask_option():
 
 def test_dask_scheduler_address_from_the_environment(monkeypatch):
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://127.0.0.1:8786")
-    assert dask_option(None) == "tcp://127.0.0.1:8786"
-    assert dask_option("local:3") == "local:3"  # the option wins
+    assert dask_option(None).address == "tcp://127.0.0.1:8786"
+    assert dask_option("local:3").address == "local:3"  # the option wins
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "local:0")
     with pytest.raises(ConfigError, match="^DASK_SCHEDULER_ADDRESS: local:0"):
         dask_option(None)
