@@ -98,8 +98,8 @@ def test_the_engine_compiles_each_function_for_no_literal_argument():
     (the session's compile, tests/conftest.py) has a literal argument."""
     from numba.core.registry import CPUDispatcher
 
+    from src.compiled_cache import cache_is_warm
     from src.online import counter_rng, engine_loop, kernel_attention, step_prices
-    from src.online.compiled_cache import cache_is_warm
 
     assert cache_is_warm(engine_loop.run_rows)
     saved = {}
