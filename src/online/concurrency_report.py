@@ -12,23 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-
-def _ci(row, key: str, digits: int = 1) -> str:
-    v, lo, hi = row[key], row[f"{key}_ci_low"], row[f"{key}_ci_high"]
-    if not np.isfinite(v):
-        return "-"
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return f"{v:.{digits}f}"
-    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def _table(header, rows, indent="  ") -> list[str]:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-
-    def line(r):
-        return indent + "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
-
-    return [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+from src.online.text_table import aligned_table as _table
+from src.online.text_table import value_ci_text as _ci
 
 
 def concurrency_section(table: pd.DataFrame, cfg, begin: str, end: str) -> str:
@@ -51,11 +36,11 @@ def concurrency_section(table: pd.DataFrame, cfg, begin: str, end: str) -> str:
     for _, row in table.sort_values(["concurrency"], kind="stable").iterrows():
         base = none.tpot_mean_ms.get(row.concurrency, np.nan)
         speedup = base / row.tpot_mean_ms if np.isfinite(base) else np.nan
-        rows.append([f"{int(row.concurrency)}", row.policy, _ci(row, "ttft_mean_ms"),
+        rows.append([f"{int(row.concurrency)}", row.policy, _ci(row, "ttft_mean_ms", 1),
                      _ci(row, "tpot_mean_ms", 2), _ci(row, "output_tok_s_per_gpu", 0),
                      _ci(row, "output_tok_s_per_user", 1),
                      "-" if not np.isfinite(speedup) else f"{speedup:.2f}x"])
-    lines += _table(["C", "policy", "TTFT mean ms", "TPOT mean ms", "tok/s/GPU", "tok/s/user",
-                     "speedup"], rows)
+    lines.append(_table(["C", "policy", "TTFT mean ms", "TPOT mean ms", "tok/s/GPU",
+                         "tok/s/user", "speedup"], rows))
     lines.append(end)
     return "\n".join(lines)

@@ -27,25 +27,9 @@ from src.online.serving_rules import (
     slower_rates,
     with_steadiness,
 )
-
-
-def _fmt(v, digits=2):
-    return "-" if not np.isfinite(v) else f"{v:.{digits}f}"
-
-
-def _ci(row, key, digits=2, scale=1.0):
-    v, lo, hi = row[key] * scale, row[f"{key}_ci_low"] * scale, row[f"{key}_ci_high"] * scale
-    if not np.isfinite(lo):
-        return _fmt(v, digits)
-    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def _table(header, rows, indent="  "):
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    def line(r):
-        return indent + "  ".join(str(x).ljust(w) for x, w in zip(r, widths))
-
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+from src.online.text_table import aligned_table as _table
+from src.online.text_table import value_ci_text as _ci
+from src.online.text_table import value_text as _fmt
 
 
 def fixed_policies_label(policies) -> str:
