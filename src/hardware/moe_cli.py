@@ -16,14 +16,22 @@ from src.config import ConfigError, OneLineArgumentParser
 
 RESULTS = ("results/moe_study.csv", "results/moe_validation.csv")
 # Hugging Face repositories of the draft heads the printed engine settings name (MTP needs none:
-# its layers ship in the target's checkpoint). The head each scenario's acceptance came from.
+# its layers ship in the target's checkpoint). An EAGLE-3 head preset carries its own
+# (ModelSpec.weights_repository, src/presets/models.toml); this table holds the heads that are no
+# preset: the head each such scenario's acceptance came from.
 HEAD_REPOSITORIES = {
-    "moe-qwen3-30b-a3b-eagle3-h100": "zhuyksir/EAGLE3-Qwen3-30B-A3B-DenseHead",
-    "moe-qwen3-235b-a22b-eagle3-8xh100": "nebius/EAGLE3-Qwen3-235B-A22B-Instruct-2507",
-    "moe-gpt-oss-120b-eagle3-h200": "Dogacel/specdrift-gpt-oss-120b-eagle3",
-    "moe-gpt-oss-120b-eagle3-b200": "Dogacel/specdrift-gpt-oss-120b-eagle3",
     "moe-mixtral-8x7b-eagle-2xh100": "yuhuili/EAGLE-mixtral-instruct-8x7B",
 }
+
+
+def head_repositories(scenarios, models) -> dict[str, str]:
+    """Per scenario name: its draft head's repository, the preset's where it has one."""
+    heads = dict(HEAD_REPOSITORIES)
+    for sc in scenarios:
+        spec = models.get(sc.draft)
+        if spec is not None and spec.weights_repository:
+            heads[sc.name] = spec.weights_repository
+    return heads
 
 # What an engine does with a scenario's head where that is not the plain case, from its source:
 # "sglang": why no SGLang flags are printed (the line replaces them); "vllm": a caveat printed
@@ -95,7 +103,8 @@ def main(argv: list[str]) -> int:
         say(f"moe-study: {sc.name}")
         studies.append(run_moe_scenario(sc))
     validation = moe_validation.validation_table()
-    section = moe_report.summary_section(studies, load_presets().models, HEAD_REPOSITORIES,
+    models = load_presets().models
+    section = moe_report.summary_section(studies, models, head_repositories(scenarios, models),
                                          TARGET_REPOSITORIES,
                                          moe_validation.summary_lines(validation), ENGINE_NOTES)
     import pandas as pd
