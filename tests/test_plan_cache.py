@@ -31,6 +31,14 @@ def test_code_version_covers_the_engine_but_not_the_plan_report(tmp_path):
     assert code_version(root) != v
 
 
+def test_code_version_covers_the_bundled_model_configs_package(tmp_path):
+    # a pair named by Hugging Face id reads aiconfigurator-core's bundled config.json, and
+    # measured kernels its tables: another package version is another result
+    (tmp_path / "a.py").write_text("x = 1\n")
+    assert code_version(tmp_path, "0.12.0") == code_version(tmp_path, "0.12.0")
+    assert code_version(tmp_path, "0.12.0") != code_version(tmp_path, "0.13.0")
+
+
 def test_put_get_round_trip_and_a_corrupt_file(tmp_path):
     cache = SearchCache(str(tmp_path / "c"), "v1")
     assert cache.get(TASK) is None

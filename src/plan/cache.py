@@ -4,7 +4,9 @@ A search's result is a pure function of its SearchTask and of the code that comp
 key is the SHA-256 of both: the task's canonical JSON (every field, sorted keys) and the code
 version, the SHA-256 of every source and preset file under src/ (any edit there, a cost-model
 constant or the engine, starts afresh) except the plan's own report, command line and this file,
-which do not change a search's result (a new plot does not rerun the searches). One JSON file per
+which do not change a search's result (a new plot does not rerun the searches), and the installed
+aiconfigurator-core version, whose bundled model_configs/ (a pair named by Hugging Face id) and
+measured kernel tables are inputs too. One JSON file per
 search, OUT/runs/plan-cache/KEY.json, written to a temporary name and renamed: a plan stopped
 mid-write leaves a whole file or none.
 """
@@ -21,10 +23,15 @@ SRC = Path(__file__).resolve().parents[1]
 NOT_IN_RESULT = ("plan/report.py", "plan/cli.py", "plan/cache.py")  # relative to src/
 
 
-def code_version(root: Path = SRC) -> str:
+def code_version(root: Path = SRC, package: str | None = None) -> str:
     """SHA-256 over the path and bytes of every .py and .toml file under src/ (sorted) but
-    NOT_IN_RESULT."""
-    h = hashlib.sha256()
+    NOT_IN_RESULT, and `package` (default: the installed aiconfigurator-core version, '' where
+    absent)."""
+    if package is None:
+        from src.kernels.sources import package_version
+
+        package = package_version()
+    h = hashlib.sha256(f"aiconfigurator-core=={package}\0".encode())
     for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".toml")
                        and "__pycache__" not in p.parts
                        and p.relative_to(root).as_posix() not in NOT_IN_RESULT):
