@@ -69,6 +69,10 @@ class HardwareCostModel:
     attention_fits: tuple[AttentionKernelFit, ...] = ()  # fitted attention kernels (Presets)
     time_unit: str = "ms"
     ep: int = 1  # expert-parallel degree of the target's MoE layers (1 = TP over the expert FFN)
+    # measured GEMMs of the target network (src/kernels/pass_gemms.py PassGemms, built by
+    # src/kernels/costmodel.py with_kernels; duck-typed: costmodel sits below kernels): an object
+    # whose delta_ms(T) is the ms they add to a pass of T rows; None = the roofline, bit for bit
+    kernels: object | None = field(default=None, compare=False)
     _target_c: PassCoefficients = field(init=False, repr=False, compare=False)
     _draft_c: PassCoefficients | None = field(init=False, repr=False, compare=False)
     _weight_bytes_gpu0: float = field(init=False, repr=False, compare=False)
@@ -226,8 +230,9 @@ class HardwareCostModel:
                                 self._weight_bytes_gpu0, worst)
 
     def _table_ms(self, which: str, max_seqs: int, max_positions: int) -> np.ndarray:
-        """Cached pass_time_table_ms (+ the attention kernels' fixed time; row S = 0 zeroed) of
-        the target or draft, physics only; grown when a call needs more sequences or positions
+        """Cached pass_time_table_ms (+ the attention kernels' fixed time, + the measured GEMMs'
+        delta at T = S t rows where `kernels` is set; row S = 0 zeroed) of the target or draft
+        (a draft network of its own keeps the roofline), physics only; grown when a call needs more sequences or positions
         (an entry does not depend on the table's size)."""
         table = self._tables.get(which)
         if table is None or table.shape[0] <= max_seqs or table.shape[1] <= max_positions:
@@ -237,6 +242,9 @@ class HardwareCostModel:
             table = pass_time_table_ms(coeffs, max(max_seqs, have_seqs),
                                        max(max_positions, have_positions, 17))
             table += coeffs.attn_fixed_s * 1e3
+            if self.kernels is not None and coeffs is self._target_c:  # target (or self) network
+                S, t = np.indices(table.shape)
+                table += self.kernels.delta_ms(S * t)
             table[0, :] = 0.0  # no active sequence, no pass
             self._tables[which] = table
         return table

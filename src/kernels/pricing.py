@@ -33,6 +33,7 @@ from src.costmodel.roofline import (
     plain_gemm_shapes,
 )
 from src.kernels.measured import MeasuredKernels
+from src.kernels.pass_gemms import PassGemms
 from src.kernels.physics import Peaks
 from src.kernels.sources import TableSource
 from src.kernels.tables import KV_DTYPE_OF_FORMAT
@@ -84,27 +85,16 @@ def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, para
     T, L = S * t, model.n_layers
     layer_delta = head_delta = attn_delta = measured = 0.0
     gemm_source = head_source = ROOFLINE
-    if model.is_plain and tp <= model.n_kv_heads:
-        layer_gemms, head_gemms = plain_gemm_shapes(model, tp)
-        G = len(c.gemm_weight_s)
-        mem, comp = gemm_terms_s(c, np.full(G, T))
-        roof = _pnorm(mem, comp, c.sharpness_p)  # [G], x each GEMM's count
-        counts = [L] * len(layer_gemms) + [1] * len(head_gemms)
-        got = []
-        for g, ((k, n), count) in enumerate(zip(layer_gemms + head_gemms, counts)):
-            ms = kernels.gemm_ms(T, n, k, "bfloat16")
-            got.append(ms is not None)
-            if ms is None:
+    gemms = PassGemms(kernels, c, model, tp, gpu, params)
+    if gemms.applies:
+        layer_d, head_d, meas, ok = gemms.parts_ms(np.array([T]))
+        layer_delta, head_delta, measured = float(layer_d[0]), float(head_d[0]), float(meas[0])
+        got = ok[:, 0].tolist()
+        for (k, n), hit in zip(gemms.shapes, got):
+            if not hit:
                 notes.append(f"GEMM m={T:g} n={n:g} k={k:g}: off the table's grid or rejected")
-                continue
-            delta = count * ms - (roof[g] + count * kfix) * 1e3
-            measured += count * ms
-            if g < len(layer_gemms):
-                layer_delta += delta
-            else:
-                head_delta += delta
-        gemm_source = _mix(src, got[:len(layer_gemms)])
-        head_source = _mix(src, got[len(layer_gemms):])
+        gemm_source = _mix(src, got[:gemms.n_layer])
+        head_source = _mix(src, got[gemms.n_layer:])
     else:
         notes.append(f"{model.model_id}: GEMMs from the roofline (measured GEMMs price dense BF16 "
                      "decoders so far)")

@@ -1,0 +1,134 @@
+"""A pass's GEMMs priced from measured kernels, vectorised over the pass's row count T = S t.
+
+One function of T serves both `step-time` (pricing.py, one T) and the cost model's
+attention-free table (HardwareCostModel._table_ms, every T of the table at once), so the two
+give the same figure for the same pass. For each GEMM g of a dense BF16 decoder
+(roofline.plain_gemm_shapes: QKV, O, gate/up, down per layer, the LM head once) the measured
+time of one kernel at (m = T, n_g, k_g) replaces the roofline's pnorm_g / count_g + one kernel's
+fixed time (design.md, "Measured kernels"):
+
+- n_g, k_g inside the table's grid: bilinear in (n, k) on every m grid line, then linear in m
+  (grid.py's multilinear rule, taken axis by axis: the same value up to rounding);
+- T above the largest measured m (m_max): the roofline, anchored to the table's edge:
+  measured(T) = roofline_g(T) x measured(m_max) / roofline_g(m_max), so the two meet at m_max
+  (no step: tests/test_kernels_costmodel.py prices m_max - 1, m_max, m_max + 1);
+- n_g or k_g off the grid (Llama-3.1-8B's LM head, n = 128,256 > 65,536), a missing or rejected
+  corner row, T < 1: the roofline's price (delta 0).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from src.costmodel.roofline import (
+    PassCoefficients,
+    _pnorm,
+    gemm_terms_s,
+    kernel_fixed_s,
+    plain_gemm_shapes,
+)
+from src.kernels.grid import _bracket
+from src.kernels.measured import MeasuredKernels
+
+
+def _column(grid, n: float, k: float) -> np.ndarray | None:
+    """The table interpolated at (n, k) on each of its m grid lines (NaN where a weighted corner
+    is missing or rejected); None where n or k is off the grid."""
+    bn, bk = _bracket(grid.n, n), _bracket(grid.k, k)
+    if bn is None or bk is None:
+        return None
+    col = np.zeros(grid.m.size)
+    for jn, wn in ((bn[0], 1.0 - bn[2]), (bn[1], bn[2])):
+        for jk, wk in ((bk[0], 1.0 - bk[2]), (bk[1], bk[2])):
+            if wn * wk != 0.0:
+                col = col + (wn * wk) * grid.latency_ms[:, jn, jk]
+    return col
+
+
+def _along_m(m_axis: np.ndarray, col: np.ndarray, T: np.ndarray) -> np.ndarray:
+    """col interpolated linearly in m at each T inside [m_axis[0], m_axis[-1]]; NaN elsewhere."""
+    inside = (T >= m_axis[0]) & (T <= m_axis[-1])
+    Tc = np.clip(T, m_axis[0], m_axis[-1])
+    i1 = np.searchsorted(m_axis, Tc, side="left")
+    i0 = np.maximum(i1 - 1, 0)
+    exact = m_axis[i1] == Tc
+    span = np.where(exact, 1.0, m_axis[i1] - m_axis[i0])
+    w = np.where(exact, 0.0, (Tc - m_axis[i0]) / span)
+    with np.errstate(invalid="ignore"):
+        inner = (1.0 - w) * col[i0] + w * col[i1]
+    val = np.where(exact, col[i1], inner)
+    return np.where(inside, val, np.nan)
+
+
+class PassGemms:
+    """Measured GEMMs of one network (PassCoefficients c of a dense BF16 decoder at tp) on one
+    table source; `delta_ms(T)` what they change in a pass of T rows. Picklable (numpy arrays and
+    the MeasuredKernels' source and peaks)."""
+
+    def __init__(self, kernels: MeasuredKernels, c: PassCoefficients, model, tp: int, gpu,
+                 params):
+        self.kernels = kernels
+        self.c = c
+        self.kfix_s = kernel_fixed_s(gpu, params)
+        self.applies = bool(model.is_plain and tp <= model.n_kv_heads)
+        layer, head = plain_gemm_shapes(model, tp) if self.applies else ([], [])
+        self.n_layer = len(layer)
+        self.shapes = layer + head  # (k, n) each
+        self.counts = np.array([model.n_layers] * len(layer) + [1] * len(head), float)
+        grid, _ = kernels.gemm_grid("bfloat16")
+        self.m_axis = grid.m.astype(float) if grid is not None else np.zeros(0)
+        self.columns = [(_column(grid, n, k) if grid is not None else None)
+                        for k, n in self.shapes]
+        self._memo: dict[float, tuple] = {}
+
+    @property
+    def label(self) -> str:
+        src = self.kernels.src
+        return f"{src.backend}-{src.version}"
+
+    def _roofline_ms(self, T: np.ndarray) -> np.ndarray:
+        """[G, len(T)] each GEMM's roofline ms in the pass (count kernels: pnorm + count kfix)."""
+        G = len(self.c.gemm_weight_s)
+        mem, comp = gemm_terms_s(self.c, np.broadcast_to(T, (G, T.size)))
+        roof = _pnorm(mem, comp, self.c.sharpness_p)[: len(self.shapes)]
+        return (roof + self.counts[:, None] * self.kfix_s) * 1e3
+
+    def parts_ms(self, T) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(layers delta [N], LM head delta [N], measured ms [N], measured? [G, N]) of passes of
+        T rows (any shape, flattened to N): measured - roofline of the GEMMs the table prices."""
+        T = np.asarray(T, dtype=float).ravel()
+        N = T.size
+        if not self.applies or not self.shapes:
+            z = np.zeros(N)
+            return z, z.copy(), z.copy(), np.zeros((len(self.shapes), N), bool)
+        roof = self._roofline_ms(T)
+        m_max = self.m_axis[-1] if self.m_axis.size else np.inf
+        above = T > m_max
+        roof_edge = self._roofline_ms(np.array([m_max])) if above.any() else None
+        measured = np.full((len(self.shapes), N), np.nan)
+        for g, col in enumerate(self.columns):
+            if col is None:
+                continue
+            one = _along_m(self.m_axis, col, T)
+            if roof_edge is not None:  # the roofline anchored to the table's edge
+                ratio = col[-1] / (roof_edge[g, 0] / self.counts[g])
+                one = np.where(above, ratio * roof[g] / self.counts[g], one)
+            measured[g] = self.counts[g] * one
+        ok = np.isfinite(measured)
+        delta = np.where(ok, measured - roof, 0.0)
+        return (delta[: self.n_layer].sum(axis=0), delta[self.n_layer:].sum(axis=0),
+                np.where(ok, measured, 0.0).sum(axis=0), ok)
+
+    def delta_ms(self, T) -> np.ndarray:
+        """ms the measured GEMMs add to the roofline pass of T rows (T's shape), memoised per
+        distinct T: what HardwareCostModel adds to its attention-free table."""
+        T = np.asarray(T, dtype=float)
+        uniq, inverse = np.unique(T, return_inverse=True)
+        todo = [u for u in uniq.tolist() if u not in self._memo]
+        if todo:
+            layers, head, _, _ = self.parts_ms(np.array(todo))
+            self._memo.update(zip(todo, (layers + head).tolist()))
+        out = np.array([self._memo[u] for u in uniq.tolist()])
+        return out[inverse].reshape(T.shape)
+
+    def __getstate__(self):
+        return {**self.__dict__, "_memo": {}}
