@@ -26,11 +26,8 @@ import numpy as np
 from src.costmodel.presets import GpuSpec, ModelSpec
 from src.costmodel.roofline import (
     PassCoefficients,
-    _pnorm,
     attention_s,
-    gemm_terms_s,
     kernel_fixed_s,
-    plain_gemm_shapes,
 )
 from src.kernels.measured import MeasuredKernels
 from src.kernels.pass_gemms import PassGemms
