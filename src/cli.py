@@ -32,6 +32,7 @@ from src.hardware.scenario import (
     load_scenario,
     select_engine_profiles,
 )
+from src.kernels.costmodel import add_kernels_argument, check_measured
 
 if TYPE_CHECKING:
     from src.dask_address import DaskAddress
@@ -106,6 +107,7 @@ def make_parser() -> argparse.ArgumentParser:
                    help="run only these of the scenario's engine profiles (scenario."
                         "engine_profiles), comma-separated, the first the default; e.g. drop "
                         "vllm-v1, which verifies chains only, to run --trees")
+    add_kernels_argument(p)
     p.add_argument("--out",
                    help="output folder; each run replaces OUT/results and OUT/plots as a whole "
                    "(default: "
@@ -168,6 +170,9 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
         raise ConfigError(f"--scenario {args.scenario}", str(e)) from None
     if args.engine_profiles is not None:
         scenario = select_engine_profiles(scenario, args.engine_profiles)
+    if args.kernels is not None:
+        check_measured(scenario.gpu_id, scenario.engine_profiles, args.kernels)
+        scenario = replace(scenario, kernels=args.kernels)
     # fields set on the command line or in --config apply to the scenario's grid too; draft_cost
     # belongs to the flat cost model and does not, so a scenario file alone refuses it
     in_config = set(load_toml(args.config)) if args.config else set()

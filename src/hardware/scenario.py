@@ -38,6 +38,7 @@ from src.costmodel import (
 )
 from src.costmodel.hf_config import looks_like_config_path
 from src.input_files import MAX_TOML_BYTES, read_file_bytes
+from src.kernels.costmodel import with_kernels
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
 # draft values that are not model presets (eagle3: a head derived from the target; mtp: the
@@ -110,19 +111,23 @@ class Scenario:
     study: StudyConfig  # the grid: StudyConfig defaults + the file's [study] table
     source_path: str | None = None  # file the scenario was read from (None = built in code)
     preset_paths: tuple[str, ...] = ()  # preset files merged over the built-ins (`presets`)
+    # --kernels: None = measured GEMMs where the engine profile has tables on the GPU, else the
+    # roofline; "measured" (an error without tables) or "roofline" (src/kernels/costmodel.py)
+    kernels: str | None = None
 
     def cost_model(self, engine_profile: str | EngineProfile | None = None) -> HardwareCostModel:
         """HardwareCostModel of this deployment with the named engine's overheads (default: the
-        first of engine_profiles)."""
+        first of engine_profiles), its GEMMs priced as `kernels` says (with_kernels)."""
         engine = self.engine_profiles[0] if engine_profile is None else engine_profile
         params = None
         if self.memory_reserve_fraction is not None:
             params = replace(load_presets(self.preset_paths).params,
                              memory_reserve_fraction=self.memory_reserve_fraction)
-        return HardwareCostModel.from_presets(
+        cost = HardwareCostModel.from_presets(
             self.gpu_id, self.target_model_id, tp=self.tp, draft=self.draft,
             draft_tp=self.draft_tp, engine=engine, params=params,
             draft_kv_budget_tokens=self.draft_kv_budget_tokens, preset_paths=self.preset_paths)
+        return with_kernels(cost, self.kernels, strict=False)
 
     def max_tokens_per_seq(self) -> int:
         """Most tokens one sequence can hold in cache: longest prompt + longest output +

@@ -36,16 +36,30 @@ def note_once(note: str) -> None:
         print(note, file=sys.stderr)
 
 
-def with_kernels(cost, mode: str | None = None):
-    """cost (a HardwareCostModel) priced as `mode` says (module docstring)."""
+def check_measured(gpu_id: str, engine_names, mode: str | None) -> None:
+    """Before a command runs: with --kernels measured, at least one of its engine profiles must
+    have tables on the GPU (a study of ideal + vllm-v1 prices vllm-v1 from them and ideal from
+    the roofline); ConfigError("--kernels", ...) otherwise (exit 2, nothing written)."""
+    if check_kernels_mode(mode) != "measured":
+        return
+    whys = [table_source(gpu_id, e)[1] for e in engine_names]
+    if whys and all(whys):
+        raise ConfigError("--kernels", f"measured: {whys[-1]}; allowed: roofline")
+
+
+def with_kernels(cost, mode: str | None = None, strict: bool = True):
+    """cost (a HardwareCostModel) priced as `mode` says (module docstring); strict False: an
+    engine profile without tables keeps the roofline under "measured" too (with the note; the
+    command has run check_measured over all its profiles)."""
     mode = check_kernels_mode(mode)
     if mode == "roofline":
         return cost if cost.kernels is None else replace(cost, kernels=None)
     src, why = table_source(cost.gpu.gpu_id, cost.engine.name)
     if src is None:
-        if mode == "measured":
+        if mode == "measured" and strict:
             raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
-        if not why.startswith("engine profile"):  # a measured engine on a GPU without tables
+        # the default stays quiet for profiles no engine's tables price (ideal, pytorch-*)
+        if mode == "measured" or not why.startswith("engine profile"):
             note_once(f"note: --kernels: {why}; priced from the roofline")
         return cost
     from src.kernels.measured import MeasuredKernels
@@ -55,9 +69,20 @@ def with_kernels(cost, mode: str | None = None):
     gemms = PassGemms(MeasuredKernels(src, gpu_peaks(cost.gpu)), cost._target_c, cost.target,
                       cost.tp, cost.gpu, cost.params)
     if not gemms.applies:
-        why = (f"{cost.target.model_id}: measured GEMMs price dense BF16 decoders so far")
-        if mode == "measured":
+        why = f"{cost.target.model_id}: measured GEMMs price dense BF16 decoders so far"
+        if mode == "measured" and strict:
             raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
         note_once(f"note: --kernels: {why}; priced from the roofline")
         return cost
     return replace(cost, kernels=gemms)
+
+
+KERNELS_HELP = ("price the target's GEMMs from the engine's measured kernels (NVIDIA "
+                "AIConfigurator's tables, src/kernels/) or from the roofline; default: measured "
+                "where the engine profile has tables on the GPU (vllm-v1, sglang, sglang-spec-v2 "
+                "on h100-sxm, h200), else the roofline")
+
+
+def add_kernels_argument(parser) -> None:
+    """--kernels measured|roofline on a command that builds cost models from a scenario."""
+    parser.add_argument("--kernels", choices=KERNEL_CHOICES, default=None, help=KERNELS_HELP)
