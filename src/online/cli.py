@@ -29,6 +29,7 @@ from src.config import (
 )
 from src.errors import ascii_float, ascii_int
 from src.hardware.scenario import SERVING_KEYS, check_serving_table
+from src.kernels.costmodel import add_kernels_argument, check_measured
 from src.online.load_options import parse_concurrency, parse_fixed_workload
 
 DEFAULT_RATES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
@@ -114,6 +115,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", help="processes (default: one per core, up to the rates)")
     from src.cli import DASK_HELP
     p.add_argument("--dask", help=DASK_HELP)
+    add_kernels_argument(p)
     p.add_argument("--out", help="output folder (default .): OUT/results, OUT/plots")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--no-plots", action="store_true",
@@ -378,6 +380,9 @@ def config_from_args(args: argparse.Namespace):
         engine_profile(engine, field_name=field)
     except CostModelInputError as e:
         raise ConfigError(field, str(e).split(": ", 1)[1]) from None
+    if args.kernels is not None:
+        check_measured(scenario.gpu_id, [engine], args.kernels)
+        scenario = replace(scenario, kernels=args.kernels)
     value, policies_field = pick("policies", "policies", DEFAULT_POLICIES)
     policies = ",".join(value) if isinstance(value, list) else str(value)
     value, field = pick("slo", "slo", "ttft=2s,tpot=50ms")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from src.config import (
 )
 from src.costmodel.hf_config import snippet_id_notes
 from src.errors import ascii_float
+from src.kernels.costmodel import add_kernels_argument, check_measured
 from src.online.gamma_notes import schedule_notes
 from src.online.gamma_rule import SCHEDULE_TOLERANCE, tolerant_gammas
 from src.treeshape.shape import TreeShape
@@ -52,6 +54,7 @@ def make_parser() -> argparse.ArgumentParser:
                     "--speculative-config JSON and SGLang flags, and the expected TPOT and "
                     "throughput change (steady state by batch size, or simulated by request rate).")
     p.add_argument("--gpu", required=True, help="GPU preset id (python run.py step-time --list)")
+    add_kernels_argument(p)
     p.add_argument("--target", required=True,
                    help="target model: a preset id, e.g. llama-3.1-8b, a Hugging Face id, e.g. "
                    "Qwen/Qwen3-32B (step-time --list), or a path to a Hugging Face config.json "
@@ -190,6 +193,9 @@ def build(args):
         raise ConfigError("--requests", "only used with --rate")
     _check_draft(args)
     scenario, engine = _scenario(args)
+    if args.kernels is not None:
+        check_measured(scenario.gpu_id, [engine], args.kernels)
+        scenario = replace(scenario, kernels=args.kernels)
     max_seqs = _int("--max-num-seqs", args.max_num_seqs, 1, 65536)
     max_gamma = _int("--max-gamma", args.max_gamma, 1, 32)
     context = _int("--context", args.context, 1, 10**7) if args.context is not None else None
