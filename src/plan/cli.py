@@ -20,6 +20,7 @@ import sys
 import time
 
 from src.config import ConfigError, OneLineArgumentParser
+from src.kernels.costmodel import add_kernels_argument
 from src.online.blog_check import block_last
 
 OPTIONS = {  # option -> help (plan key = the option's name with underscores)
@@ -62,6 +63,7 @@ def make_parser():
     p.add_argument("--plan", help="plan file (TOML with [plan] and optional [prices] tables)")
     for name, text in OPTIONS.items():
         p.add_argument("--" + name.replace("_", "-"), dest=name, help=text)
+    add_kernels_argument(p)
     p.add_argument("--out", help="output folder (default .): OUT/results, OUT/plots")
     p.add_argument("--workers", help="local worker processes (default: one per core)")
     p.add_argument("--dask", help="run the searches on Dask: local:N (a LocalCluster of N worker "
@@ -114,7 +116,8 @@ def tasks_of(plan):
         out.append((d, [SearchTask(d, policy, plan.slo_ttft_s, plan.slo_tpot_s,
                                    plan.slo_attainment_target, plan.alpha, plan.quality_mode,
                                    plan.duration_s, plan.replications, plan.tolerance,
-                                   plan.start_rate_per_s, plan.seed, plan.max_gamma, mine)
+                                   plan.start_rate_per_s, plan.seed, plan.max_gamma, mine,
+                                   plan.kernels)
                         for policy in plan.policies]))
     return out
 
@@ -216,6 +219,15 @@ def run(args, say) -> int:
     options = {name: getattr(args, name) for name in OPTIONS}
     plan = build_plan(options, args.plan)
     check_size(plan, "--plan" if args.plan else "plan")
+    if args.kernels is not None:
+        from dataclasses import replace
+
+        from src.kernels.costmodel import check_measured
+        from src.kernels.sources import table_source
+
+        if not any(table_source(g, e)[0] for g in plan.gpus for e in plan.engines):
+            check_measured(plan.gpus[0], plan.engines, args.kernels)
+        plan = replace(plan, kernels=args.kernels)
     out = "." if args.out is None else args.out
     outputs.prepare(out)
     workers = None

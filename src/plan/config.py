@@ -66,6 +66,7 @@ class PlanConfig:
     source: str = "options"  # the plan file, for the summary
     # (path, SHA-256 of its bytes) of every config.json model: part of each search's cache key
     model_files: tuple[tuple[str, str], ...] = ()
+    kernels: str | None = None  # --kernels (src/kernels/costmodel.py); None: measured where found
 
     def price(self, gpu: str) -> float | None:
         return dict(self.prices_usd_per_gpu_hour).get(gpu)

@@ -99,6 +99,7 @@ class SearchTask:
     max_gamma: int
     # (path, SHA-256) of the deployment's config.json models: a changed file is a new search
     model_files: tuple[tuple[str, str], ...] = ()
+    kernels: str | None = None  # --kernels: how the cost model prices GEMMs (part of the key)
 
     def canonical(self) -> dict:
         return asdict(self)
@@ -126,7 +127,7 @@ def serve_config(task: SearchTask, rate_per_s: float | None = None):
     from src.online.workloads import workload_preset
 
     d = task.deployment
-    scenario = scenario_of(d)
+    scenario = replace(scenario_of(d), kernels=task.kernels)
     preset = workload_preset(d.workload, "--workloads")
     if task.alpha is not None:
         alpha_mode, alpha = alpha_mode_label(task.alpha), PointAlpha(task.alpha)
