@@ -10,8 +10,10 @@ fixed time (design.md, "Measured kernels"):
 - n_g, k_g inside the table's grid: bilinear in (n, k) on every m grid line, then linear in m
   (grid.py's multilinear rule, taken axis by axis: the same value up to rounding);
 - T above the largest measured m (m_max): the roofline, anchored to the table's edge:
-  measured(T) = roofline_g(T) x measured(m_max) / roofline_g(m_max), so the two meet at m_max
-  (no step: tests/test_kernels_costmodel.py prices m_max - 1, m_max, m_max + 1);
+  max(roofline_g(T) x measured(m_max) / roofline_g(m_max), measured(m_max)), so the two meet at
+  m_max and more rows never cost less than the edge's row (the roofline's tile and wave
+  rounding can dip just past 32,768 rows); no step: tests/test_kernels_costmodel.py prices
+  m_max - 1, m_max, m_max + 1;
 - n_g or k_g off the grid (Llama-3.1-8B's LM head, n = 128,256 > 65,536), a missing or rejected
   corner row, T < 1: the roofline's price (delta 0).
 """
@@ -111,7 +113,8 @@ class PassGemms:
             one = _along_m(self.m_axis, col, T)
             if roof_edge is not None:  # the roofline anchored to the table's edge
                 ratio = col[-1] / (roof_edge[g, 0] / self.counts[g])
-                one = np.where(above, ratio * roof[g] / self.counts[g], one)
+                anchored = np.maximum(ratio * roof[g] / self.counts[g], col[-1])
+                one = np.where(above, anchored, one)
             measured[g] = self.counts[g] * one
         ok = np.isfinite(measured)
         delta = np.where(ok, measured - roof, 0.0)
