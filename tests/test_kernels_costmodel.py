@@ -10,7 +10,7 @@ from helpers import run_captured
 from src.costmodel import HardwareCostModel
 from src.costmodel.presets import load_presets
 from src.costmodel.roofline import pass_coefficients
-from src.kernels.costmodel import with_kernels
+from src.kernels.costmodel import AUTO, DEFAULT_KERNELS, with_kernels
 from src.kernels.pass_gemms import _along_m, _column
 from src.kernels.pricing import price_pass
 from src.kernels.sources import data_root
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(data_root() is None, reason="aiconfigurator-core
 
 def _pair(gpu="h200", target="llama-3.1-8b", engine="vllm-v1", draft="ngram"):
     cost = HardwareCostModel.from_presets(gpu, target, engine=engine, draft=draft)
-    return cost, with_kernels(cost)
+    return cost, with_kernels(cost, AUTO)
 
 
 def test_a_lookup_at_a_grid_point_is_the_table_s_row():
@@ -134,3 +134,10 @@ def test_the_compiled_engine_agrees_with_measured_pricing():
         x = prefill_extra_ms(pt, 0, int(n[r]), int(gamma[r]), int(C[r]), int(P[r]), int(N[r]),
                              int(Cp[r]), int(Lp[r]))
         np.testing.assert_allclose(x, extra[r], rtol=1e-9, atol=1e-12)
+
+
+def test_the_default_is_one_switch():
+    cost = HardwareCostModel.from_presets("h200", "llama-3.1-8b", engine="vllm-v1")
+    got = with_kernels(cost)
+    assert DEFAULT_KERNELS in ("roofline", AUTO)
+    assert (got.kernels is None) == (DEFAULT_KERNELS == "roofline")

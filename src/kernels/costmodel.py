@@ -3,7 +3,8 @@
 with_kernels(cost, mode) returns the cost model with the measured GEMMs of its engine profile on
 its GPU (src/kernels/pass_gemms.py) set as `kernels`, or the cost model unchanged:
 - mode "roofline": unchanged (the roofline, bit for bit);
-- mode None (the default): measured where table_source(gpu, engine) finds tables, else
+- mode None: DEFAULT_KERNELS (the roofline today; AUTO once the outputs are regenerated);
+- mode AUTO: measured where table_source(gpu, engine) finds tables, else
   unchanged, with one `note: --kernels: ...` line on stderr per reason and process (a study
   builds a cost model per deployment; the note is printed once). Profiles no engine's tables
   price (ideal, pytorch-*, calibrated ones) keep the roofline without a note;
@@ -20,12 +21,16 @@ from src.errors import ConfigError
 from src.kernels.sources import table_source
 
 KERNEL_CHOICES = ("measured", "roofline")
+AUTO = "auto"  # measured where table_source finds tables, else the roofline (with a note)
+# what a command without --kernels prices with: the roofline until the committed outputs are
+# regenerated with measured GEMMs; the lead flips this to AUTO then (one line, then regenerate)
+DEFAULT_KERNELS = "roofline"
 _NOTED: set[str] = set()  # the notes already printed by this process
 
 
 def check_kernels_mode(mode) -> str | None:
-    """mode as given (None, "measured", "roofline"); ConfigError otherwise."""
-    if mode is not None and mode not in KERNEL_CHOICES:
+    """mode as given (None, AUTO, "measured", "roofline"); ConfigError otherwise."""
+    if mode is not None and mode != AUTO and mode not in KERNEL_CHOICES:
         raise ConfigError("--kernels", f"unknown '{mode}'; allowed: {', '.join(KERNEL_CHOICES)}")
     return mode
 
@@ -52,6 +57,8 @@ def with_kernels(cost, mode: str | None = None, strict: bool = True):
     engine profile without tables keeps the roofline under "measured" too (with the note; the
     command has run check_measured over all its profiles)."""
     mode = check_kernels_mode(mode)
+    if mode is None:
+        mode = DEFAULT_KERNELS
     if mode == "roofline":
         return cost if cost.kernels is None else replace(cost, kernels=None)
     src, why = table_source(cost.gpu.gpu_id, cost.engine.name)
@@ -78,9 +85,10 @@ def with_kernels(cost, mode: str | None = None, strict: bool = True):
 
 
 KERNELS_HELP = ("price the target's GEMMs from the engine's measured kernels (NVIDIA "
-                "AIConfigurator's tables, src/kernels/) or from the roofline; default: measured "
-                "where the engine profile has tables on the GPU (vllm-v1, sglang, sglang-spec-v2 "
-                "on h100-sxm, h200), else the roofline")
+                "AIConfigurator's tables, src/kernels/: vllm-v1, sglang, sglang-spec-v2 on "
+                "h100-sxm, h200) or from the roofline (default: "
+                + ("measured where the engine profile has tables on the GPU, else the roofline)"
+                   if DEFAULT_KERNELS == AUTO else "roofline)"))
 
 
 def add_kernels_argument(parser) -> None:
