@@ -100,9 +100,11 @@ def test_measured_on_a_gpu_without_tables_is_refused():
     ["recommend", "--gpu", "a100-80gb-sxm", "--target", "llama-3.1-8b", "--draft", "ngram",
      "--acceptance", "0.7", "--kernels", "measured"],
     ["serve", "--engine", "ideal", "--kernels", "measured", "--rates", "1"],
+    ["plan", "--kernels", "measured", "--gpus", "a100-80gb-sxm", "--pairs", "llama-3.1-8b+ngram"],
+    ["--kernels", "measured", "--engine-profiles", "ideal"],  # the study of a scenario
 ])
 def test_kernels_measured_without_tables_is_one_line_exit_2(argv, tmp_path):
-    done = run_captured([*argv, "--out", str(tmp_path)] if argv[0] == "serve" else argv)
+    done = run_captured(argv if argv[0] == "recommend" else [*argv, "--out", str(tmp_path)])
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --kernels: measured:"), done.stderr
