@@ -18,6 +18,7 @@ sys.path.insert(0, ROOT)
 
 from src.doc_blocks import readme_hardware_headline, readme_headline, replace_block, seed_comparison  # noqa: E402
 from src.hardware import moe_validation, published_checks, validation  # noqa: E402
+from src.kernels import refit_file  # noqa: E402
 from src.online import blog_check  # noqa: E402
 from src.reporting import write_atomic  # noqa: E402
 from src.trees import report as tree_report  # noqa: E402
@@ -48,7 +49,8 @@ def blocks(root: str = ROOT, sets: list | None = None, blog: dict | None = None,
            ("design.md", "moe-validation"): moe_validation.markdown(
                pd.read_csv(os.path.join(root, "results", "moe_validation.csv"))),
            ("design.md", "validation"): validation.block(sets=sets),
-           ("design.md", "tree-validation"): tree_validation.table()}
+           ("design.md", "tree-validation"): tree_validation.table(),
+           ("design.md", "kernel-efficiency"): refit_file.markdown()}
     trees = os.path.join(root, TREE_RESULTS)
     if os.path.exists(trees):  # a copy of the docs without the tree study keeps its block
         out[("README.md", "tree-headline")] = tree_report.readme_headline(pd.read_csv(trees))

@@ -238,12 +238,14 @@ def test_scenario_run_writes_its_files_and_answers(hardware_run):
             kept, best = re.findall(r"([\d.]+) \[([\d.]+), ([\d.]+)\]", line)
             assert float(kept[0]) <= float(best[0]) and float(kept[2]) >= float(best[1])
     # vllm-v1 against ideal: its fused kernels (8 per layer, not 10) help most at small batch,
-    # its first draft pass over all verified positions costs most at large batch, so its edge
-    # over ideal shrinks with batch and turns into a loss at batch 128
+    # its first draft pass over all verified positions costs most at large batch, and its GEMM
+    # efficiencies re-fitted to vLLM's measured kernels (compute 0.81 of peak against ideal's
+    # vidur-fitted 0.72; src/presets/kernel_efficiency.toml) make its compute-bound
+    # verification passes cheaper; together a small edge over ideal at every batch size
     piv = df.pivot_table(index=["quality_mode", "gamma", "batch_size"], columns="engine_profile",
                          values="speedup")
     edge = (piv["vllm-v1"] - piv["ideal"]).unstack("batch_size")
-    assert (np.diff(edge.to_numpy(), axis=1) < 0).all() and (edge[128] < 0).all()
+    assert (edge > 0).all().all()
     assert (edge.abs() < 0.1).all().all()
 
 

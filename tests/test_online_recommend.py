@@ -156,9 +156,11 @@ def test_schedules_do_not_flip_flop_on_flat_objectives(args, blips):
 
 def test_a_rising_gamma_is_explained():
     """At a 1% tolerance the 70B TP-2 schedule still rises once with batch size: the output says
-    where and why."""
+    where and why. pytorch-graphs: the H200's own calibration prices it (GEMM wave quantisation);
+    vllm-v1's GEMM efficiencies re-fitted to measured kernels give a monotone schedule here."""
     p = run("--gpu", "h200", "--target", "llama-3.1-70b", "--draft", "llama-3.2-1b",
-            "--acceptance", "0.7", "--tp", "2", "--tolerance", "0.01")
+            "--acceptance", "0.7", "--tp", "2", "--tolerance", "0.01", "--engine",
+            "pytorch-graphs")
     assert p.returncode == 0, p.stderr
     ranges = schedule_ranges(p.stdout)
     ups = [(r1[0], r0[2], r1[2]) for r0, r1 in zip(ranges, ranges[1:]) if r1[2] > r0[2]]

@@ -28,6 +28,8 @@ DRAFT_KINDS = ("model", "eagle", "eagle3", "mtp", "ngram", "self")
 # attention.py; `python run.py calibrate`), or the faster of the fitted ones per pass. A GPU
 # without a fit for the named kernel falls back to its roofline attention.
 ATTENTION_KERNEL_CHOICES = ("roofline", "flash", "cudnn", "best")
+# gemm_efficiency_source values (EngineProfile)
+GEMM_EFFICIENCY_SOURCES = ("preset", "tables")
 # prefill_scheduling values: how the serving engine (src/online/engine.py) puts prompts into
 # steps. "chunked": vLLM V1's scheduler (decodes first, prompt chunks fill the token budget's
 # rest); "prefill_first": vLLM v0's default scheduler without chunked prefill (a step with a
@@ -141,6 +143,11 @@ class EngineProfile:
     attention_kernel: str = "roofline"
     # passes replayed from CUDA graphs: no CPU launch cost per kernel
     cuda_graphs: bool = True
+    # whose GEMM efficiencies the roofline uses: "preset" (the GPU preset's: vidur fit, or `run.py
+    # calibrate` on the H200's PyTorch passes) or "tables" (re-fitted to the engine's measured
+    # GEMMs, src/presets/kernel_efficiency.toml, on the GPUs it covers; src/costmodel/
+    # kernel_efficiency.py)
+    gemm_efficiency_source: str = "preset"
     # without CUDA graphs: CPU time to issue one kernel, us
     cpu_launch_us_per_kernel: float = 0.0
     # without CUDA graphs: GPU idle time per kernel launched singly, us
@@ -269,6 +276,10 @@ def _load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
         if scheduling not in PREFILL_SCHEDULING_CHOICES:
             raise CostModelInputError(f"{where}.prefill_scheduling", f"unknown '{scheduling}'; "
                                       f"allowed: {', '.join(PREFILL_SCHEDULING_CHOICES)}")
+        source = values.get("gemm_efficiency_source", "preset")
+        if source not in GEMM_EFFICIENCY_SOURCES:
+            raise CostModelInputError(f"{where}.gemm_efficiency_source", f"unknown '{source}'; "
+                                      f"allowed: {', '.join(GEMM_EFFICIENCY_SOURCES)}")
         kernel = values.get("attention_kernel", "roofline")
         if kernel not in ATTENTION_KERNEL_CHOICES:
             raise CostModelInputError(f"{where}.attention_kernel", f"unknown '{kernel}'; allowed: "

@@ -39,6 +39,7 @@ from src.costmodel.allreduce import (
 )
 from src.costmodel.attention import KERNEL_SHAPES, AttentionKernelModel
 from src.costmodel.engines import EngineProfile
+from src.costmodel.kernel_efficiency import engine_gpu
 from src.costmodel.memory import (
     memory_needed_bytes,
     memory_usable_bytes,
@@ -201,6 +202,7 @@ def pass_coefficients(
         draft_pass_cpu_fixed_ms=0.0, draft_pass_cpu_per_seq_ms=0.0, ngram_pass_cpu_ms=0.0,
         rejection_sampling_per_position_ms=0.0, kv_bookkeeping_per_seq_ms=0.0,
         draft_catchup_positions_per_seq=0, verification_attention_slowdown_factor=1.0)
+    gpu = engine_gpu(gpu, e)  # the engine's table-fitted GEMM efficiencies, where it has them
     L = model.n_layers if n_layers is None else n_layers
     peak_bw = gpu.memory_bandwidth_bytes_per_s
     bw = peak_bw * _gpu_value(gpu, params, "memory_bandwidth_efficiency_fraction")
