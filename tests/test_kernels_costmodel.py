@@ -59,8 +59,9 @@ def test_the_roofline_anchored_to_the_table_s_edge_meets_it():
     assert ok[: m.kernels.n_layer].all()  # every layer GEMM priced on both sides of the edge
     assert np.all(np.diff(measured) >= 0)
     np.testing.assert_allclose(measured[1:], measured[:-1], rtol=1e-3)
-    roof = m.kernels._roofline_ms(T)[: m.kernels.n_layer].sum(axis=0)
-    assert np.any(np.diff(roof) < 0)  # the roofline's own dip past the edge, clamped above
+    # (the H200 calibration's wave tile made the roofline itself dip 0.2% past the edge, which
+    # the measured edge value floors; the per-GPU refit, src/presets/kernel_efficiency.toml, has
+    # no wave tile, so the floor is not exercised here: the diff >= 0 above still pins it)
 
 
 @pytest.mark.parametrize("gpu,engine", [("h200", "ideal"), ("h200", "pytorch-eager"),
