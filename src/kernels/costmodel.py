@@ -3,7 +3,7 @@
 with_kernels(cost, mode) returns the cost model with the measured GEMMs of its engine profile on
 its GPU (src/kernels/pass_gemms.py) set as `kernels`, or the cost model unchanged:
 - mode "roofline": unchanged (the roofline, bit for bit);
-- mode None: DEFAULT_KERNELS (the roofline today; AUTO once the outputs are regenerated);
+- mode None: DEFAULT_KERNELS (AUTO);
 - mode AUTO: measured where table_source(gpu, engine) finds tables, else
   unchanged, with one `note: --kernels: ...` line on stderr per reason and process (a study
   builds a cost model per deployment; the note is printed once). Profiles no engine's tables
@@ -22,9 +22,8 @@ from src.kernels.sources import table_source
 
 KERNEL_CHOICES = ("measured", "roofline")
 AUTO = "auto"  # measured where table_source finds tables, else the roofline (with a note)
-# what a command without --kernels prices with: the roofline until the committed outputs are
-# regenerated with measured GEMMs; the lead flips this to AUTO then (one line, then regenerate)
-DEFAULT_KERNELS = "roofline"
+# what a command without --kernels prices with: measured where the tables exist (issue 23)
+DEFAULT_KERNELS = AUTO
 _NOTED: set[str] = set()  # the notes already printed by this process
 
 
