@@ -48,6 +48,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "measure-moe": ("src.measure.moe_cli", "time MoE layers with set routing skew (needs PyTorch)"),
     "calibrate-moe": ("src.calibration.moe_command", "fit per-expert GEMM terms to MoE rows"),
     "moe-study": ("src.hardware.moe_cli", "MoE targets against dense twins; MoE validation"),
+    "silicon-validate": ("src.validation.silicon_cli",
+                         "greedy serving against AIConfigurator's measured deployments"),
 }
 
 DASK_HELP = ("run the work on Dask: local:N (a LocalCluster of N worker processes on 127.0.0.1) "

@@ -1,0 +1,1 @@
+"""Validation of the cost model and the serving simulator against measured deployments."""

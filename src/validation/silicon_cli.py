@@ -1,0 +1,106 @@
+"""`python run.py silicon-validate`: greedy serving against silicon_sample.csv's measured rows.
+
+    python run.py silicon-validate [--refit] [--systems h200_sxm,b200_sxm] [--out DIR] [--quiet]
+
+Writes OUT/results/silicon_validation.csv (one row per aggregated CSV row: inputs, predicted,
+measured, error, or the refusal), OUT/results/silicon_validation_summary.csv (per system x
+engine x model) and a section of OUT/results/summary.txt. The engine host terms of
+src/presets/host_fits.toml (fitted to the h100_sxm rows only) replace the profiles' own where
+the file has them; --refit fits them again first (several minutes on 2 cores).
+"""
+from __future__ import annotations
+
+import sys
+
+from src.config import ConfigError, OneLineArgumentParser
+
+SECTION_BEGIN = "=== SILICON VALIDATION (python run.py silicon-validate) ==="
+SECTION_END = "=== END SILICON VALIDATION ==="
+
+
+def make_parser():
+    p = OneLineArgumentParser(prog="python run.py silicon-validate",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--refit", action="store_true",
+                   help="fit the engines' host terms to the h100_sxm rows first and rewrite "
+                        "src/presets/host_fits.toml")
+    p.add_argument("--systems", help="simulate only these systems' rows (comma-separated); "
+                                     "the others are listed as not run")
+    p.add_argument("--out", default=".", help="output folder (default .)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return p
+
+
+def run(systems: set[str] | None = None, refit: bool = False, say=lambda m: None):
+    """The validation table (a DataFrame in CSV order) and the fits that priced it."""
+    import pandas as pd
+
+    from src.costmodel import engine_profile, load_engine_profiles
+    from src.costmodel.presets import load_presets
+    from src.validation import host_fit
+    from src.validation.silicon import COLUMNS, table_row
+    from src.validation.silicon_rows import SiliconCase, load_rows, map_row
+    from src.validation.silicon_serve import predict
+    rows = load_rows()
+    engines, presets = set(load_engine_profiles()), load_presets()
+    mapped = [map_row(r, engines, presets) for _, r in rows.iterrows()]
+    cases = [m for m in mapped if isinstance(m, SiliconCase)]
+    fits = host_fit.read_fits()
+    if refit:
+        fits = {}
+        records = {}
+        for engine in sorted({c.engine for c in cases}):
+            mine = [c for c in cases if c.engine == engine]
+            p = engine_profile(engine)
+            start = {"step_cpu_fixed_ms": p.step_cpu_fixed_ms,
+                     "step_cpu_per_seq_ms": p.step_cpu_per_seq_ms}
+            say(f"fitting {engine}'s host terms to {len(host_fit.fit_rows(mine))} h100_sxm rows")
+            record = host_fit.fit_engine(mine, start, predict, say)
+            if record:
+                records[engine] = record
+                fits[engine] = {k: v for k, v in record.items() if k.startswith("step_cpu_")}
+        host_fit.write_fits(records)
+    out = []
+    for i, ((_, row), m) in enumerate(zip(rows.iterrows(), mapped)):
+        pred = None
+        if isinstance(m, SiliconCase) and (systems is None or m.system in systems):
+            pred = predict(m, fits.get(m.engine))
+        out.append(table_row(row, m, pred))
+        if (i + 1) % 200 == 0:
+            say(f"  {i + 1}/{len(rows)} rows")
+    return pd.DataFrame(out, columns=list(COLUMNS)), fits
+
+
+def main(argv: list[str]) -> int:
+    args = make_parser().parse_args(argv)
+    systems = None
+    try:
+        if args.systems is not None:
+            from src.validation.silicon_rows import load_rows
+            known = set(load_rows().system)
+            systems = {s.strip() for s in args.systems.split(",")}
+            bad = sorted(systems - known) or ([""] if "" in systems else [])
+            if bad:
+                raise ConfigError("--systems", f"'{bad[0]}' is not a system of the CSV; allowed: "
+                                  f"{', '.join(sorted(known))}")
+        from src.outputs import prepare
+        prepare(args.out)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
+    from src.outputs import existing_outputs, locked, publish, replace_section
+    from src.validation.silicon import markdown, summary, summary_line
+    table, _ = run(systems, args.refit, say)
+    with locked(args.out, say):
+        files = existing_outputs(args.out)
+        text = files.get("results/summary.txt", b"").decode("utf-8", "replace")
+        section = f"{SECTION_BEGIN}\n{summary_line(table)}\n{SECTION_END}"
+        files["results/summary.txt"] = replace_section(text, section, SECTION_BEGIN,
+                                                       SECTION_END).encode()
+        files["results/silicon_validation.csv"] = table.to_csv(index=False).encode()
+        files["results/silicon_validation_summary.csv"] = summary(table).to_csv(
+            index=False, float_format="%.4f").encode()
+        publish(args.out, files)
+    say(markdown(table))
+    return 0

@@ -1,0 +1,129 @@
+"""Rows of AIConfigurator's silicon_sample.csv mapped to the project's inputs, or refused.
+
+aiconfigurator-core 0.12.0 ships `aiconfigurator_core/systems/silicon_sample.csv`: end-to-end
+TTFT and TPOT of real deployments (engine, version, system, TP/EP, ISL/OSL, concurrency =
+batch_size). Each aggregated (`mode == agg`) row becomes a SiliconCase (GPU preset, model id,
+engine profile, tp, ep, weight formats, ISL, OSL, concurrency) or a refusal reason naming what
+the project cannot model. Nothing of the serving simulator runs here.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+# silicon_sample.csv `system` -> GPU preset of src/presets/gpus.toml (systems without a preset
+# are refused: b300_sxm, gb200, ...)
+SYSTEM_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
+# backend -> engine profile of src/presets/engines.toml (trtllm: TensorRT-LLM's PyTorch backend,
+# a profile another change adds; refused while it is absent)
+BACKEND_ENGINE = {"vllm": "vllm-v1", "sglang": "sglang", "trtllm": "trtllm"}
+# gemm_quant_mode / moe_quant_mode -> src/costmodel/formats.py FORMATS name (int4_wo, a
+# weight-only INT4 kernel, has no format there and is refused)
+QUANT_FORMAT = {"bf16": "bf16", "float16": "bf16", "fp8": "fp8", "fp8_block": "fp8-block",
+                "nvfp4": "nvfp4", "mxfp4": "mxfp4", "w4a16_mxfp4": "mxfp4"}
+FIT_SYSTEM = "h100_sxm"  # the only system the host terms are fitted to (issue 23 section 3)
+
+
+def silicon_csv_path() -> Path:
+    """The CSV inside the installed aiconfigurator-core (located, never imported)."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("aiconfigurator-core is not installed (requirements.txt)")
+    return Path(list(spec.submodule_search_locations)[0]) / "systems" / "silicon_sample.csv"
+
+
+def load_rows(path: str | Path | None = None) -> pd.DataFrame:
+    """The aggregated rows, in file order."""
+    data = pd.read_csv(path or silicon_csv_path())
+    return data[data["mode"] == "agg"].reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class SiliconCase:
+    """One measured deployment in the project's terms."""
+
+    row_id: str
+    system: str
+    backend: str
+    gpu: str
+    model: str  # Hugging Face id (src/costmodel/hf_ids.py resolves it offline)
+    engine: str
+    tp: int
+    ep: int
+    weight_format: str
+    expert_weight_format: str
+    isl: int
+    osl: int
+    concurrency: int
+    measured_tpot_ms: float
+    measured_ttft_ms: float
+
+
+def _int(value) -> int | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(v) if math.isfinite(v) and v == int(v) else None
+
+
+def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
+    """The case of one CSV row, or a refusal reason (one short phrase, counted by its text up to
+    the first ':')."""
+    system, backend = str(row["system"]), str(row["backend"])
+    if system not in SYSTEM_GPU:
+        return f"unknown GPU: no preset for system {system}"
+    engine = BACKEND_ENGINE.get(backend)
+    if engine is None:
+        return f"unknown engine: backend {backend}"
+    if engine not in engines:
+        return f"no engine profile: {engine} (backend {backend}) is not in engines.toml"
+    pp, adp = _int(row["pp_size"]), _int(row["attention_dp_size"])
+    if pp != 1:
+        return f"pp>1: pp_size {row['pp_size']}"
+    if adp != 1:
+        return f"attention DP: attention_dp_size {row['attention_dp_size']}"
+    tp, ep = _int(row["tp_size"]), _int(row["moe_ep_size"]) or 1
+    conc, isl, osl = _int(row["batch_size"]), _int(row["isl"]), _int(row["osl"])
+    if not tp or not conc or not isl or not osl:
+        return "bad row: tp_size, batch_size, isl or osl missing"
+    gq, mq = str(row["gemm_quant_mode"]), str(row["moe_quant_mode"])
+    if gq not in QUANT_FORMAT or mq not in QUANT_FORMAT:
+        return f"unsupported quant: gemm {gq}, moe {mq}"
+    model = str(row["model_path"])
+    from src.costmodel import CostModelInputError
+    from src.costmodel.formats import runnable_weight_formats
+    from src.costmodel.presets import load_presets
+    presets = presets or load_presets()
+    try:
+        spec = presets.model(model, "model")
+    except CostModelInputError:
+        return f"unknown model: {model} is not bundled with aiconfigurator-core"
+    except Exception as e:  # a config.json the reader refuses (architecture it does not model)
+        return f"unknown model: {model} ({str(e).splitlines()[0][:80]})"
+    wf = QUANT_FORMAT[gq]
+    ewf = QUANT_FORMAT[mq] if spec.n_routed_experts else ""
+    if spec.expert_weight_format == "mxfp4" and str(row["precision"]) == "fp4":
+        # gpt-oss ships its experts in MXFP4 only (config.json quant_method mxfp4) and the
+        # rest in BF16; the CSV labels those runs nvfp4/fp4, so the checkpoint's formats run
+        wf, ewf = spec.weight_format, spec.expert_weight_format
+    gpu = presets.gpu(SYSTEM_GPU[system])
+    able = runnable_weight_formats(gpu)
+    for f in (wf, ewf):
+        if f and f not in able:
+            return f"unsupported quant: {f} on {SYSTEM_GPU[system]}"
+    return SiliconCase(
+        row_id=str(row["id"]), system=system, backend=backend, gpu=SYSTEM_GPU[system],
+        model=model, engine=engine, tp=tp, ep=ep if ep > 1 else 1, weight_format=wf,
+        expert_weight_format=ewf, isl=isl, osl=osl, concurrency=conc,
+        measured_tpot_ms=float(row["silicon_tpot_ms"]),
+        measured_ttft_ms=float(row["silicon_ttft_ms"]))
+
+
+def reason_kind(reason: str) -> str:
+    """The counted class of a refusal: its text up to the first ':'."""
+    return reason.split(":", 1)[0]

@@ -1,0 +1,89 @@
+"""Greedy closed-loop serving of one SiliconCase, in process: predicted TPOT and TTFT means.
+
+The deployment is the case's GPU, model (by Hugging Face id), tp, ep and weight formats, with no
+draft; `serve --concurrency C --workload fixed:ISL:OSL --policies none` runs it
+(src/online/study.py run_serving, the same function the command calls). What is simulated:
+REQUESTS_PER_CLIENT requests per client (the first wave starts from an empty engine with every
+prompt together, as the benchmarks' timed run does; the later waves are past it), REPLICATIONS
+replications, one process, the scenario's seed: the same inputs give the same numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from src.hardware.scenario import Scenario, default_hardware_scenario
+from src.validation.silicon_rows import SiliconCase
+
+REQUESTS_PER_CLIENT = 4  # requests each closed-loop client sends (4 waves of C requests)
+REPLICATIONS = 2  # serve's minimum; every replication has its own random streams
+SEED = 20261203
+
+
+@dataclass(frozen=True)
+class SiliconScenario(Scenario):
+    """A scenario that also sets the target's expert parallelism and weight formats, and
+    overrides engine host terms (the fitted ones of host_fits.toml)."""
+
+    ep: int = 1
+    weight_format: str = ""  # "" = the checkpoint's
+    expert_weight_format: str = ""
+    host_terms: tuple[tuple[str, float], ...] = ()  # EngineProfile field -> value
+
+    def cost_model(self, engine_profile=None):
+        from src.costmodel import engine_profile as named_profile
+        from src.costmodel.drafts import DraftSpec
+        from src.costmodel.hardware import HardwareCostModel
+        from src.costmodel.presets import load_presets
+        presets = load_presets(self.preset_paths)
+        engine = engine_profile or self.engine_profiles[0]
+        if isinstance(engine, str):
+            engine = named_profile(engine)
+        engine = replace(engine, **dict(self.host_terms))
+        target = presets.model(self.target_model_id, "model")
+        formats = {k: v for k, v in (("weight_format", self.weight_format),
+                                     ("expert_weight_format", self.expert_weight_format)) if v}
+        target = replace(target, **formats)
+        return HardwareCostModel(gpu=presets.gpu(self.gpu_id), target=target, tp=self.tp,
+                                 draft=DraftSpec(kind="ngram"), params=presets.params,
+                                 allreduce=presets.allreduce, engine=engine,
+                                 attention_fits=presets.attention, ep=self.ep)
+
+
+def serve_config(case: SiliconCase, host_terms: dict | None = None):
+    """The ServeConfig of `serve --concurrency C --workload fixed:ISL:OSL --policies none`."""
+    from src.config import FixedLength
+    from src.online.config import ServeConfig
+    base = default_hardware_scenario()
+    scenario = SiliconScenario(
+        **{f: getattr(base, f) for f in base.__dataclass_fields__},
+    )
+    scenario = replace(scenario, name=f"silicon-{case.row_id}", gpu_id=case.gpu,
+                       target_model_id=case.model, draft="ngram", tp=case.tp, draft_tp=1,
+                       engine_profiles=(case.engine,), ep=case.ep,
+                       weight_format=case.weight_format,
+                       expert_weight_format=case.expert_weight_format,
+                       host_terms=tuple(sorted((host_terms or {}).items())))
+    mode = base.study.quality_modes[0]
+    return ServeConfig(
+        scenario=scenario, engine_profile=case.engine, rates_per_s=(float(case.concurrency),),
+        policies="none", workload=f"fixed:{case.isl}:{case.osl}",
+        prompt_len=FixedLength(case.isl), output_len=FixedLength(case.osl),
+        workload_source="silicon_sample.csv", alpha_mode=mode, alpha=base.study.alpha_modes[mode],
+        requests_per_replication=REQUESTS_PER_CLIENT * case.concurrency,
+        replications=REPLICATIONS, seed=SEED, concurrency=(case.concurrency,))
+
+
+def predict(case: SiliconCase, host_terms: dict | None = None) -> dict | str:
+    """{"tpot_ms", "ttft_ms"} (means over requests, as the CSV's), or why the model refuses."""
+    from src.config import ConfigError
+    from src.costmodel import CostModelInputError
+    from src.online.study import run_serving
+    try:
+        cfg = serve_config(case, host_terms)
+        table = run_serving(cfg, workers=1)["table"]
+    except (ConfigError, CostModelInputError) as e:
+        text = str(e)
+        kind = "does not fit" if ("fit" in text or "KV cache" in text) else "model refuses"
+        return f"{kind}: {text.splitlines()[0][:160]}"
+    row = table[table.policy == "none"].iloc[0]
+    return {"tpot_ms": float(row["tpot_mean_ms"]), "ttft_ms": float(row["ttft_mean_ms"])}
