@@ -103,12 +103,22 @@ def test_specdecode_bench_inputs_are_the_sites():
     assert (qwen.taus[2] - 1) / (k21.drafts + 1) != pytest.approx(0.095, abs=0.002)
 
 
-def test_specdecode_bench_big_tree_wins_at_batch_1_and_loses_by_16_in_model_and_measurement():
+# The batch from which the chain beats the 21-token tree, as the model puts it. Published: 16 for
+# both rows. Since vllm-v1/SGLang GEMMs are priced from the per-GPU refit to vLLM's measured
+# tables (issue 23), Qwen3-8B's chain at batch 16 is modelled at 1.26x against 1.60x measured
+# (its tree 1.31x against 1.34x), so the model's crossing moved to 64: a finding reported in
+# design.md's tree-validation block, pinned here so that a change either way is seen.
+MODEL_CHAIN_WINS_FROM = {"Qwen3-8B + EAGLE-3, GSM8K, 1x H100": 64,
+                         "Llama3-70B + EAGLE, ShareGPT, 4x H100 TP 4": 16}
+
+
+def test_specdecode_bench_big_tree_loses_to_the_chain_from_batch_16_measured_and_as_modelled():
     rows = v.sdb_rows()
     big = v.SDB_SHAPES[2]
     for r in v.SDB_ROWS:
-        for key in ("published", "model"):
-            assert v.first_batch_chain_wins(rows, r.label, big, key) == 16
+        assert v.first_batch_chain_wins(rows, r.label, big, "published") == 16
+        assert v.first_batch_chain_wins(rows, r.label, big, "model") == \
+            MODEL_CHAIN_WINS_FROM[r.label]
         tree = next(x for x in rows if x["label"] == r.label and x["shape"] == big)
         # and it falls below greedy's throughput by batch 64, measured and modelled
         assert tree["published"][2] < 1.0 and tree["model"][2] < 1.0
