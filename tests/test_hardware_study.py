@@ -237,15 +237,17 @@ def test_scenario_run_writes_its_files_and_answers(hardware_run):
         if "is within the CI of the best" in line:
             kept, best = re.findall(r"([\d.]+) \[([\d.]+), ([\d.]+)\]", line)
             assert float(kept[0]) <= float(best[0]) and float(kept[2]) >= float(best[1])
-    # vllm-v1 against ideal: its fused kernels (8 per layer, not 10) help most at small batch,
-    # its first draft pass over all verified positions costs most at large batch, and its GEMM
-    # efficiencies re-fitted to vLLM's measured kernels (compute 0.81 of peak against ideal's
-    # vidur-fitted 0.72; src/presets/kernel_efficiency.toml) make its compute-bound
-    # verification passes cheaper; together a small edge over ideal at every batch size
+    # vllm-v1 against ideal: its fused kernels (8 per layer, not 10) and its GEMM efficiencies
+    # re-fitted to vLLM's measured kernels (src/presets/kernel_efficiency.toml) make its
+    # compute-bound verification passes cheaper, an edge over ideal at batch 16 and 128; at batch
+    # 1 its target GEMMs are vLLM 0.24.0's measured kernels, where a verification of 2-6 rows
+    # costs more than greedy's one row (down projection 4096 x 14336 on H100: 0.042 ms at m = 1,
+    # 0.049 ms at m = 5) while the roofline prices both as one read of the weights, so its
+    # speculation gains less than ideal's there
     piv = df.pivot_table(index=["quality_mode", "gamma", "batch_size"], columns="engine_profile",
                          values="speedup")
     edge = (piv["vllm-v1"] - piv["ideal"]).unstack("batch_size")
-    assert (edge > 0).all().all()
+    assert (edge[1] < 0).all() and (edge[[16, 128]] > 0).all().all()
     assert (edge.abs() < 0.1).all().all()
 
 
