@@ -144,3 +144,19 @@ def test_the_default_is_one_switch():
     got = with_kernels(cost)
     assert DEFAULT_KERNELS in ("roofline", AUTO)
     assert (got.kernels is None) == (DEFAULT_KERNELS == "roofline")
+
+
+def test_deferred_notes_print_after_a_clean_block_and_drop_on_an_error(capsys):
+    from src.kernels import costmodel as kc
+
+    with kc.deferred_notes():
+        kc.note_once("note: --kernels: test-held-1")
+        assert capsys.readouterr().err == ""
+    assert capsys.readouterr().err == "note: --kernels: test-held-1\n"
+    with pytest.raises(ValueError):
+        with kc.deferred_notes():
+            kc.note_once("note: --kernels: test-held-2")
+            raise ValueError
+    assert capsys.readouterr().err == ""
+    kc.note_once("note: --kernels: test-held-2")  # dropped, so printable again
+    assert capsys.readouterr().err == "note: --kernels: test-held-2\n"

@@ -15,6 +15,7 @@ after HardwareCostModel.from_presets rather than from_presets itself (tests/test
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from dataclasses import replace
 
 from src.errors import ConfigError
@@ -25,6 +26,7 @@ AUTO = "auto"  # measured where table_source finds tables, else the roofline (wi
 # what a command without --kernels prices with: measured where the tables exist (issue 23)
 DEFAULT_KERNELS = AUTO
 _NOTED: set[str] = set()  # the notes already printed by this process
+_HELD: list[list[str]] = []  # notes held by deferred_notes(), innermost last
 
 
 def check_kernels_mode(mode) -> str | None:
@@ -37,7 +39,28 @@ def check_kernels_mode(mode) -> str | None:
 def note_once(note: str) -> None:
     if note and note not in _NOTED:
         _NOTED.add(note)
-        print(note, file=sys.stderr)
+        if _HELD:
+            _HELD[-1].append(note)
+        else:
+            print(note, file=sys.stderr)
+
+
+@contextmanager
+def deferred_notes():
+    """Hold this process's notes while a command checks its input (plan's fit checks): printed
+    when the block ends normally, dropped (and printable again) when it raises, so that bad
+    input stays one line."""
+    held: list[str] = []
+    _HELD.append(held)
+    try:
+        yield
+    except BaseException:
+        _NOTED.difference_update(held)
+        raise
+    finally:
+        _HELD.pop()
+    for note in held:  # already in _NOTED: hand on to an outer hold, or print
+        (_HELD[-1].append(note) if _HELD else print(note, file=sys.stderr))
 
 
 def check_measured(gpu_id: str, engine_names, mode: str | None) -> None:

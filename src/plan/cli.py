@@ -236,9 +236,13 @@ def run(args, say) -> int:
         workers = _int("--workers", args.workers, 1, 256)
     dask = dask_option(args.dask)
     with open_executor(dask, workers) as executor:
-        fitting, skipped = fit_all(tasks_of(plan), executor, say)
-        if not fitting:
-            raise ConfigError("--plan" if args.plan else "--pairs", nothing_fits(plan, skipped))
+        from src.kernels.costmodel import deferred_notes
+
+        with deferred_notes():  # a plan nothing of which fits is one line, no --kernels note
+            fitting, skipped = fit_all(tasks_of(plan), executor, say)
+            if not fitting:
+                raise ConfigError("--plan" if args.plan else "--pairs",
+                                  nothing_fits(plan, skipped))
         cache = SearchCache(None if args.no_cache else os.path.join(out, "runs", "plan-cache"),
                             code_version())
         todo = [t for _, tasks in fitting for t in tasks]
