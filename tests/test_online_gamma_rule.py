@@ -56,3 +56,20 @@ def test_speculation_off_where_no_gamma_beats_greedy_by_the_tolerance():
 def test_rises_and_tops_out():
     assert rises(np.array([0, 4, 4, 3, 5, 5, 2])) == [(4, 3, 5)]
     assert tops_out(np.array([8, 7]), 8) and not tops_out(np.array([7, 6]), 8)
+
+
+def test_a_schedule_is_capped_at_six_ranges_by_widening_the_tolerance():
+    from src.online.gamma_rule import MAX_RANGES, capped_gammas, n_ranges
+
+    # gammas 1 and 2 alternate as the best every batch size, by 4%: 40 ranges at 2%
+    n = 40
+    by = np.ones((3, n + 1))
+    by[1, 1:] = np.where(np.arange(n) % 2 == 0, 1.30, 1.25)
+    by[2, 1:] = np.where(np.arange(n) % 2 == 0, 1.25, 1.30)
+    assert n_ranges(tolerant_gammas(by, 0.02)) == n
+    gammas, used = capped_gammas(by, 0.02)
+    assert n_ranges(gammas) <= MAX_RANGES and used > 0.04  # 1.30 / 1.25 = 4% must be tolerated
+    assert used <= 0.04 * 1.25 * 1.25  # the first x 1.25 step past 4%
+    # the tolerance asked for is kept where it already gives few ranges; 0 is taken literally
+    assert capped_gammas(by, 0.05)[1] == 0.05
+    assert n_ranges(capped_gammas(by, 0.0)[0]) == n

@@ -139,19 +139,19 @@ def schedule_ranges(stdout: str) -> list:
 ])
 def test_schedules_do_not_flip_flop_on_flat_objectives(args, blips):
     """Issue 19's two cases (19 ranges; one-batch blips such as [85,85,1],[86,86,2],[87,1024,1]):
-    at the default 2% tolerance a schedule has fewer ranges than the per-batch best (--tolerance
+    at the default 6% tolerance a schedule has fewer ranges than the per-batch best (--tolerance
     0), a one-batch range only where the model has a step above the tolerance, and
     every batch size where gamma rises again gets a line saying why."""
     p = run(*args)
     assert p.returncode == 0, p.stderr
     ranges = schedule_ranges(p.stdout)
     literal = schedule_ranges(run(*args, "--tolerance", "0").stdout)
-    assert len(ranges) < len(literal) and len(ranges) <= 8, (ranges, literal)
+    assert len(ranges) < len(literal) and len(ranges) <= 6, (ranges, literal)
     assert sum(hi == lo for lo, hi, _ in ranges[:-1]) <= blips, ranges
     for r0, r1 in zip(ranges, ranges[1:]):
         if r1[2] > r0[2]:
             assert f"gamma rises from {r0[2]} to {r1[2]} at batch {r1[0]}: " in p.stdout
-    assert "gamma switches only where another is modelled faster by more than 2%" in p.stdout
+    assert "gamma switches only where another is modelled faster by more than 6%" in p.stdout
 
 
 def test_a_rising_gamma_is_explained():

@@ -36,7 +36,7 @@ from src.costmodel.hf_config import snippet_id_notes
 from src.errors import ascii_float
 from src.kernels.costmodel import add_kernels_argument, check_measured
 from src.online.gamma_notes import schedule_notes
-from src.online.gamma_rule import SCHEDULE_TOLERANCE, tolerant_gammas
+from src.online.gamma_rule import MAX_RANGES, SCHEDULE_TOLERANCE, capped_gammas
 from src.treeshape.shape import TreeShape
 
 FIELD_FLAGS = {"scenario.gpu": "--gpu", "scenario.target": "--target", "scenario.draft": "--draft",
@@ -258,10 +258,11 @@ def schedule_at(cfg, context: int, context_flag: str = "--context",
     best, _, by_gamma = steady_state_gammas(deps[1].timer, deps[0].timer,
                                             np.array([cfg.alpha.value]), context,
                                             cfg.limits.max_num_seqs, cfg.max_gamma, kv_tokens=kv)
-    gammas = tolerant_gammas(by_gamma, tolerance)
+    gammas, used = capped_gammas(by_gamma, tolerance)
     speedups = by_gamma[gammas, np.arange(gammas.size)]
     speedups[0] = 1.0
-    return compress_schedule(gammas, max(int(gammas.max()), 1)), gammas, speedups, kv, best
+    return (compress_schedule(gammas, max(int(gammas.max()), 1)), gammas, speedups, kv, best,
+            used)
 
 
 def vllm_config(cfg, schedule, draft_path: str | None) -> dict:
@@ -374,7 +375,13 @@ def report(args) -> str:
         context_flag = "--workload"  # the context is the workload's mean
     context = context or 2048
     tolerance = _tolerance(args.tolerance)
-    schedule, gammas, speedups, kv, best = schedule_at(cfg, context, context_flag, tolerance)
+    schedule, gammas, speedups, kv, best, used = schedule_at(cfg, context, context_flag,
+                                                             tolerance)
+    if used != tolerance:
+        print(f"note: --tolerance: {tolerance:g} gave more than {MAX_RANGES} ranges; the "
+              f"schedule uses {used:.3g}, the smallest tolerance (x 1.25 steps) with at most "
+              f"{MAX_RANGES}", file=sys.stderr)
+        tolerance = used
     fits = max(1, min(cfg.limits.max_num_seqs, kv // (context + cfg.max_gamma + 1)))
     if batches is None and rates is None:
         batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if b <= fits]

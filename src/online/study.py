@@ -24,7 +24,7 @@ from src.online import metrics
 from src.online.arrivals import unit_gaps
 from src.online.config import ServeConfig, arrivals_to_draw
 from src.online.engine import Deployment, Engine, RequestTable, RowGroup
-from src.online.gamma_rule import tolerant_gammas
+from src.online.gamma_rule import capped_gammas
 from src.online.policies import (
     BatchSchedule,
     NoSpeculation,
@@ -146,7 +146,7 @@ def prepare(cfg: ServeConfig) -> Prepared:
 
         schedule = parse_schedule_json(cfg.schedule_json)
     else:
-        tolerant = tolerant_gammas(by_gamma)  # a switch only where the gain exceeds 2%
+        tolerant, _ = capped_gammas(by_gamma)  # a switch only past 6%, at most 6 ranges
         schedule = compress_schedule(tolerant, max(int(tolerant.max()), 1))
         speedups = by_gamma[tolerant, np.arange(tolerant.size)]
     # off-above's default N: the largest batch at which the default gamma still beats greedy
