@@ -73,5 +73,9 @@ def _rise_reason(cfg, b: int, g0: int, g1: int, start: int = 1) -> str:
                         f"positions = {tokens[i]}), where the calibrated GEMMs leave their "
                         "small-row regime: a step in its time, not a trend"
                         + since.get(batches[i], ""))
+    gemms = getattr(cost, "kernels", None)
+    if gemms is not None:  # priced from an engine's measured GEMM rows (src/kernels/)
+        return (f"a step in {gemms.label}'s measured GEMM times at this batch size (the engine "
+                "switching GEMM kernels between row counts), not a trend")
     return ("a step in the modelled kernel times at this batch size (GEMM wave quantisation or "
             "attention splits), not a trend")
