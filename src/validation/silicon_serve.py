@@ -43,10 +43,12 @@ class SiliconScenario(Scenario):
         formats = {k: v for k, v in (("weight_format", self.weight_format),
                                      ("expert_weight_format", self.expert_weight_format)) if v}
         target = replace(target, **formats)
-        return HardwareCostModel(gpu=presets.gpu(self.gpu_id), target=target, tp=self.tp,
+        from src.kernels.costmodel import with_kernels
+        cost = HardwareCostModel(gpu=presets.gpu(self.gpu_id), target=target, tp=self.tp,
                                  draft=DraftSpec(kind="ngram"), params=presets.params,
                                  allreduce=presets.allreduce, engine=engine,
                                  attention_fits=presets.attention, ep=self.ep)
+        return with_kernels(cost, self.kernels, strict=False)  # as every scenario prices
 
 
 def serve_config(case: SiliconCase, host_terms: dict | None = None):
