@@ -23,6 +23,7 @@ from src.online import blog_check  # noqa: E402
 from src.reporting import write_atomic  # noqa: E402
 from src.trees import report as tree_report  # noqa: E402
 from src.trees import validation as tree_validation  # noqa: E402
+from src.validation import silicon  # noqa: E402
 
 TREE_RESULTS = os.path.join("studies", "trees", "results", "results.csv")  # the tree study
 
@@ -54,6 +55,9 @@ def blocks(root: str = ROOT, sets: list | None = None, blog: dict | None = None,
     trees = os.path.join(root, TREE_RESULTS)
     if os.path.exists(trees):  # a copy of the docs without the tree study keeps its block
         out[("README.md", "tree-headline")] = tree_report.readme_headline(pd.read_csv(trees))
+    silicon_csv = os.path.join(root, "results", "silicon_validation.csv")
+    if os.path.exists(silicon_csv):  # python run.py silicon-validate writes it
+        out[("design.md", "silicon-validation")] = silicon.markdown(pd.read_csv(silicon_csv))
     if validation.available(cal_dir):
         out[("design.md", "validation-shared")] = validation.shared_block(sets, cal_dir)
     return out

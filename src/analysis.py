@@ -171,6 +171,8 @@ def write_outputs(out_dir: str, cfg: StudyConfig, reference: pd.DataFrame | None
         summary.append(moe_section)
     from src.plan.report import kept_section as plan_section  # and the plan command's section
     summary.append(plan_section(out_dir) or "")
+    from src.validation.silicon_cli import kept_section as silicon_section  # silicon-validate's
+    summary.append(silicon_section(out_dir) or "")
     # so is the validation plot (drawn by scripts/update_docs.py from the calibration data)
     from src.hardware.validation import PLOT_PATH
     validation_plot = os.path.join(out_dir, PLOT_PATH)

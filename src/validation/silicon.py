@@ -103,8 +103,8 @@ def summary_line(table: pd.DataFrame) -> str:
     """The line of results/summary.txt."""
     h = headline(table)
     return (f"Silicon validation (aiconfigurator-core 0.12.0 silicon_sample.csv, agg rows other "
-            f"than the fitted h100_sxm): {h['runnable']}/{h['rows']} rows run; greedy TPOT "
-            f"|error| median {_pct(h['tpot_median'])}, p90 {_pct(h['tpot_p90'])} (goal 10%, "
+            f"than h100_sxm, the host fit's set): {h['runnable']}/{h['rows']} rows run; greedy "
+            f"TPOT |error| median {_pct(h['tpot_median'])}, p90 {_pct(h['tpot_p90'])} (goal 10%, "
             f"25%); TTFT median {_pct(h['ttft_median'])} (goal 20%)")
 
 
@@ -116,7 +116,7 @@ def markdown(table: pd.DataFrame) -> str:
              "| system | backend | model | runnable / rows | TPOT median abs err | TPOT p90 | "
              "TPOT median signed | TTFT median abs err |", "|---|---|---|---|---|---|---|---|"]
     for r in s.itertuples():
-        fit = " (fitted)" if r.system == FIT_SYSTEM else ""
+        fit = " (fit set)" if r.system == FIT_SYSTEM else ""
         lines.append(f"| {r.system}{fit} | {r.backend} | {r.model} | {r.runnable} / {r.rows} | "
                      f"{_pct(r.tpot_median_abs_error)} | {_pct(r.tpot_p90_abs_error)} | "
                      f"{_pct(r.tpot_median_error)} | {_pct(r.ttft_median_abs_error)} |")

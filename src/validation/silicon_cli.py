@@ -18,6 +18,22 @@ SECTION_BEGIN = "=== SILICON VALIDATION (python run.py silicon-validate) ==="
 SECTION_END = "=== END SILICON VALIDATION ==="
 
 
+def kept_section(out_dir: str) -> str | None:
+    """The silicon-validation section of OUT/results/summary.txt, for a study run that rewrites
+    the file to keep (silicon_validation.csv is not the study's file, so publish() keeps it)."""
+    import os
+    try:
+        with open(os.path.join(out_dir, "results", "summary.txt"), encoding="utf-8",
+                  errors="replace") as f:
+            summary = f.read()
+    except OSError:
+        return None
+    if SECTION_BEGIN in summary and SECTION_END in summary:
+        return (SECTION_BEGIN + summary.split(SECTION_BEGIN, 1)[1].split(SECTION_END, 1)[0]
+                + SECTION_END)
+    return None
+
+
 def make_parser():
     p = OneLineArgumentParser(prog="python run.py silicon-validate",
                               description=__doc__.splitlines()[0])
@@ -89,15 +105,16 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
-    from src.outputs import existing_outputs, locked, publish, replace_section
+    from src.outputs import block_last, existing_outputs, locked, publish, replace_section
     from src.validation.silicon import markdown, summary, summary_line
     table, _ = run(systems, args.refit, say)
     with locked(args.out, say):
         files = existing_outputs(args.out)
         text = files.get("results/summary.txt", b"").decode("utf-8", "replace")
         section = f"{SECTION_BEGIN}\n{summary_line(table)}\n{SECTION_END}"
-        files["results/summary.txt"] = replace_section(text, section, SECTION_BEGIN,
-                                                       SECTION_END).encode()
+        # the blog check's block stays last, as every writer of summary.txt keeps it
+        files["results/summary.txt"] = block_last(replace_section(text, section, SECTION_BEGIN,
+                                                                  SECTION_END)).encode()
         files["results/silicon_validation.csv"] = table.to_csv(index=False).encode()
         files["results/silicon_validation_summary.csv"] = summary(table).to_csv(
             index=False, float_format="%.4f").encode()
