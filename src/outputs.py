@@ -78,6 +78,20 @@ def replace_section(text: str, section: str, begin: str, end: str) -> str:
     return join_summary([text, section])
 
 
+def kept_summary_section(out_dir: str, begin: str, end: str) -> str | None:
+    """The section between the lines `begin` and `end` (both kept) of OUT/results/summary.txt, or
+    None: what a study run that rewrites the file keeps of another command's section."""
+    try:
+        with open(os.path.join(out_dir, "results", "summary.txt"), encoding="utf-8",
+                  errors="replace") as f:
+            summary = f.read()
+    except OSError:
+        return None
+    if begin in summary and end in summary:
+        return begin + summary.split(begin, 1)[1].split(end, 1)[0] + end
+    return None
+
+
 def existing_outputs(out_dir: str) -> dict[str, bytes]:
     """Every file now in OUT/results and OUT/plots (path relative to OUT -> bytes)."""
     files = {}

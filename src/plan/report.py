@@ -17,7 +17,6 @@ cheapest is the one with the lowest replicas x GPUs x price per hour.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pandas as pd
@@ -213,16 +212,8 @@ def replace_section(text: str, section: str) -> str:
 def kept_section(out_dir: str) -> str | None:
     """The plan section of OUT/results/summary.txt, for a study run that rewrites the file to
     keep (plan.csv and the plot are not the study's files, so publish() keeps them)."""
-    try:
-        with open(os.path.join(out_dir, "results", "summary.txt"), encoding="utf-8",
-                  errors="replace") as f:
-            summary = f.read()
-    except OSError:
-        return None
-    if SECTION_BEGIN in summary and SECTION_END in summary:
-        return SECTION_BEGIN + summary.split(SECTION_BEGIN, 1)[1].split(SECTION_END, 1)[0] \
-            + SECTION_END
-    return None
+    from src.outputs import kept_summary_section
+    return kept_summary_section(out_dir, SECTION_BEGIN, SECTION_END)
 
 
 def pareto_front(cost: np.ndarray, capacity: np.ndarray) -> np.ndarray:

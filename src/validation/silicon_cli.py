@@ -21,17 +21,8 @@ SECTION_END = "=== END SILICON VALIDATION ==="
 def kept_section(out_dir: str) -> str | None:
     """The silicon-validation section of OUT/results/summary.txt, for a study run that rewrites
     the file to keep (silicon_validation.csv is not the study's file, so publish() keeps it)."""
-    import os
-    try:
-        with open(os.path.join(out_dir, "results", "summary.txt"), encoding="utf-8",
-                  errors="replace") as f:
-            summary = f.read()
-    except OSError:
-        return None
-    if SECTION_BEGIN in summary and SECTION_END in summary:
-        return (SECTION_BEGIN + summary.split(SECTION_BEGIN, 1)[1].split(SECTION_END, 1)[0]
-                + SECTION_END)
-    return None
+    from src.outputs import kept_summary_section
+    return kept_summary_section(out_dir, SECTION_BEGIN, SECTION_END)
 
 
 def make_parser():
