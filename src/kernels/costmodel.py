@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from src.errors import ConfigError
-from src.kernels.sources import table_source
+from src.kernels.sources import SYSTEM_OF_GPU, TABLES_OF_ENGINE, table_source
 
 KERNEL_CHOICES = ("measured", "roofline")
 AUTO = "auto"  # measured where table_source finds tables, else the roofline (with a note)
@@ -88,7 +88,7 @@ def with_kernels(cost, mode: str | None = None, strict: bool = True):
         if mode == "measured" and strict:
             raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
         # the default stays quiet for profiles no engine's tables price (ideal, pytorch-*)
-        if mode == "measured" or not why.startswith("engine profile"):
+        if mode == "measured" or cost.engine.name in TABLES_OF_ENGINE:
             note_once(f"note: --kernels: {why}; priced from the roofline")
         return cost
     from src.kernels.measured import MeasuredKernels
@@ -107,10 +107,9 @@ def with_kernels(cost, mode: str | None = None, strict: bool = True):
 
 
 KERNELS_HELP = ("price the target's GEMMs from the engine's measured kernels (NVIDIA "
-                "AIConfigurator's tables, src/kernels/: vllm-v1, sglang, sglang-spec-v2 on "
-                "h100-sxm, h200) or from the roofline (default: "
-                + ("measured where the engine profile has tables on the GPU, else the roofline)"
-                   if DEFAULT_KERNELS == AUTO else "roofline)"))
+                f"AIConfigurator's tables, src/kernels/: {', '.join(sorted(TABLES_OF_ENGINE))} "
+                f"on {', '.join(sorted(SYSTEM_OF_GPU))}) or from the roofline (default: measured "
+                "where the engine profile has tables on the GPU, else the roofline)")
 
 
 def add_kernels_argument(parser) -> None:
