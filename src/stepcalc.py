@@ -39,6 +39,7 @@ from src.costmodel import (
     pass_coefficients,
 )
 from src.errors import ascii_int
+from src.kernels.costmodel import measured_where
 from src.kernels.sources import table_source
 
 COLUMNS = ("batch", "positions", "tokens", "total_ms", "layers_non_attention_ms", "attention_ms",
@@ -99,9 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "the CostModelParams CPU figures (decode-step CPU only)")
     ap.add_argument("--kernels", choices=KERNEL_CHOICES, default=None,
                     help="price GEMMs and decode attention from the engine's measured kernels "
-                    "(NVIDIA AIConfigurator's tables: vllm-v1 -> vLLM 0.24.0, sglang -> SGLang "
-                    "0.5.14; GPUs h100-sxm, h200) or from the roofline; default: measured where "
-                    "--engine has tables on --gpu")
+                    f"(NVIDIA AIConfigurator's tables: {measured_where()}) or from the roofline; "
+                    "default: measured where --engine has tables on --gpu")
     ap.add_argument("--csv", action="store_true", help="print CSV instead of an aligned table")
     return ap
 

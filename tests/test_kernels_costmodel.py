@@ -83,8 +83,8 @@ def test_the_default_notes_a_measured_engine_on_a_gpu_without_tables_once(capsys
     for _ in range(3):
         _pair("a100-80gb-sxm")
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["note: --kernels: GPU 'a100-80gb-sxm' has no measured tables (those with: "
-                   "h100-sxm, h200); priced from the roofline"]
+    assert err == ["note: --kernels: GPU 'a100-80gb-sxm' has no vLLM 0.24.0 tables (a100_sxm "
+                   "holds vllm: 0.14.0); priced from the roofline"]
     _pair("h200", engine="ideal")  # a profile no engine's tables price: no note
     assert capsys.readouterr().err == ""
 

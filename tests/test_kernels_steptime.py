@@ -65,13 +65,25 @@ def test_roofline_kernels_keep_the_old_table(capsys):
 
 
 def test_a_gpu_without_tables_prices_from_the_roofline_with_one_stderr_line(capsys):
+    argv = ["--gpu", "l4", "--model", "llama-3.1-8b", "--batch", "8",
+            "--engine", "vllm-v1", "--csv"]
+    rc, out, err = run(capsys, argv)
+    assert rc == 0
+    assert err == ("note: --kernels: GPU 'l4' has no measured tables (those with: "
+                   "a100-80gb-sxm, b200, b300, gb200, gb300, h100-sxm, h200, l40s); priced from "
+                   "the roofline\n")
+    assert out == run(capsys, argv + ["--kernels", "roofline"])[1]
+
+
+def test_a_system_without_the_engine_s_version_says_which_versions_it_holds(capsys):
+    """A100's system holds vLLM 0.14.0 tables, not the 0.24.0 that vllm-v1 names (kernel_tables
+    in engines.toml): priced from the roofline, naming what is there."""
     argv = ["--gpu", "a100-80gb-sxm", "--model", "llama-3.1-8b", "--batch", "8",
             "--engine", "vllm-v1", "--csv"]
     rc, out, err = run(capsys, argv)
     assert rc == 0
-    assert err == ("note: --kernels: GPU 'a100-80gb-sxm' has no measured tables (those with: "
-                   "h100-sxm, h200); priced from the roofline\n")
-    assert out == run(capsys, argv + ["--kernels", "roofline"])[1]
+    assert err == ("note: --kernels: GPU 'a100-80gb-sxm' has no vLLM 0.24.0 tables (a100_sxm "
+                   "holds vllm: 0.14.0); priced from the roofline\n")
 
 
 def test_kernels_measured_without_a_table_is_one_line_and_exit_2(capsys):
@@ -101,3 +113,21 @@ def test_a_pass_wider_than_a_verification_keeps_the_roofline_attention(capsys):
     assert [r["attention_source"] for r in _csv(out)] == ["vllm-0.24.0", "roofline"]
     rc, roof, _ = run(capsys, argv + ["--kernels", "roofline"])
     assert _csv(out)[1]["attention_ms"] == _csv(roof)[1]["attention_ms"]
+
+
+def test_kernel_tables_and_kernel_system_are_checked_where_the_presets_load(tmp_path):
+    """The engine -> tables and GPU -> system maps are preset data: a bad value is one line naming
+    the field and what is allowed."""
+    from src.costmodel import CostModelInputError
+    from src.costmodel.engines import load_engine_profiles
+    from src.costmodel.presets import load_presets
+
+    bad_engine = tmp_path / "e.toml"
+    bad_engine.write_text('[engines."vllm-v1"]\nkernel_tables = "tgi/1.0"\n')
+    with pytest.raises(CostModelInputError, match=r"engines.vllm-v1.kernel_tables.*vllm, sglang, "
+                                                  r"trtllm"):
+        load_engine_profiles(extra_paths=[bad_engine])
+    bad_gpu = tmp_path / "g.toml"
+    bad_gpu.write_text('[gpus.h200]\nkernel_system = "H200 SXM"\n')
+    with pytest.raises(CostModelInputError, match=r"gpus.h200.kernel_system"):
+        load_presets([bad_gpu])

@@ -8,6 +8,7 @@ verified positions, the n-gram proposer called once per step, and the all-reduce
 """
 from __future__ import annotations
 
+import re
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Iterable
@@ -35,6 +36,10 @@ GEMM_EFFICIENCY_SOURCES = ("preset", "tables")
 # rest); "prefill_first": vLLM v0's default scheduler without chunked prefill (a step with a
 # waiting prompt that fits is a prefill-only step of whole prompts; otherwise a decode step)
 PREFILL_SCHEDULING_CHOICES = ("chunked", "prefill_first")
+# kernel_tables backends: the engine folders of AIConfigurator's database (aiconfigurator_core/
+# systems/data/<system>/<op>/<backend>/, aiconfigurator-core 0.12.0) -> the printed engine name
+BACKEND_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+KERNEL_TABLES_RE = re.compile(r"^(vllm|sglang|trtllm)/[0-9][0-9A-Za-z.+_-]*$")
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,9 @@ class EngineProfile:
     # kernels a step with a draft network launches eagerly between its graphs (tree build,
     # verification, KV slot bookkeeping), priced per verification at the eager launch cost
     spec_step_eager_kernels: int = 0
+    # the measured kernel tables that price this profile's kernels: "<backend>/<version>", a
+    # folder pair of AIConfigurator's database (src/kernels/sources.py); "" = none (roofline)
+    kernel_tables: str = ""
 
     def cuda_graph_max_batch(self, gpu_memory_gb: float, tp: int) -> int:
         """Largest batch whose passes replay a CUDA graph on this deployment; 0 = no limit."""
@@ -284,6 +292,11 @@ def _load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
         if kernel not in ATTENTION_KERNEL_CHOICES:
             raise CostModelInputError(f"{where}.attention_kernel", f"unknown '{kernel}'; allowed: "
                                       f"{', '.join(ATTENTION_KERNEL_CHOICES)}")
+        tables_of = values.get("kernel_tables", "")
+        if tables_of and not KERNEL_TABLES_RE.match(tables_of):
+            raise CostModelInputError(f"{where}.kernel_tables", f"bad '{tables_of}'; allowed: "
+                                      f"'' or '<backend>/<version>', backend one of "
+                                      f"{', '.join(BACKEND_NAMES)} (e.g. 'vllm/0.24.0')")
         out[name] = EngineProfile(name=name, **values)
     return out
 

@@ -4,6 +4,7 @@ cost-model modules. design.md ("Presets", "Parameters") gives every figure's sou
 """
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
@@ -83,6 +84,8 @@ class GpuSpec:
     dense_fp4_tflops: float | None = None
     # comma-separated weight formats the GPU runs by upcasting to BF16 (weight-only kernels)
     weight_only_formats: str = ""
+    # AIConfigurator's system folder (systems/data/<system>; src/kernels/sources.py); "" = none
+    kernel_system: str = ""
 
     @property
     def flops_per_s(self) -> float:
@@ -444,6 +447,16 @@ def check_model(m: ModelSpec, where: str) -> ModelSpec:
     return m
 
 
+KERNEL_SYSTEM_RE = re.compile(r"^[a-z0-9_]*$")
+
+
+def _check_gpu(g: GpuSpec) -> GpuSpec:
+    if not KERNEL_SYSTEM_RE.match(g.kernel_system):  # e.g. 'h200_sxm'
+        raise CostModelInputError(f"gpus.{g.gpu_id}.kernel_system", f"bad '{g.kernel_system}'; "
+                                  "allowed: '' or a folder of aiconfigurator_core/systems/data")
+    return g
+
+
 def _check_positive_fields(table_name: str, entry_id: str, values: Mapping) -> None:
     for name, value in values.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not value > 0:
@@ -550,7 +563,7 @@ def _load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
                 _check_positive_fields(where, kernel, values)
                 attention[(gpu_id, kernel)] = AttentionKernelFit(gpu_id, kernel, **values)
     return Presets(
-        gpus={k: GpuSpec(gpu_id=k, **v) for k, v in gpus.items()},
+        gpus={k: _check_gpu(GpuSpec(gpu_id=k, **v)) for k, v in gpus.items()},
         models=ModelTable({k: check_model(ModelSpec(model_id=k, **v), f"models.{k}")
                            for k, v in models.items()}),
         params=replace(CostModelParams(), **params),

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from src.errors import ConfigError
-from src.kernels.sources import SYSTEM_OF_GPU, TABLES_OF_ENGINE, table_source
+from src.kernels.sources import table_source
 
 KERNEL_CHOICES = ("measured", "roofline")
 AUTO = "auto"  # measured where table_source finds tables, else the roofline (with a note)
@@ -88,7 +88,7 @@ def with_kernels(cost, mode: str | None = None, strict: bool = True):
         if mode == "measured" and strict:
             raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
         # the default stays quiet for profiles no engine's tables price (ideal, pytorch-*)
-        if mode == "measured" or cost.engine.name in TABLES_OF_ENGINE:
+        if mode == "measured" or cost.engine.kernel_tables:
             note_once(f"note: --kernels: {why}; priced from the roofline")
         return cost
     from src.kernels.measured import MeasuredKernels
@@ -106,12 +106,25 @@ def with_kernels(cost, mode: str | None = None, strict: bool = True):
     return replace(cost, kernels=gemms)
 
 
-KERNELS_HELP = ("price the target's GEMMs from the engine's measured kernels (NVIDIA "
-                f"AIConfigurator's tables, src/kernels/: {', '.join(sorted(TABLES_OF_ENGINE))} "
-                f"on {', '.join(sorted(SYSTEM_OF_GPU))}) or from the roofline (default: measured "
-                "where the engine profile has tables on the GPU, else the roofline)")
+def measured_where() -> str:
+    """'<profiles> on <GPUs>': the engine profiles with kernel_tables and the GPU presets with a
+    kernel_system (the built-in presets), for help texts."""
+    from src.costmodel.engines import load_engine_profiles
+    from src.costmodel.presets import load_presets
+
+    engines = sorted(n for n, p in load_engine_profiles().items() if p.kernel_tables)
+    gpus = sorted(g for g, s in load_presets().gpus.items() if s.kernel_system)
+    return f"{', '.join(engines)} on {', '.join(gpus)}"
+
+
+def kernels_help() -> str:
+    """--kernels' help."""
+    return ("price the target's GEMMs from the engine's measured kernels (NVIDIA "
+            f"AIConfigurator's tables, src/kernels/: {measured_where()}, where the GPU's system "
+            "holds the profile's version) or from the roofline (default: measured where the "
+            "engine profile has tables on the GPU, else the roofline)")
 
 
 def add_kernels_argument(parser) -> None:
     """--kernels measured|roofline on a command that builds cost models from a scenario."""
-    parser.add_argument("--kernels", choices=KERNEL_CHOICES, default=None, help=KERNELS_HELP)
+    parser.add_argument("--kernels", choices=KERNEL_CHOICES, default=None, help=kernels_help())

@@ -12,18 +12,13 @@ import importlib.util
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterable
+
+from src.costmodel.engines import BACKEND_NAMES, load_engine_profiles
+from src.costmodel.presets import load_presets
 
 PACKAGE = "aiconfigurator_core"
 DISTRIBUTION = "aiconfigurator-core"
-# the project's GPU preset ids (src/presets/gpus.toml) -> the database's system folders
-SYSTEM_OF_GPU = {"h100-sxm": "h100_sxm", "h200": "h200_sxm"}
-# engine profiles (src/presets/engines.toml) -> (backend folder, version, its printed name);
-# the profiles whose structure is vLLM V1's / SGLang's take that engine's newest tables
-TABLES_OF_ENGINE = {
-    "vllm-v1": ("vllm", "0.24.0", "vLLM"),
-    "sglang": ("sglang", "0.5.14", "SGLang"),
-    "sglang-spec-v2": ("sglang", "0.5.14", "SGLang"),
-}
 GEMM_TABLE = ("gemm", "gemm_perf.parquet")
 DECODE_ATTENTION_TABLE = ("attention", "generation_attention_perf.parquet")
 
@@ -66,21 +61,36 @@ def package_version() -> str:
         return ""
 
 
-def table_source(gpu_id: str, engine_name: str | None) -> tuple[TableSource | None, str]:
-    """(the tables of `engine_name` on `gpu_id`, "") or (None, why there are none)."""
+def printed_name(src: TableSource) -> str:
+    return f"{src.engine_name} {src.version}"
+
+
+def table_source(gpu_id: str, engine_name: str | None,
+                 extra_paths: Iterable[str] = ()) -> tuple[TableSource | None, str]:
+    """(the tables of `engine_name` on `gpu_id`, "") or (None, why there are none). The GPU's
+    kernel_system and the profile's kernel_tables come from the presets (built-in files, then
+    `extra_paths`, as --presets takes them)."""
     if engine_name is None:
         return None, "no --engine names an engine whose kernels were measured"
-    if engine_name not in TABLES_OF_ENGINE:
+    engines = load_engine_profiles(extra_paths=tuple(extra_paths))
+    with_tables = sorted(n for n, p in engines.items() if p.kernel_tables)
+    profile = engines.get(engine_name)
+    if profile is None or not profile.kernel_tables:
         return None, (f"engine profile '{engine_name}' has no measured tables (those with: "
-                      f"{', '.join(sorted(TABLES_OF_ENGINE))})")
-    if gpu_id not in SYSTEM_OF_GPU:
+                      f"{', '.join(with_tables)})")
+    gpus = load_presets(tuple(extra_paths)).gpus
+    gpu = gpus.get(gpu_id)
+    if gpu is None or not gpu.kernel_system:
         return None, (f"GPU '{gpu_id}' has no measured tables (those with: "
-                      f"{', '.join(sorted(SYSTEM_OF_GPU))})")
+                      f"{', '.join(sorted(g for g, s in gpus.items() if s.kernel_system))})")
     root = data_root()
     if root is None:
         return None, f"{DISTRIBUTION} is not installed (pip install -r requirements.txt)"
-    backend, version, printed = TABLES_OF_ENGINE[engine_name]
-    src = TableSource(SYSTEM_OF_GPU[gpu_id], backend, version, printed, root)
+    backend, version = profile.kernel_tables.split("/")
+    src = TableSource(gpu.kernel_system, backend, version, BACKEND_NAMES[backend], root)
     if not src.path(GEMM_TABLE).is_file():
-        return None, f"{src.path(GEMM_TABLE)} is missing"
+        held = root / src.system / GEMM_TABLE[0] / backend
+        versions = sorted(p.name for p in held.iterdir()) if held.is_dir() else []
+        return None, (f"GPU '{gpu_id}' has no {printed_name(src)} tables ({src.system} holds "
+                      f"{backend}: {', '.join(versions) or 'none'})")
     return src, ""
