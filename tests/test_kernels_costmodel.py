@@ -160,3 +160,18 @@ def test_deferred_notes_print_after_a_clean_block_and_drop_on_an_error(capsys):
     assert capsys.readouterr().err == ""
     kc.note_once("note: --kernels: test-held-2")  # dropped, so printable again
     assert capsys.readouterr().err == "note: --kernels: test-held-2\n"
+
+
+def test_a_presets_file_gpu_with_a_kernel_system_is_priced_from_its_tables(tmp_path):
+    # a user's own GPU id (a --presets file) naming the h200_sxm folder takes h200's tables
+    path = tmp_path / "mine.toml"
+    path.write_text('[gpus."my-h200"]\nname = "my H200"\ndense_bf16_tflops = 989.4\n'
+                    'memory_bandwidth_gb_per_s = 4800.0\nmemory_gb = 141.0\n'
+                    'interconnect_bidirectional_gb_per_s = 900.0\ninterconnect = "NVLink 4"\n'
+                    'source = "test"\nkernel_system = "h200_sxm"\n')
+    mine = with_kernels(HardwareCostModel.from_presets("my-h200", "llama-3.1-8b", engine="vllm-v1",
+                                                       preset_paths=[path]), AUTO)
+    _, h200 = _pair("h200")
+    assert mine.kernels is not None and mine.kernels.kernels.src == h200.kernels.kernels.src
+    assert mine.kernels.kernels.gemm_ms(512, 4096, 4096) == h200.kernels.kernels.gemm_ms(512, 4096,
+                                                                                          4096)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from src.errors import ConfigError
-from src.kernels.sources import table_source
+from src.kernels.sources import table_source, tables_of
 
 KERNEL_CHOICES = ("measured", "roofline")
 AUTO = "auto"  # measured where table_source finds tables, else the roofline (with a note)
@@ -83,7 +83,9 @@ def with_kernels(cost, mode: str | None = None, strict: bool = True):
         mode = DEFAULT_KERNELS
     if mode == "roofline":
         return cost if cost.kernels is None else replace(cost, kernels=None)
-    src, why = table_source(cost.gpu.gpu_id, cost.engine.name)
+    src, why = tables_of(cost.gpu, cost.engine)
+    if src is None and not (cost.engine.kernel_tables and cost.gpu.kernel_system):
+        why = table_source(cost.gpu.gpu_id, cost.engine.name)[1] or why  # lists those with
     if src is None:
         if mode == "measured" and strict:
             raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")

@@ -83,6 +83,16 @@ def table_source(gpu_id: str, engine_name: str | None,
     if gpu is None or not gpu.kernel_system:
         return None, (f"GPU '{gpu_id}' has no measured tables (those with: "
                       f"{', '.join(sorted(g for g, s in gpus.items() if s.kernel_system))})")
+    return tables_of(gpu, profile)
+
+
+def tables_of(gpu, profile) -> tuple[TableSource | None, str]:
+    """(the tables of engine profile `profile` on GPU preset `gpu`, "") or (None, why there are
+    none), from the objects themselves (so a --presets file's GPU or profile is seen too)."""
+    if not profile.kernel_tables:
+        return None, f"engine profile '{profile.name}' has no measured tables"
+    if not gpu.kernel_system:
+        return None, f"GPU '{gpu.gpu_id}' has no measured tables"
     root = data_root()
     if root is None:
         return None, f"{DISTRIBUTION} is not installed (pip install -r requirements.txt)"
@@ -91,6 +101,6 @@ def table_source(gpu_id: str, engine_name: str | None,
     if not src.path(GEMM_TABLE).is_file():
         held = root / src.system / GEMM_TABLE[0] / backend
         versions = sorted(p.name for p in held.iterdir()) if held.is_dir() else []
-        return None, (f"GPU '{gpu_id}' has no {printed_name(src)} tables ({src.system} holds "
+        return None, (f"GPU '{gpu.gpu_id}' has no {printed_name(src)} tables ({src.system} holds "
                       f"{backend}: {', '.join(versions) or 'none'})")
     return src, ""
