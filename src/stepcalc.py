@@ -166,7 +166,7 @@ def _kernels(args, gpu) -> tuple[object, str]:
     none."""
     if args.kernels == "roofline":
         return None, ""
-    src, why = table_source(args.gpu, args.engine)
+    src, why = table_source(args.gpu, args.engine, args.presets)
     if src is None:
         if args.kernels == "measured":
             raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")

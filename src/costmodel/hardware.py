@@ -6,9 +6,9 @@ protocol the engine loop asks (src/costmodel/flat.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -147,6 +147,7 @@ class HardwareCostModel:
         params: CostModelParams | None = None,
         draft_kv_budget_tokens: int | None = None,
         ep: int = 1,
+        target_formats: Mapping[str, str] | None = None,
     ) -> "HardwareCostModel":
         """Build from preset ids (or paths to Hugging Face config.json files). draft: a model id
         (a stand-alone draft, or an EAGLE-3 head where its preset says architecture "eagle3"),
@@ -154,11 +155,15 @@ class HardwareCostModel:
         "ngram", "self" (self-speculation: draft_tp is taken as tp) or None (= "ngram"). ep:
         expert-parallel degree of the MoE layers (1 = TP over the expert FFN, or = tp). params:
         overrides the loaded fitted parameters. engine: an EngineProfile or a profile name of
-        src/presets/engines.toml (or of a preset file)."""
+        src/presets/engines.toml (or of a preset file). target_formats: ModelSpec format fields
+        (weight_format, expert_weight_format, kv_cache_format) that replace the preset's, as a
+        scenario's `weights` / `kv_cache` keys give them."""
         preset_paths = tuple(preset_paths)
         presets = load_presets(preset_paths)
         gpu_spec = presets.gpu(gpu)
         target_spec = presets.model(target, "target")
+        if target_formats:
+            target_spec = replace(target_spec, **target_formats)
         budget = draft_kv_budget_tokens
         if draft is None or draft == "ngram":
             draft_spec = DraftSpec(kind="ngram", kv_budget_tokens=budget)

@@ -47,7 +47,7 @@ SPECIAL_DRAFTS = ("eagle", "eagle3", "mtp", "ngram", "self")
 TARGET_TP_DRAFTS = ("eagle", "eagle3", "mtp", "self")  # drafts that run at the target's tp
 SCENARIO_KEYS = ("name", "description", "gpu", "target", "draft", "tp", "draft_tp",
                  "engine_profiles", "draft_kv_budget_tokens", "memory_reserve_fraction",
-                 "acceptance_source", "presets", "tokenizer_shared")
+                 "acceptance_source", "presets", "tokenizer_shared", "ep", "weights", "kv_cache")
 REQUIRED_KEYS = ("name", "gpu", "target", "draft")
 DEFAULT_ENGINE_PROFILES = ("ideal", "vllm-v1")
 # keys of a scenario's [serving] table (read by `run.py serve`, src/online/cli.py)
@@ -114,6 +114,18 @@ class Scenario:
     # --kernels: None = measured GEMMs where the engine profile has tables on the GPU, else the
     # roofline; "measured" (an error without tables) or "roofline" (src/kernels/costmodel.py)
     kernels: str | None = None
+    ep: int = 1  # expert-parallel degree of the target's MoE layers (1 or tp; `ep`)
+    weights: str = ""  # the target's weight format for every layer ("" = the checkpoint's)
+    kv_cache: str = ""  # the target's KV-cache format ("" = the checkpoint's)
+
+    def target_formats(self) -> dict[str, str]:
+        """ModelSpec format fields the `weights` / `kv_cache` keys replace."""
+        out = {}
+        if self.weights:
+            out.update(weight_format=self.weights, expert_weight_format=self.weights)
+        if self.kv_cache:
+            out["kv_cache_format"] = self.kv_cache
+        return out
 
     def cost_model(self, engine_profile: str | EngineProfile | None = None) -> HardwareCostModel:
         """HardwareCostModel of this deployment with the named engine's overheads (default: the
@@ -126,7 +138,8 @@ class Scenario:
         cost = HardwareCostModel.from_presets(
             self.gpu_id, self.target_model_id, tp=self.tp, draft=self.draft,
             draft_tp=self.draft_tp, engine=engine, params=params,
-            draft_kv_budget_tokens=self.draft_kv_budget_tokens, preset_paths=self.preset_paths)
+            draft_kv_budget_tokens=self.draft_kv_budget_tokens, preset_paths=self.preset_paths,
+            ep=self.ep, target_formats=self.target_formats())
         return with_kernels(cost, self.kernels, strict=False)
 
     def max_tokens_per_seq(self) -> int:
@@ -261,6 +274,7 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     if not isinstance(acceptance_source, str):
         raise ConfigError("scenario.acceptance_source",
                           f"expected a string, got {acceptance_source!r}")
+    ep, weights, kv_cache = _formats_and_ep(table, presets, gpu, target, tp)
     study_table = data.get("study", {})
     if not isinstance(study_table, Mapping):
         raise ConfigError("study", "expected a table of StudyConfig fields")
@@ -276,10 +290,36 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
         draft=draft, tp=tp, draft_tp=draft_tp, engine_profiles=tuple(dict.fromkeys(engines)),
         draft_kv_budget_tokens=budget, acceptance_source=acceptance_source.strip(),
         memory_reserve_fraction=None if reserve is None else float(reserve), study=study,
-        source_path=source_path, preset_paths=preset_paths)
+        source_path=source_path, preset_paths=preset_paths, ep=ep, weights=weights,
+        kv_cache=kv_cache)
     check_memory(scenario)
     check_tree_engines(scenario, "study.trees")
     return scenario
+
+
+def _formats_and_ep(table: Mapping, presets, gpu: str, target: str, tp: int
+                    ) -> tuple[int, str, str]:
+    """(ep, weights, kv_cache) of a [scenario] table: ep 1 or tp dividing the routed experts
+    (variants.check_ep), weights a format the GPU runs (formats.runnable_weight_formats),
+    kv_cache bf16 or fp8; ConfigError naming scenario.KEY."""
+    from src.costmodel.formats import KV_CACHE_FORMATS, runnable_weight_formats
+    from src.costmodel.variants import check_ep
+
+    ep = _positive_int("ep", table.get("ep", 1))
+    try:
+        check_ep(presets.model(target), ep, tp)
+    except CostModelInputError as e:
+        raise ConfigError("scenario.ep", e.allowed) from None
+    weights = table.get("weights", "")
+    able = runnable_weight_formats(presets.gpu(gpu))
+    if weights != "" and weights not in able:
+        raise ConfigError("scenario.weights", f"{weights!r} does not run on {gpu}; allowed: "
+                          f"{', '.join(able)}")
+    kv_cache = table.get("kv_cache", "")
+    if kv_cache != "" and kv_cache not in KV_CACHE_FORMATS:
+        raise ConfigError("scenario.kv_cache",
+                          f"unknown {kv_cache!r}; allowed: {', '.join(KV_CACHE_FORMATS)}")
+    return ep, weights, kv_cache
 
 
 def _model_path(value: str, source_path: str | None) -> str:

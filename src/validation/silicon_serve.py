@@ -21,34 +21,24 @@ SEED = 20261203
 
 @dataclass(frozen=True)
 class SiliconScenario(Scenario):
-    """A scenario that also sets the target's expert parallelism and weight formats, and
-    overrides engine host terms (the fitted ones of host_fits.toml)."""
+    """A scenario whose target's dense and expert weight formats are set apart (a measured row's
+    checkpoint, e.g. gpt-oss: BF16 attention, MXFP4 experts) and whose engine host terms may be
+    overridden (the fitted ones of host_fits.toml); ep is the Scenario's own."""
 
-    ep: int = 1
     weight_format: str = ""  # "" = the checkpoint's
     expert_weight_format: str = ""
     host_terms: tuple[tuple[str, float], ...] = ()  # EngineProfile field -> value
 
+    def target_formats(self) -> dict[str, str]:
+        return {k: v for k, v in (("weight_format", self.weight_format),
+                                  ("expert_weight_format", self.expert_weight_format)) if v}
+
     def cost_model(self, engine_profile=None):
         from src.costmodel import engine_profile as named_profile
-        from src.costmodel.drafts import DraftSpec
-        from src.costmodel.hardware import HardwareCostModel
-        from src.costmodel.presets import load_presets
-        presets = load_presets(self.preset_paths)
         engine = engine_profile or self.engine_profiles[0]
         if isinstance(engine, str):
             engine = named_profile(engine)
-        engine = replace(engine, **dict(self.host_terms))
-        target = presets.model(self.target_model_id, "model")
-        formats = {k: v for k, v in (("weight_format", self.weight_format),
-                                     ("expert_weight_format", self.expert_weight_format)) if v}
-        target = replace(target, **formats)
-        from src.kernels.costmodel import with_kernels
-        cost = HardwareCostModel(gpu=presets.gpu(self.gpu_id), target=target, tp=self.tp,
-                                 draft=DraftSpec(kind="ngram"), params=presets.params,
-                                 allreduce=presets.allreduce, engine=engine,
-                                 attention_fits=presets.attention, ep=self.ep)
-        return with_kernels(cost, self.kernels, strict=False)  # as every scenario prices
+        return super().cost_model(replace(engine, **dict(self.host_terms)))
 
 
 def serve_config(case: SiliconCase, host_terms: dict | None = None):
