@@ -69,8 +69,16 @@ def test_vllm_22752_model_tree_wins_at_batch_1_and_its_edge_shrinks_with_batch()
     # the model: same side of 1 at batch 1, and the same direction with batch (more B x N tokens)
     assert rows[0]["model_ratio"] > 1.0
     assert rows[0]["model_ratio"] > rows[1]["model_ratio"] > rows[-1]["model_ratio"]
-    # a tree step never costs less than the chain of its depth (more tokens, same passes)
-    assert all(r["model_step_cost_ratio"] >= 1.0 for r in rows)
+    # a tree step costs more than the chain of its depth (more tokens, same passes) once the
+    # batch is large enough (published: 1.03-1.11)...
+    assert rows[-1]["model_step_cost_ratio"] > 1.0
+    # ...but at batch 1 vLLM 0.24.0's measured H100 GEMMs run 9 rows faster than 3 (its
+    # gate/up 4096 -> 28672 and down 14336 -> 4096 rows, gemm_perf.parquet), so the model's tree
+    # step is cheaper than the chain's there: a finding from the tables, not physics
+    k = v.cost_model(v.VLLM_SETUP).kernels.kernels
+    assert k.gemm_ms(9, 28672, 4096) < k.gemm_ms(3, 28672, 4096)
+    assert k.gemm_ms(9, 4096, 14336) < k.gemm_ms(3, 4096, 14336)
+    assert rows[0]["model_step_cost_ratio"] < 1.0
 
 
 def test_eagle1_output_files_inputs_and_the_models_side_of_them():

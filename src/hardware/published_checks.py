@@ -28,6 +28,7 @@ from dataclasses import replace
 
 from src.costmodel import HardwareCostModel, engine_profile
 from src.hardware.scenario import SCENARIOS_DIR, load_scenario
+from src.kernels.costmodel import AUTO, with_kernels
 from src.sweep import run_grid
 
 MAGICDEC = {"gamma_T_D_ms": 23.63, "T_V_ms": 27.90, "T_AR_ms": 26.17, "omega": 3.37,
@@ -54,8 +55,9 @@ def vllm_v1_eagle3() -> dict:
     sync = replace(base, cpu_overlap_decode=False, cpu_overlap_draft_kinds=())
     out = {}
     for label, engine in (("sync", sync), ("async", base)):
-        cost = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", draft="eagle",
-                                              engine=engine)
+        # priced as a scenario prices (with_kernels: measured GEMMs where the tables exist)
+        cost = with_kernels(HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b",
+                                                           draft="eagle", engine=engine), AUTO)
         ctx = VLLM_V1_CONTEXT_TOKENS
         tpot = {"vanilla": cost.step_breakdown(1, 2, ctx).decode_ms}
         for k, (_, tokens_per_step) in VLLM_V1_EAGLE3.items():

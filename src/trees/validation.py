@@ -19,6 +19,7 @@ from src.costmodel import HardwareCostModel
 from src.costmodel.drafts import DraftSpec
 from src.costmodel.engines import engine_profile
 from src.costmodel.presets import load_presets
+from src.kernels.costmodel import AUTO, with_kernels
 from src.treeshape.shape import TreeShape
 from src.treesim.costs import steady_greedy_ms, steady_step_ms
 
@@ -60,11 +61,12 @@ def cost_model(setup: Setup) -> HardwareCostModel:
         draft = DraftSpec(kind=setup.draft, tp=setup.tp)
     else:  # an EAGLE-3 head's preset
         draft = DraftSpec(kind="eagle3", model=presets.model(setup.draft, "draft"), tp=setup.tp)
-    return HardwareCostModel(
+    cost = HardwareCostModel(
         gpu=gpu, target=presets.model(setup.target, "target"), tp=setup.tp,
         draft=draft, params=presets.params,
         allreduce=presets.allreduce, engine=engine,
         attention_fits=presets.attention)
+    return with_kernels(cost, AUTO, strict=False)  # as a scenario prices it
 
 
 def step_ms(cost, shape: TreeShape, batch: int, context: int = CONTEXT_TOKENS) -> float:
