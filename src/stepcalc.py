@@ -39,8 +39,7 @@ from src.costmodel import (
     pass_coefficients,
 )
 from src.errors import ascii_int
-from src.kernels.costmodel import measured_where
-from src.kernels.sources import table_source
+from src.kernels.costmodel import measured_kernels, measured_where
 
 COLUMNS = ("batch", "positions", "tokens", "total_ms", "layers_non_attention_ms", "attention_ms",
            "lm_head_ms", "communication_ms", "overhead_ms", "bound", "distinct_experts",
@@ -160,22 +159,15 @@ def _params_text(m) -> str:
     return text
 
 
-def _kernels(args, gpu) -> tuple[object, str]:
-    """(MeasuredKernels of --engine on --gpu, "") or (None, the stderr note: "" unless the
-    default found no table for a named engine); a ConfigError where --kernels measured found
-    none."""
-    if args.kernels == "roofline":
-        return None, ""
-    src, why = table_source(args.gpu, args.engine, args.presets)
-    if src is None:
+def _kernels(args, gpu, profile) -> tuple[object, str]:
+    """(MeasuredKernels of --engine on --gpu, "") or (None, the stderr note) as every command
+    chooses (src/kernels/costmodel.py measured_kernels); no --engine names no measured kernels."""
+    if profile is None:
         if args.kernels == "measured":
-            raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
-        note = f"note: --kernels: {why}; priced from the roofline" if args.engine else ""
-        return None, note
-    from src.kernels.measured import MeasuredKernels
-    from src.kernels.pricing import gpu_peaks
-
-    return MeasuredKernels(src, gpu_peaks(gpu)), ""
+            raise ConfigError("--kernels", "measured: no --engine names an engine whose kernels "
+                                           "were measured; allowed: roofline")
+        return None, ""
+    return measured_kernels(gpu, profile, args.kernels)
 
 
 def _rows(args) -> tuple[list[dict], object, str]:
@@ -207,7 +199,7 @@ def _rows(args) -> tuple[list[dict], object, str]:
         engine = HardwareCostModel.from_presets(args.gpu, args.model, tp=tp,
                                                 preset_paths=args.presets,
                                                 engine=profile, ep=ep[0])
-    kernels, note = _kernels(args, gpu)
+    kernels, note = _kernels(args, gpu, profile)
     rows = []
     for b in batches:
         decode_ms = None

@@ -74,31 +74,42 @@ def check_measured(gpu_id: str, engine_names, mode: str | None) -> None:
         raise ConfigError("--kernels", f"measured: {whys[-1]}; allowed: roofline")
 
 
+def measured_kernels(gpu, profile, mode: str | None, strict: bool = True):
+    """(MeasuredKernels of engine profile `profile` on GPU preset `gpu`, "") or (None, the
+    stderr note, "" where none is due) under `mode` (module docstring); ConfigError where mode
+    "measured" (and strict) finds no tables. The caller prints the note."""
+    mode = check_kernels_mode(mode) or DEFAULT_KERNELS
+    if mode == "roofline":
+        return None, ""
+    src, why = tables_of(gpu, profile)
+    if src is None and not (profile.kernel_tables and gpu.kernel_system):
+        why = table_source(gpu.gpu_id, profile.name)[1] or why  # lists those with tables
+    if src is None:
+        if mode == "measured" and strict:
+            raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
+        # the default stays quiet for profiles no engine's tables price (ideal, pytorch-*)
+        quiet = mode != "measured" and not profile.kernel_tables
+        return None, "" if quiet else f"note: --kernels: {why}; priced from the roofline"
+    from src.kernels.measured import MeasuredKernels
+    from src.kernels.pricing import gpu_peaks
+
+    return MeasuredKernels(src, gpu_peaks(gpu)), ""
+
+
 def with_kernels(cost, mode: str | None = None, strict: bool = True):
     """cost (a HardwareCostModel) priced as `mode` says (module docstring); strict False: an
     engine profile without tables keeps the roofline under "measured" too (with the note; the
     command has run check_measured over all its profiles)."""
     mode = check_kernels_mode(mode)
-    if mode is None:
-        mode = DEFAULT_KERNELS
-    if mode == "roofline":
+    if (mode or DEFAULT_KERNELS) == "roofline":
         return cost if cost.kernels is None else replace(cost, kernels=None)
-    src, why = tables_of(cost.gpu, cost.engine)
-    if src is None and not (cost.engine.kernel_tables and cost.gpu.kernel_system):
-        why = table_source(cost.gpu.gpu_id, cost.engine.name)[1] or why  # lists those with
-    if src is None:
-        if mode == "measured" and strict:
-            raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
-        # the default stays quiet for profiles no engine's tables price (ideal, pytorch-*)
-        if mode == "measured" or cost.engine.kernel_tables:
-            note_once(f"note: --kernels: {why}; priced from the roofline")
+    kernels, note = measured_kernels(cost.gpu, cost.engine, mode, strict)
+    if kernels is None:
+        note_once(note)
         return cost
-    from src.kernels.measured import MeasuredKernels
     from src.kernels.pass_gemms import PassGemms
-    from src.kernels.pricing import gpu_peaks
 
-    gemms = PassGemms(MeasuredKernels(src, gpu_peaks(cost.gpu)), cost._target_c, cost.target,
-                      cost.tp, cost.gpu, cost.params)
+    gemms = PassGemms(kernels, cost._target_c, cost.target, cost.tp, cost.gpu, cost.params)
     if not gemms.applies:
         why = f"{cost.target.model_id}: measured GEMMs price dense BF16 decoders so far"
         if mode == "measured" and strict:
