@@ -11,7 +11,8 @@ from src.costmodel import HardwareCostModel
 from src.costmodel.presets import load_presets
 from src.costmodel.roofline import pass_coefficients
 from src.kernels.costmodel import AUTO, DEFAULT_KERNELS, with_kernels
-from src.kernels.pass_gemms import _along_m, _column
+from src.kernels.grid import along_axis, interpolate
+from src.kernels.pass_gemms import _column
 from src.kernels.pricing import price_pass
 from src.kernels.sources import data_root
 
@@ -29,7 +30,7 @@ def test_a_lookup_at_a_grid_point_is_the_table_s_row():
     i, j, k = [int(np.searchsorted(a, v)) for a, v in ((grid.m, 64), (grid.n, 4096),
                                                        (grid.k, 4096))]
     col = _column(grid, 4096, 4096)  # Llama-3.1-8B's O projection: n = k = 4096, on the grid
-    got = _along_m(grid.m.astype(float), col, np.array([64.0]))[0]
+    got = along_axis(grid.m.astype(float), col, np.array([64.0]))[0]
     assert got == grid.latency_ms[i, j, k]
     assert got == m.kernels.kernels.gemm_ms(64, 4096, 4096)
 
@@ -175,3 +176,14 @@ def test_a_presets_file_gpu_with_a_kernel_system_is_priced_from_its_tables(tmp_p
     assert mine.kernels is not None and mine.kernels.kernels.src == h200.kernels.kernels.src
     assert mine.kernels.kernels.gemm_ms(512, 4096, 4096) == h200.kernels.kernels.gemm_ms(512, 4096,
                                                                                           4096)
+
+
+def test_along_axis_is_the_grid_rule_and_a_grid_point_beside_a_rejected_row_is_its_own():
+    axis = np.array([1.0, 2.0, 4.0, 8.0])
+    vals = np.array([1.0, np.nan, 3.0, 7.0])
+    x = np.array([0.5, 1.0, 1.5, 4.0, 6.0, 8.0, 9.0])
+    got = along_axis(axis, vals, x)
+    # outside: NaN; a grid point: its row, even beside the NaN one; a cell with NaN: NaN
+    assert np.isnan(got[[0, 2, 6]]).all()
+    assert list(got[[1, 3, 5]]) == [1.0, 3.0, 7.0]
+    assert got[4] == 5.0 == interpolate([axis], vals, [6.0])

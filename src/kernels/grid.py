@@ -47,3 +47,20 @@ def interpolate(axes: Sequence[np.ndarray], values: np.ndarray,
             return None
         total += weight * float(v)
     return total
+
+
+def along_axis(axis: np.ndarray, values: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The module's rule along one axis, vectorised over the points x: values[i] at axis[i];
+    NaN outside [axis[0], axis[-1]], and NaN in a cell with a NaN corner, except at a grid
+    point, which is its own row even beside a rejected (NaN) one."""
+    inside = (x >= axis[0]) & (x <= axis[-1])
+    xc = np.clip(x, axis[0], axis[-1])
+    i1 = np.searchsorted(axis, xc, side="left")
+    i0 = np.maximum(i1 - 1, 0)
+    exact = axis[i1] == xc
+    span = np.where(exact, 1.0, axis[i1] - axis[i0])
+    w = np.where(exact, 0.0, (xc - axis[i0]) / span)
+    with np.errstate(invalid="ignore"):
+        inner = (1.0 - w) * values[i0] + w * values[i1]
+    val = np.where(exact, values[i1], inner)
+    return np.where(inside, val, np.nan)

@@ -28,7 +28,7 @@ from src.costmodel.roofline import (
     kernel_fixed_s,
     plain_gemm_shapes,
 )
-from src.kernels.grid import _bracket
+from src.kernels.grid import _bracket, along_axis
 from src.kernels.measured import MeasuredKernels
 
 
@@ -44,21 +44,6 @@ def _column(grid, n: float, k: float) -> np.ndarray | None:
             if wn * wk != 0.0:
                 col = col + (wn * wk) * grid.latency_ms[:, jn, jk]
     return col
-
-
-def _along_m(m_axis: np.ndarray, col: np.ndarray, T: np.ndarray) -> np.ndarray:
-    """col interpolated linearly in m at each T inside [m_axis[0], m_axis[-1]]; NaN elsewhere."""
-    inside = (T >= m_axis[0]) & (T <= m_axis[-1])
-    Tc = np.clip(T, m_axis[0], m_axis[-1])
-    i1 = np.searchsorted(m_axis, Tc, side="left")
-    i0 = np.maximum(i1 - 1, 0)
-    exact = m_axis[i1] == Tc
-    span = np.where(exact, 1.0, m_axis[i1] - m_axis[i0])
-    w = np.where(exact, 0.0, (Tc - m_axis[i0]) / span)
-    with np.errstate(invalid="ignore"):
-        inner = (1.0 - w) * col[i0] + w * col[i1]
-    val = np.where(exact, col[i1], inner)
-    return np.where(inside, val, np.nan)
 
 
 class PassGemms:
@@ -110,7 +95,7 @@ class PassGemms:
         for g, col in enumerate(self.columns):
             if col is None:
                 continue
-            one = _along_m(self.m_axis, col, T)
+            one = along_axis(self.m_axis, col, T)
             if roof_edge is not None:  # the roofline anchored to the table's edge
                 ratio = col[-1] / (roof_edge[g, 0] / self.counts[g])
                 anchored = np.maximum(ratio * roof[g] / self.counts[g], col[-1])
