@@ -61,8 +61,10 @@ def test_deepseek_v3_example_says_the_layer_is_reused():
     cfg = json.loads(re.search(r"--speculative-config '(\{.*\})'", p.stdout).group(1))
     k = cfg["num_speculative_tokens"]
     assert k < 8 and "--max-gamma 16" not in p.stdout
-    notes = [line for line in p.stdout.splitlines() if line.strip().startswith("MTP depth:")]
+    notes = [line for line in p.stdout.splitlines() if line.strip().startswith("MTP depth: K")]
     assert len(notes) == 1 and f"K {k}" in notes[0] and "reuse" in notes[0]
+    tree = [line for line in p.stdout.splitlines() if "these shapes take the top-1 rate" in line]
+    assert len(tree) == 1 and "upper bounds" in tree[0]
     assert "num_nextn_predict_layers 1" in notes[0]
     assert "vllm:spec_decode_num_accepted_tokens_per_pos" in notes[0]
     assert "independently" not in p.stdout.split("Assumptions:")[1].splitlines()[1]

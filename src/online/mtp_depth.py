@@ -111,6 +111,17 @@ def depth_notes(cfg, k: int, sglang_gamma: int, hint: bool) -> list[str]:
     return lines
 
 
+def tree_notes(cfg) -> list[str]:
+    """One line under the token-tree table of an MTP draft: its acceptance model (Sequoia's, a
+    top-1 rate at every depth) has no reuse decay, so its steps past the depth are upper bounds."""
+    depth = mtp_layers(cfg)
+    if depth is None:
+        return []
+    return [f"  MTP depth: these shapes take the top-1 rate {cfg.alpha.value:g} at every depth, "
+            f"without the reuse decay above: --speculative-num-steps past {depth} reuses the MTP "
+            "layer, so their speedups are upper bounds until per-position rates are measured."]
+
+
 def acceptance_assumption(cfg) -> str | None:
     """The Assumptions line on acceptance where the reuse rule applies, else None (the i.i.d.
     line)."""

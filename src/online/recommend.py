@@ -526,7 +526,8 @@ def report(args) -> str:
             launch = (f"python -m sglang.launch_server --model-path {model}{tp_flag} "
                       + sglang_draft_flags(cfg, args.draft_model_path))
             lines += recommend_lines(sc, alpha, batches or [1, 2, 4, 8, 16, 32, 64], context,
-                                     launch, rates=None if batches else rate_batches) + [""]
+                                     launch, rates=None if batches else rate_batches)
+            lines += mtp_depth.tree_notes(cfg) + [""]
     lines.append("Assumptions:")
     lines += [
         mtp_depth.acceptance_assumption(cfg) or
