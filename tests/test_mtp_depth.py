@@ -104,3 +104,20 @@ def test_a_depth_vllm_cannot_run_is_refused_naming_the_flag(tmp_path):
 def test_reuse_of_a_one_layer_checkpoint_is_allowed_at_any_depth():
     p = run_captured(["recommend", *DEEPSEEK, "--max-gamma", "5", "--batch", "1"])
     assert p.returncode == 0, p.stderr
+
+
+def test_the_rate_simulation_serves_the_reuse_rule():
+    """recommend --rate hands serve's simulator the rule's rates as a per-position mode."""
+    from dataclasses import replace
+
+    from src.online import mtp_depth
+    from src.online.recommend import build, make_parser
+    from src.online.study import serving_hazard_profile
+    cfg = build(make_parser().parse_args([*DEEPSEEK, "--rate", "1"]))[0]
+    sim = replace(cfg, alpha=mtp_depth.serving_alpha(cfg))
+    np.testing.assert_allclose(sim.alpha.rates, mtp_position_rates(0.875, 1, cfg.max_gamma))
+    assert serving_hazard_profile(sim) is not None
+    plain = build(make_parser().parse_args(["--gpu", "h100-sxm", "--target", "llama-3.1-8b",
+                                            "--draft", "llama-3.2-1b", "--acceptance", "0.7",
+                                            "--rate", "1"]))
+    assert mtp_depth.serving_alpha(plain[0]) is plain[0].alpha

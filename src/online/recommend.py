@@ -414,10 +414,10 @@ def report(args) -> str:
 
         from src.online.study import run_serving
         cfg = replace(cfg, policies=f"none,schedule,fixed:{sglang_gamma}",
-                      schedule_json=json.dumps([list(r) for r in schedule.ranges]),
-                      alpha=mtp_depth.serving_alpha(cfg))
+                      schedule_json=json.dumps([list(r) for r in schedule.ranges]))
         from src.online.serving_rules import STEADY_WINDOW_E2E, with_steadiness  # serve's rule
-        t = with_steadiness(run_serving(cfg, workers=None)["table"], cfg)
+        sim = replace(cfg, alpha=mtp_depth.serving_alpha(cfg))  # an MTP draft's reuse rule
+        t = with_steadiness(run_serving(sim, workers=None)["table"], sim)
         t = t.set_index(["policy", "rate_per_s"])
         bursts = [f"{r:g}/s" for r in rates
                   if not (t.loc[("schedule", r)].steady_state and t.loc[("none", r)].steady_state)]
