@@ -101,9 +101,13 @@ def test_a_depth_vllm_cannot_run_is_refused_naming_the_flag(tmp_path):
     assert k["num_speculative_tokens"] in (1, 2, 3, 6)
 
 
-def test_reuse_of_a_one_layer_checkpoint_is_allowed_at_any_depth():
+def test_reuse_of_a_one_layer_checkpoint_is_allowed_at_any_depth_and_warned():
     p = run_captured(["recommend", *DEEPSEEK, "--max-gamma", "5", "--batch", "1"])
     assert p.returncode == 0, p.stderr
+    warned = [line for line in p.stdout.splitlines() if "--max-gamma 5 asks past" in line]
+    assert len(warned) == 1 and "1 MTP layer" in warned[0] and "reuse" in warned[0]
+    quiet = run_captured(["recommend", *DEEPSEEK, "--batch", "1"])  # the default 8: no warning
+    assert "asks past" not in quiet.stdout
 
 
 def test_the_rate_simulation_serves_the_reuse_rule():

@@ -62,14 +62,15 @@ def serving_alpha(cfg):
 
 
 def check_max_gamma(cfg, explicit: bool) -> None:
-    """An explicit --max-gamma past the MTP depth that vLLM cannot run is refused: vLLM takes
-    num_speculative_tokens above n_predict only as a multiple of it. A depth of 1 (DeepSeek-V3)
-    takes any K; reuse itself is allowed (the notes warn)."""
+    """An explicit --max-gamma past the MTP depth: allowed (depth_notes warns) where the engine
+    reuses the layers (any K for a depth of 1, as DeepSeek-V3's), refused under a vLLM profile
+    where vLLM cannot run it (above n_predict, it takes num_speculative_tokens only as a multiple
+    of it)."""
     depth = mtp_layers(cfg)
-    if not explicit or depth is None or not cfg.engine_profile.startswith("vllm"):
+    if not explicit or depth is None:
         return
     g = cfg.max_gamma
-    if g > depth and g % depth:
+    if g > depth and g % depth and cfg.engine_profile.startswith("vllm"):
         raise ConfigError("--max-gamma", f"{g} drafts from a checkpoint with {depth} MTP layers: "
                                          "vLLM reuses them only in whole passes "
                                          "(num_speculative_tokens a multiple of "
@@ -87,13 +88,18 @@ def allowed_gamma_mask(cfg) -> np.ndarray:
     return (g <= depth) | (g % depth == 0)
 
 
-def depth_notes(cfg, k: int, sglang_gamma: int, hint: bool) -> list[str]:
-    """One line where the printed K passes the MTP depth, one where a --max-gamma hint does."""
+def depth_notes(cfg, k: int, sglang_gamma: int, hint: bool, explicit: bool) -> list[str]:
+    """One line each where an explicit --max-gamma, the printed K or a --max-gamma hint passes
+    the MTP depth."""
     depth = mtp_layers(cfg)
     if depth is None:
         return []
     layer = f"{depth} MTP layer" + ("s" if depth > 1 else "")
     lines = []
+    if explicit and cfg.max_gamma > depth:
+        lines.append(f"  MTP depth: --max-gamma {cfg.max_gamma} asks past the checkpoint's "
+                     f"{layer}: allowed, as the engines reuse it, but the gammas past {depth} are "
+                     "priced with the reuse rule's acceptance, not a measured one.")
     if k > depth:
         lines.append(
             f"  MTP depth: K {k} (vLLM num_speculative_tokens; SGLang --speculative-num-steps "

@@ -475,7 +475,8 @@ def report(args) -> str:
     lines.append("")
     lines += schedule_notes(cfg, gammas, best, context, tolerance, rates is not None)
     lines += mtp_depth.depth_notes(cfg, schedule.num_speculative_tokens, sglang_gamma,
-                                   tops_out(best[1:], cfg.max_gamma))
+                                   tops_out(best[1:], cfg.max_gamma),
+                                   explicit=args.max_gamma is not None)
     lines.append("")
     if speculate:
         model = presets.models[sc.target_model_id].hf_name
