@@ -2,12 +2,12 @@
 ModelSpec.mtp_layers), the acceptance of positions past it and what recommend prints about them.
 
 Engines run an MTP draft deeper than the checkpoint by reusing its modules autoregressively:
-vLLM's SpeculativeConfig (vllm/config/speculative.py, the `n_predict` check) takes
-num_speculative_tokens <= n_predict or a multiple of it ("Ensure divisibility for MTP module
+vLLM's SpeculativeConfig (vllm/config/speculative.py at commit 002e77c1, the `n_predict` check)
+takes num_speculative_tokens <= n_predict or a multiple of it ("Ensure divisibility for MTP module
 reuse") and raises ValueError otherwise; SGLang runs DeepSeek's NextN layer through its EAGLE
-worker for any --speculative-num-steps. Past the depth, acceptance is src/acceptance.py's reuse rule
-(a guess fitted to DeepSeek-V3's figures), so every K or --max-gamma hint past it says so and
-points to measurement.
+worker for any --speculative-num-steps (PR #3582). Past the depth, acceptance is
+src/acceptance.py's reuse rule (a guess fitted to DeepSeek-V3's figures), so every K or
+--max-gamma hint past it says so and points to measurement.
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import numpy as np
 from src.acceptance import MTP_REUSE_DECAY, hazard_profile, mean_hazard, mtp_position_rates
 from src.config import ConfigError, PerPositionAlpha
 
-# vLLM's per-position counters (vllm/v1/spec_decode/metrics.py; Prometheus adds _total):
-# accepted tokens at draft position i (label position="i") and the number of drafts
+# vLLM's per-position counters (vllm/v1/spec_decode/metrics.py, SpecDecodingProm, read at commit
+# 016a8587; Prometheus adds _total): accepted tokens at draft position i (label position="i") and
+# the number of drafts, whose ratio its docstring gives as the per-position acceptance vector
 PER_POSITION_METRIC = "vllm:spec_decode_num_accepted_tokens_per_pos"
 DRAFTS_METRIC = "vllm:spec_decode_num_drafts"
 
