@@ -125,3 +125,16 @@ def test_the_rate_simulation_serves_the_reuse_rule():
                                             "--draft", "llama-3.2-1b", "--acceptance", "0.7",
                                             "--rate", "1"]))
     assert mtp_depth.serving_alpha(plain[0]) is plain[0].alpha
+
+
+def test_the_deepseek_scenario_carries_the_reuse_rule():
+    """The MoE study's mtp_report mode is the rule's rates at the report's 0.875, not an i.i.d.
+    extrapolation of the one trained position."""
+    from src.config import PerPositionAlpha
+    from src.hardware.scenario import load_scenario
+    sc = load_scenario("configs/scenarios/moe-deepseek-v3-mtp-8xh200.toml")
+    mode = sc.study.alpha_modes["mtp_report"]
+    assert isinstance(mode, PerPositionAlpha)
+    np.testing.assert_allclose(mode.rates, mtp_position_rates(0.875, 1, len(mode.rates)),
+                               atol=1e-6)
+    assert len(mode.rates) >= max(sc.study.gammas)
