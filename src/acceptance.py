@@ -172,3 +172,36 @@ def iid_alpha_from_tokens_per_step(tokens_per_step: float, gamma: int) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if float(np.sum(mid ** powers)) < tokens_per_step else (lo, mid)
     return (lo + hi) / 2
+
+
+# --- an MTP module reused past its depth ----------------------------------------------------------
+# A checkpoint's MTP modules (DeepSeek-V3: num_nextn_predict_layers = 1) each predict one token
+# further; vLLM (vllm/config/speculative.py: num_speculative_tokens may exceed n_predict if it is a
+# multiple) and SGLang (NEXTN through its EAGLE worker) reuse them autoregressively for deeper
+# drafts, on inputs they were not trained for, so the conditional rate of a reused position falls:
+#     a_i = alpha                      for i <= L (the checkpoint's MTP depth),
+#     a_i = alpha * d^(i - L)          for i > L,
+# and E[K + 1] = 1 + sum_{i <= gamma} prod_{j <= i} a_j. For L = 1, prod_{j <= i} a_j =
+# alpha^i d^(i (i - 1) / 2). d is fitted to DeepSeek-V3's own figures (design.md, "MTP depth"):
+# alpha = 0.875 (the report's 85-90% second-token acceptance, arXiv 2412.19437 section 5.4.3) and
+# tau = 3.20 at K = 7, temperature 0 (nebius/MTP-DeepSeek-V3-0324 model card, "Original MTP": the
+# original module reused 7 times) give d = 0.830; the report's 85% and 90% ends give 0.856 and
+# 0.804. i.i.d. 0.875 would give tau 5.25 there.
+MTP_REUSE_DECAY = 0.83
+
+
+def mtp_position_rates(alpha: float, mtp_layers: int, positions: int,
+                       decay: float = MTP_REUSE_DECAY) -> np.ndarray:
+    """a_1..a_positions of an MTP draft with `mtp_layers` trained positions at rate alpha, the
+    reused positions past them decaying by `decay` each (the rule above)."""
+    if mtp_layers < 1 or positions < 1 or not 0.0 < decay <= 1.0:
+        raise ValueError("mtp_layers and positions must be >= 1 and decay in (0, 1]")
+    i = np.arange(1, positions + 1)
+    return alpha * decay ** np.maximum(i - mtp_layers, 0)
+
+
+def expected_tokens_per_step_mtp(alpha: float, mtp_layers: int, gamma: int,
+                                 decay: float = MTP_REUSE_DECAY) -> float:
+    """E[K + 1] of a chain of gamma MTP drafts by the reuse rule: 1 + sum_i prod_{j <= i} a_j."""
+    return expected_tokens_per_step_per_position(
+        mtp_position_rates(alpha, mtp_layers, gamma, decay), gamma)

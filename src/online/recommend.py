@@ -35,8 +35,9 @@ from src.config import (
 from src.costmodel.hf_config import snippet_id_notes
 from src.errors import ascii_float
 from src.kernels.costmodel import add_kernels_argument, check_measured
+from src.online import mtp_depth
 from src.online.gamma_notes import schedule_notes
-from src.online.gamma_rule import MAX_RANGES, SCHEDULE_TOLERANCE, capped_gammas
+from src.online.gamma_rule import MAX_RANGES, SCHEDULE_TOLERANCE, capped_gammas, tops_out
 from src.treeshape.shape import TreeShape
 
 FIELD_FLAGS = {"scenario.gpu": "--gpu", "scenario.target": "--target", "scenario.draft": "--draft",
@@ -79,7 +80,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", help="length preset for --rate (default sharegpt)")
     p.add_argument("--max-num-seqs", default="1024", help="engine cap on running sequences "
                                                           "(default 1024, vLLM V1's)")
-    p.add_argument("--max-gamma", default="8", help="largest gamma considered (default 8)")
+    p.add_argument("--max-gamma", help="largest gamma considered (default 8)")
     p.add_argument("--draft-model-path", help="Hugging Face repository of the draft to print "
                                               "(default: the preset's; required for --draft eagle "
                                               "and eagle3 and a head without public weights; "
@@ -197,7 +198,7 @@ def build(args):
         check_measured(scenario.gpu_id, [engine], args.kernels)
         scenario = replace(scenario, kernels=args.kernels)
     max_seqs = _int("--max-num-seqs", args.max_num_seqs, 1, 65536)
-    max_gamma = _int("--max-gamma", args.max_gamma, 1, 32)
+    max_gamma = _int("--max-gamma", args.max_gamma or "8", 1, 32)
     context = _int("--context", args.context, 1, 10**7) if args.context is not None else None
     rates = parse_rates("--rate", args.rate) if args.rate is not None else None
     batches = _ints("--batch", args.batch, 1, max_seqs) if args.batch is not None else None
@@ -221,6 +222,7 @@ def build(args):
         replications=3,
         limits=EngineLimits(max_seqs, max(8192, max_seqs)), max_gamma=max_gamma)
     _tolerance(args.tolerance)
+    mtp_depth.check_max_gamma(cfg, explicit=args.max_gamma is not None)
     return cfg, batches, rates, context, alpha
 
 
@@ -255,9 +257,11 @@ def schedule_at(cfg, context: int, context_flag: str = "--context",
                                         f"on {sc.gpu_id} ({kv} tokens, less {cfg.max_gamma + 1} "
                                         f"speculative slots); allowed: up to "
                                         f"{kv - cfg.max_gamma - 1}")
-    best, _, by_gamma = steady_state_gammas(deps[1].timer, deps[0].timer,
-                                            np.array([cfg.alpha.value]), context,
-                                            cfg.limits.max_num_seqs, cfg.max_gamma, kv_tokens=kv)
+    alphas, profile = mtp_depth.steady_acceptance(cfg)  # i.i.d., or an MTP draft's reuse rule
+    best, _, by_gamma = steady_state_gammas(deps[1].timer, deps[0].timer, alphas, context,
+                                            cfg.limits.max_num_seqs, cfg.max_gamma, kv_tokens=kv,
+                                            hazard_profile=profile)
+    by_gamma[~mtp_depth.allowed_gamma_mask(cfg)] = 0.0  # gammas vLLM refuses for the draft
     gammas, used = capped_gammas(by_gamma, tolerance)
     speedups = by_gamma[gammas, np.arange(gammas.size)]
     speedups[0] = 1.0
@@ -412,7 +416,8 @@ def report(args) -> str:
         cfg = replace(cfg, policies=f"none,schedule,fixed:{sglang_gamma}",
                       schedule_json=json.dumps([list(r) for r in schedule.ranges]))
         from src.online.serving_rules import STEADY_WINDOW_E2E, with_steadiness  # serve's rule
-        t = with_steadiness(run_serving(cfg, workers=None)["table"], cfg)
+        sim = replace(cfg, alpha=mtp_depth.serving_alpha(cfg))  # an MTP draft's reuse rule
+        t = with_steadiness(run_serving(sim, workers=None)["table"], sim)
         t = t.set_index(["policy", "rate_per_s"])
         bursts = [f"{r:g}/s" for r in rates
                   if not (t.loc[("schedule", r)].steady_state and t.loc[("none", r)].steady_state)]
@@ -469,6 +474,9 @@ def report(args) -> str:
                          "test one.")
     lines.append("")
     lines += schedule_notes(cfg, gammas, best, context, tolerance, rates is not None)
+    lines += mtp_depth.depth_notes(cfg, schedule.num_speculative_tokens, sglang_gamma,
+                                   tops_out(best[1:], cfg.max_gamma),
+                                   explicit=args.max_gamma is not None)
     lines.append("")
     if speculate:
         model = presets.models[sc.target_model_id].hf_name
@@ -519,9 +527,11 @@ def report(args) -> str:
             launch = (f"python -m sglang.launch_server --model-path {model}{tp_flag} "
                       + sglang_draft_flags(cfg, args.draft_model_path))
             lines += recommend_lines(sc, alpha, batches or [1, 2, 4, 8, 16, 32, 64], context,
-                                     launch, rates=None if batches else rate_batches) + [""]
+                                     launch, rates=None if batches else rate_batches)
+            lines += mtp_depth.tree_notes(cfg) + [""]
     lines.append("Assumptions:")
     lines += [
+        mtp_depth.acceptance_assumption(cfg) or
         f"  - acceptance: every draft token is accepted with probability {alpha:g}, independently "
         "(i.i.d.; a draft whose later positions accept less makes deep gammas worth less)",
         f"  - step times: the hardware cost model for {sc.gpu_id} with the {cfg.engine_profile} "
