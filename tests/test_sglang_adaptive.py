@@ -103,3 +103,67 @@ def test_compiled_engine_equals_numpy_for_sglang_adaptive():
     b = Engine(*args, max_gamma=4, allow_segments=False).run()
     assert a.proposed_drafts[2:].sum() > 0
     _assert_same(a, b)
+
+
+# What SGLang reads from --speculative-adaptive-config (sgl-project/sglang
+# python/sglang/srt/speculative/adaptive_spec_params.py @ 015c872628e328b530880bcf95ae91222604b225):
+# resolve_adaptive_strategy reads "strategy" (ema | throughput_aware); _load_adaptive_config keeps
+# the keys for which key.isdigit(), each needing "candidate_steps", a non-empty list of ints >= 0;
+# AdaptiveStepSlot reads, from the entry merged over the top level, these knobs.
+SGLANG_TOP_KEYS = {"strategy"}
+SGLANG_SLOT_KEYS = {"candidate_steps", "ema_alpha", "update_interval", "warmup_batches",
+                    "down_hysteresis", "up_hysteresis", "ceiling_coeff"}
+
+
+def _sglang_accepts(cfg: dict) -> bool:
+    """The checks of _load_adaptive_config and resolve_adaptive_strategy, as read."""
+    slots = {k: v for k, v in cfg.items() if k.isdigit()}
+    return (cfg.get("strategy", "ema") in ("ema", "throughput_aware") and bool(slots)
+            and all(isinstance(v.get("candidate_steps"), list) and v["candidate_steps"]
+                    and all(isinstance(s, int) and s >= 0 for s in v["candidate_steps"])
+                    for v in slots.values()))
+
+
+def test_printed_config_loads_and_carries_the_schedule():
+    import json
+
+    from src.online.sglang_adaptive_config import CONFIG_FILE, adaptive_lines
+
+    ranges = ((1, 12, 4), (13, 80, 2), (81, 224, 1), (225, 1024, 0))
+    lines = adaptive_lines("eagle3", ranges, "python -m sglang.launch_server --model-path M")
+    cfg = json.loads(lines[2])
+    assert _sglang_accepts(cfg)
+    slots = {k: v for k, v in cfg.items() if k.isdigit()}
+    assert set(cfg) - set(slots) == SGLANG_TOP_KEYS
+    assert all(set(v) == {"candidate_steps"} <= SGLANG_SLOT_KEYS for v in slots.values())
+    # SGLang's routing over these keys gives vLLM's lookup of the same ranges at every batch size
+    keys = sorted(int(k) for k in slots)
+    dense = BatchSchedule(ranges, 4).lookup(1100)
+    for b in range(1, 1101):
+        assert slots[str(keys[slot_index(keys, b)])]["candidate_steps"] == [dense[b]]
+    assert f"--speculative-adaptive-config {CONFIG_FILE}" in lines[4]
+    assert "--speculative-eagle-topk 1" in lines[4]
+    assert any("candidate 0 from batch 225" in x for x in lines)
+    assert any("attention DP" in x and "--speculative-eagle-topk other than 1" in x
+               for x in lines)
+
+
+@pytest.mark.parametrize("kind, algorithm", [("model", "STANDALONE"), ("ngram", "NGRAM")])
+def test_algorithms_sglang_declines_get_one_line(kind, algorithm):
+    from src.online.sglang_adaptive_config import adaptive_lines
+
+    lines = adaptive_lines(kind, ((1, 8, 3),), None)
+    assert len(lines) == 1 and "not printed" in lines[0] and algorithm in lines[0]
+
+
+def test_recommend_prints_the_adaptive_config():
+    from tests.helpers import run_captured
+
+    done = run_captured(["recommend", "--gpu", "h200", "--target", "llama-3.1-8b", "--draft",
+                         "eagle3", "--draft-model-path", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                         "--acceptance", "0.7", "--engine", "sglang", "--batch", "1,8,64"])
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    i = next(n for n, x in enumerate(out) if x.startswith("SGLang adaptive speculation"))
+    assert "015c8726" in out[i] and _sglang_accepts(__import__("json").loads(out[i + 2]))
+    assert "--speculative-adaptive --speculative-adaptive-config" in out[i + 4]

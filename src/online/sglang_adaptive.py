@@ -33,8 +33,8 @@ import numpy as np
 
 from src.acceptance import expected_tokens_per_step_profile
 
-SGLANG_SOURCE = ("sgl-project/sglang python/sglang/srt/speculative/adaptive_spec_params.py @ "
-                 "015c872628e328b530880bcf95ae91222604b225")
+SGLANG_FILE = "python/sglang/srt/speculative/adaptive_spec_params.py"  # sgl-project/sglang
+SGLANG_COMMIT = "015c872628e328b530880bcf95ae91222604b225"  # the version read
 STRATEGIES = ("ema", "throughput_aware")  # resolve_adaptive_strategy's allowed values
 
 # (batch-size key, candidate_steps, down_hysteresis, up_hysteresis): SGLang's
