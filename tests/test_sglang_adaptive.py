@@ -167,3 +167,20 @@ def test_recommend_prints_the_adaptive_config():
     i = next(n for n, x in enumerate(out) if x.startswith("SGLang adaptive speculation"))
     assert "015c8726" in out[i] and _sglang_accepts(__import__("json").loads(out[i + 2]))
     assert "--speculative-adaptive --speculative-adaptive-config" in out[i + 4]
+
+
+def test_serve_resolves_the_policy_at_the_workload_acceptance(tmp_path):
+    """serve's prepare gives the policy its table (an unresolved one raises in gammas): both
+    strategies run beside the schedule and propose drafts."""
+    import pandas as pd
+
+    from tests.helpers import run_captured
+
+    done = run_captured(["serve", "--scenario", "configs/scenarios/h100-llama8b-1b.toml",
+                         "--rates", "2", "--requests", "20", "--replications", "2", "--policies",
+                         "schedule,sglang-adaptive,sglang-adaptive:throughput_aware",
+                         "--no-plots", "--quiet", "--out", str(tmp_path)])
+    assert done.returncode == 0, done.stderr
+    df = pd.read_csv(tmp_path / "results" / "serving.csv")
+    assert {"sglang-adaptive", "sglang-adaptive:throughput_aware"} <= set(df.policy)
+    assert (df[df.policy.str.startswith("sglang")].mean_gamma > 0).all()
