@@ -27,6 +27,9 @@ batch, as vLLM and SGLang run it (one draft length per step).
   real engine's would be: it is kept as the policy an engine without per-position knowledge runs.
 * `off-above:N[:G]`: gamma = G while at most N sequences run, else 0 (vLLM v0's
   `speculative_disable_by_batch_size`); G defaults to the workload's best batch-1 gamma.
+* `sglang-adaptive[:ema|:throughput_aware]`: SGLang's `--speculative-adaptive`, its candidate
+  steps by batch size and its strategy (src/online/sglang_adaptive.py); `ema` with SGLang's
+  default config, off from 64 running requests.
 """
 
 from __future__ import annotations
@@ -187,7 +190,8 @@ class FixedTree:
         return np.full(view.batch.size, self.shape.steps, np.int64)
 
 
-POLICY_FORMS = "none, fixed[:G], schedule, adaptive, off-above[:N[:G]], tree:S:K:N"
+POLICY_FORMS = ("none, fixed[:G], schedule, adaptive, off-above[:N[:G]], tree:S:K:N, "
+                "sglang-adaptive[:ema|:throughput_aware]")
 
 
 def parse_policies(
@@ -225,6 +229,11 @@ def parse_policies(
                 if not 1 <= shape.steps <= max_gamma:
                     raise ValueError(f"S = {shape.steps} outside 1..{max_gamma} (--max-gamma)")
                 policy = FixedTree(shape) if not shape.is_chain else FixedGamma(shape.steps)
+            elif head == "sglang-adaptive":
+                from src.online.sglang_adaptive import THROUGHPUT_EXAMPLE_SLOTS, SGLangAdaptive
+                strategy = rest or "ema"
+                policy = (SGLangAdaptive(strategy, THROUGHPUT_EXAMPLE_SLOTS)
+                          if strategy == "throughput_aware" else SGLangAdaptive(strategy))
             elif head == "off-above" or part == "off-above":
                 n_text, _, g_text = rest.partition(":")
                 n = ascii_int(n_text) if n_text else default_off_above

@@ -521,6 +521,11 @@ def report(args) -> str:
             lines.append(f"  (SGLang cannot switch speculation off by load: above {last_on} "
                          "running sequences it costs throughput; SGLang caps running requests at "
                          "48 with speculation unless --max-running-requests is set.)")
+        from src.online.sglang_adaptive_config import adaptive_lines  # its per-batch-size form
+        kind = _sglang_kind(cfg)
+        lines += adaptive_lines(kind, schedule.ranges, None if kind == "ngram" else
+                                f"python -m sglang.launch_server --model-path {model}{tp_flag} "
+                                + sglang_draft_flags(cfg, args.draft_model_path))
         lines.append("")
         if sc.draft != "ngram":  # token trees: src/trees/recommend.py
             from src.trees.recommend import recommend_lines

@@ -155,6 +155,8 @@ def prepare(cfg: ServeConfig) -> Prepared:
     policies = parse_policies(
         cfg.policies, default_gamma, cfg.max_gamma, schedule, max(default_off_above, 1)
     )
+    from src.online.sglang_adaptive import resolve_policies  # SGLang's rule at this acceptance
+    policies = resolve_policies(policies, alphas, profile, by_gamma, cfg.max_gamma)
     if not any(p.name == "none" for p in policies):  # every speedup is measured against it
         policies = [NoSpeculation()] + policies
     return Prepared(deps, tuple(policies), schedule, speedups, default_gamma, mean_ctx, profile)

@@ -31,7 +31,8 @@ OPTIONS = {  # option -> help (plan key = the option's name with underscores)
              "--list) or the path to a Hugging Face config.json (PATH/config.json+PATH/draft.json"
              ", in a plan file relative to its folder); draft also eagle or ngram",
     "engines": "engine profiles (default vllm-v1)",
-    "policies": "speculation policies: none, fixed[:G], schedule, adaptive, off-above[:N[:G]]; "
+    "policies": "speculation policies: none, fixed[:G], schedule, adaptive, off-above[:N[:G]], "
+                "sglang-adaptive[:ema|:throughput_aware]; "
                 "none is always included",
     "workloads": "length presets of src/presets/workloads.toml (default sharegpt)",
     "slo": "ttft=2s,tpot=50ms (default), met when 90%% of requests meet both",

@@ -265,7 +265,8 @@ def build_plan(options: Mapping[str, Any], path: str | None) -> PlanConfig:
     max_gamma = int(_number(flag, value, 1, 32, integer=True))
     value, flag = pick("policies", [])
     listed = [] if value in ([], "") else list_items(
-        flag, value, "policies: none, fixed[:G], schedule, adaptive, off-above[:N[:G]]")
+        flag, value, "policies: none, fixed[:G], schedule, adaptive, off-above[:N[:G]], "
+        "sglang-adaptive[:ema|:throughput_aware]")
     parse_policies(",".join(map(str, listed)) or "none", 1, max_gamma,
                    BatchSchedule(((1, 1, 1),), 1), 1, field_name=flag)  # the syntax
     policies = tuple(dict.fromkeys(["none", *map(str, listed)]))
