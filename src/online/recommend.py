@@ -518,7 +518,8 @@ def report(args) -> str:
                          "SGLang loads a LlamaForCausalLM one, as yuhuili/EAGLE-* heads name, "
                          "as a plain Llama; its docs use the lmsys/sglang-EAGLE-* copies)")
         if last_on < cfg.limits.max_num_seqs:
-            lines.append(f"  (SGLang cannot switch speculation off by load: above {last_on} "
+            lines.append(f"  (with these static flags SGLang does not switch speculation off by "
+                         f"load: above {last_on} "
                          "running sequences it costs throughput; SGLang caps running requests at "
                          "48 with speculation unless --max-running-requests is set.)")
         from src.online.sglang_adaptive_config import adaptive_lines  # its per-batch-size form
