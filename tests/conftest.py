@@ -50,3 +50,13 @@ def compiled_once():
     cfg = config_from_args(make_parser().parse_args([]))
     compile_engine_once(cfg, prepare(cfg))
     compile_step_loop_once()
+
+
+@pytest.fixture(autouse=True)
+def notes_as_in_a_fresh_process():
+    """Each test sees the once-per-process `note: --kernels` lines as a command run on its own
+    would (src/kernels/costmodel.py note_once): without this, whether a test's stderr holds a
+    note depends on which tests its xdist worker ran before it."""
+    from src.kernels import costmodel
+    costmodel._NOTED.clear()
+    yield

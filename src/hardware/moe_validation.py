@@ -68,11 +68,10 @@ PUBLISHED = (
 def predict(point: PublishedPoint, presets: tuple = ()) -> dict:
     """The model's speedup and greedy throughput for one published row."""
     from src.costmodel import HardwareCostModel
-    from src.kernels.costmodel import AUTO, with_kernels
+    # priced from the roofline: measured GEMMs cover dense BF16 decoders only (src/kernels/)
     cost = HardwareCostModel.from_presets(point.gpu, point.target, tp=point.tp, draft=point.draft,
                                           draft_tp=point.tp, engine=point.engine,
                                           preset_paths=presets)
-    cost = with_kernels(cost, AUTO, strict=False)  # as a scenario prices (MoE: the roofline)
     b = point.batch
     active = np.ones((1, b), bool)
     ctx = np.full((1, b), CONTEXT_TOKENS)

@@ -114,7 +114,8 @@ def with_kernels(cost, mode: str | None = None, strict: bool = True):
         why = f"{cost.target.model_id}: measured GEMMs price dense BF16 decoders so far"
         if mode == "measured" and strict:
             raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
-        note_once(f"note: --kernels: {why}; priced from the roofline")
+        if mode == "measured":  # the default stays quiet: summaries say which layers are measured
+            note_once(f"note: --kernels: {why}; priced from the roofline")
         return cost
     return replace(cost, kernels=gemms)
 
