@@ -182,7 +182,8 @@ def test_a_full_disk_is_one_line_and_leaves_no_debris(tmp_path, monkeypatch):
     done = run_captured([*CHEAP, "--workers", "1", "--out", str(out)])
     assert done.returncode == 2, done.stderr
     # the run's notes (GPUs priced from the roofline) come first; then one line
-    lines = [ln for ln in done.stderr.strip().splitlines() if not ln.startswith("note: --kernels: ")]
+    lines = [ln for ln in done.stderr.strip().splitlines()
+             if not ln.startswith("note: --kernels: ")]
     assert lines == [f"error: --out: could not keep a finished search in {out}/runs/plan-cache "
                      "(No space left on device); previous outputs left as they were, finished "
                      "searches kept"]
