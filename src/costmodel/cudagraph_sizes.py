@@ -73,3 +73,50 @@ def smallest_covering_size(tokens: int) -> int:
         return 1 if tokens <= 1 else (2 if tokens == 2 else 4)
     step = 8 if tokens < 256 else 16
     return -(-tokens // step) * step
+
+
+CAPTURE_SIZE_LIMIT = 1 << 20  # the largest --max-cudagraph-capture-size taken (tokens)
+
+
+def add_capture_size_argument(parser) -> None:
+    """--max-cudagraph-capture-size on a command that builds cost models from a scenario."""
+    parser.add_argument(
+        VLLM_CAPTURE_FLAG, dest="max_cudagraph_capture_size", default=None,
+        help="vLLM's max_cudagraph_capture_size (tokens): passes of more sequences x positions "
+             "run without CUDA graphs; a value off vLLM's grid is truncated to it as vLLM does "
+             "(default: the engine profile's, from vLLM's default rule)")
+
+
+def capture_size_option(args, engines: Sequence[str], preset_paths: Sequence[str] = ()
+                        ) -> int | None:
+    """The validated --max-cudagraph-capture-size of args (None where not given): an integer
+    1..CAPTURE_SIZE_LIMIT, for engines of which at least one has a token capture limit."""
+    from src.config import ConfigError
+    from src.costmodel.engines import engine_profile
+    text = getattr(args, "max_cudagraph_capture_size", None)
+    if text is None:
+        return None
+    try:
+        value = int(str(text), 10)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= CAPTURE_SIZE_LIMIT:
+        raise ConfigError(VLLM_CAPTURE_FLAG, f"'{text}' is not an integer 1..{CAPTURE_SIZE_LIMIT} "
+                                             "(tokens)")
+    if not any(engine_profile(e, extra_paths=preset_paths).cuda_graph_max_tokens
+               for e in engines):
+        raise ConfigError(VLLM_CAPTURE_FLAG, f"engine profile(s) {', '.join(engines)} have no "
+                                             "token capture limit; allowed: with vllm-v1 (or a "
+                                             "profile with cuda_graph_max_tokens)")
+    return value
+
+
+def with_capture_size(engine, max_capture_size: int | None):
+    """The EngineProfile `engine` with vLLM's capture size set to what vLLM resolves
+    max_capture_size to (the grid's largest size <= it); unchanged where max_capture_size is None
+    or the profile has no token capture limit (SGLang's is by batch, not tokens)."""
+    from dataclasses import replace
+    if max_capture_size is None or not engine.cuda_graph_max_tokens:
+        return engine
+    tokens = vllm_max_capture_size(CAPTURE_SIZE_LIMIT, 0, CAPTURE_SIZE_LIMIT, max_capture_size)
+    return replace(engine, cuda_graph_max_tokens=tokens)
