@@ -97,7 +97,8 @@ class EngineProfile:
     runs earlier ones); the excess over g is reported as overhead ("launch"). SGLang's graphs end
     at a batch (cuda_graph_max_batch_by_gpu_memory; a pass over more sequences pays the eager
     launch cost), vLLM's at a token count (cuda_graph_max_tokens: a pass over more sequences x
-    positions pays it), SGLang's replay the drafts of a step in two graphs (draft_passes_one_graph), and leave
+    positions pays it). SGLang's replay the drafts of a step in two graphs
+    (draft_passes_one_graph), and leave
     spec_step_eager_kernels kernels between them (n of them cost pnorm(n (kernel_fixed +
     launch_gap), n cpu_launch, launch_overlap_p) per verification, booked as GPU overhead).
     """
