@@ -24,6 +24,7 @@ from src.config import (
     check_alpha,
     load_toml,
 )
+from src.costmodel.cudagraph_sizes import add_capture_size_argument, capture_size_option
 from src.hardware.scenario import (
     Scenario,
     check_memory,
@@ -110,6 +111,7 @@ def make_parser() -> argparse.ArgumentParser:
                         "engine_profiles), comma-separated, the first the default; e.g. drop "
                         "vllm-v1, which verifies chains only, to run --trees")
     add_kernels_argument(p)
+    add_capture_size_argument(p)
     p.add_argument("--out",
                    help="output folder; each run replaces OUT/results and OUT/plots as a whole "
                    "(default: "
@@ -175,6 +177,8 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
     if args.kernels is not None:
         check_measured(scenario.gpu_id, scenario.engine_profiles, args.kernels)
         scenario = replace(scenario, kernels=args.kernels)
+    scenario = replace(scenario, max_cudagraph_capture_size=capture_size_option(
+        args, scenario.engine_profiles, scenario.preset_paths))
     # fields set on the command line or in --config apply to the scenario's grid too; draft_cost
     # belongs to the flat cost model and does not, so a scenario file alone refuses it
     in_config = set(load_toml(args.config)) if args.config else set()

@@ -96,7 +96,9 @@ class EngineProfile:
     pnorm(g + N launch_gap, N cpu_launch, launch_overlap_p) (the CPU issues kernels while the GPU
     runs earlier ones); the excess over g is reported as overhead ("launch"). SGLang's graphs end
     at a batch (cuda_graph_max_batch_by_gpu_memory; a pass over more sequences pays the eager
-    launch cost), replay the drafts of a step in two graphs (draft_passes_one_graph), and leave
+    launch cost), vLLM's at a token count (cuda_graph_max_tokens: a pass over more sequences x
+    positions pays it). SGLang's replay the drafts of a step in two graphs
+    (draft_passes_one_graph), and leave
     spec_step_eager_kernels kernels between them (n of them cost pnorm(n (kernel_fixed +
     launch_gap), n cpu_launch, launch_overlap_p) per verification, booked as GPU overhead).
     """
@@ -166,6 +168,10 @@ class EngineProfile:
     # largest graph batch at TP < 4, at TP >= 4), the first row whose memory bound the GPU is
     # below applies; a pass over more sequences runs eagerly. () = graphs at every batch
     cuda_graph_max_batch_by_gpu_memory: tuple[tuple[float, int, int], ...] = ()
+    # CUDA graphs only up to a token count (vLLM V1's max_cudagraph_capture_size,
+    # src/costmodel/cudagraph_sizes.py): a pass over more sequences x positions runs eagerly;
+    # 0 = no token limit
+    cuda_graph_max_tokens: int = 0
     # a drafted step replays two CUDA graphs for its drafts (SGLang's EAGLE worker: the draft
     # extend, and the S - 1 draft decode passes in one): within the graph limit the draft CPU of
     # a step with a draft network of its own is that of min(gamma, 2) passes, not gamma

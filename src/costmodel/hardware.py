@@ -459,6 +459,11 @@ class HardwareCostModel:
                      + self._attention_pnorm_ms(self._draft_c, n_seqs, n_seqs * wide, wide, ctx0)
                      - self._attention_pnorm_ms(self._draft_c, n_seqs, n_seqs, 1, ctx0))
             gpu = gpu + np.where(g > 0, extra, 0.0)
+            c = self._draft_c
+            if c.cuda_graph_max_tokens:  # the first pass's S (1 + catch-up) tokens: vLLM's rule
+                first = (launch_overhead_s(c, (per_pass_ms + extra) * 1e-3, wide, n_seqs)
+                         - launch_overhead_s(c, per_pass_ms * 1e-3, 1, n_seqs)) * 1e3
+                gpu = gpu + np.where(g > 0, first, 0.0)
         return physics, cpu, gpu
 
     def draft_passes_parts(self, active, gamma, context_len_tokens):

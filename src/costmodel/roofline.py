@@ -112,6 +112,7 @@ class PassCoefficients:
     n_kernels_verify_extra: float = 0.0  # extra kernels of a pass with t > 1
     cuda_graphs: bool = True
     cuda_graph_max_seqs: int = 0  # with graphs: passes over more sequences run eagerly (0: none)
+    cuda_graph_max_tokens: int = 0  # with graphs: passes over more S t tokens run eagerly (0: none)
     spec_step_eager_s: float = 0.0  # the engine's eager kernels between a drafted step's graphs
     cpu_launch_s: float = 0.0  # per kernel, without CUDA graphs
     launch_gap_s: float = 0.0  # per kernel, without CUDA graphs
@@ -297,6 +298,7 @@ def pass_coefficients(
         n_kernels_verify_extra=L * e.verification_extra_kernels_per_layer,
         cuda_graphs=e.cuda_graphs,
         cuda_graph_max_seqs=e.cuda_graph_max_batch(gpu.memory_gb, tp),
+        cuda_graph_max_tokens=e.cuda_graph_max_tokens,
         spec_step_eager_s=eager_kernels_s(e.spec_step_eager_kernels, kfix, e),
         cpu_launch_s=e.cpu_launch_us_per_kernel * 1e-6,
         launch_gap_s=e.launch_gap_us_per_kernel * 1e-6,
@@ -405,14 +407,21 @@ def launch_overhead_s(c: PassCoefficients, gpu_s, positions_per_seq, n_seqs=None
     """CPU launch cost beyond the GPU time of a pass run without CUDA graphs, seconds:
     pnorm(g + N gap, N cpu_launch, p) - g for a pass of N kernels and GPU time g; 0 with graphs
     or where g = 0 (no pass). With graphs up to c.cuda_graph_max_seqs sequences (SGLang's
-    cuda_graph_max_bs), a pass over more n_seqs runs eagerly and pays the same launch cost."""
+    cuda_graph_max_bs) or c.cuda_graph_max_tokens tokens n_seqs x positions_per_seq (vLLM's
+    max_cudagraph_capture_size), a larger pass runs eagerly and pays the same launch cost."""
     gpu_s = np.asarray(gpu_s, dtype=float)
-    if c.cuda_graphs and (not c.cuda_graph_max_seqs or n_seqs is None):
+    limited = c.cuda_graph_max_seqs or c.cuda_graph_max_tokens
+    if c.cuda_graphs and (not limited or n_seqs is None):
         return np.zeros_like(gpu_s)
-    n = c.n_kernels + c.n_kernels_verify_extra * (np.asarray(positions_per_seq) > 1)
+    t = np.asarray(positions_per_seq)
+    n = c.n_kernels + c.n_kernels_verify_extra * (t > 1)
     total = _pnorm(gpu_s + n * c.launch_gap_s, n * c.cpu_launch_s, c.launch_overlap_p)
-    eager = (gpu_s > 0) if not c.cuda_graphs else (gpu_s > 0) & (
-        np.asarray(n_seqs) > c.cuda_graph_max_seqs)
+    eager = gpu_s > 0
+    if c.cuda_graphs:
+        S = np.asarray(n_seqs)
+        eager = eager & (((S > c.cuda_graph_max_seqs) if c.cuda_graph_max_seqs else False)
+                         | ((S * t > c.cuda_graph_max_tokens) if c.cuda_graph_max_tokens
+                            else False))
     return np.where(eager, total - gpu_s, 0.0)
 
 

@@ -36,6 +36,8 @@ from src.costmodel import (
     load_engine_profiles,
     load_presets,
 )
+from src.costmodel.cudagraph_sizes import with_capture_size
+from src.costmodel.engines import engine_profile as engine_profile_named
 from src.costmodel.hf_config import looks_like_config_path
 from src.input_files import MAX_TOML_BYTES, read_file_bytes
 from src.kernels.costmodel import with_kernels
@@ -126,11 +128,18 @@ class Scenario:
         if self.kv_cache:
             out["kv_cache_format"] = self.kv_cache
         return out
+    # --max-cudagraph-capture-size: vLLM's capture size in tokens for the engine profiles with a
+    # token capture limit (src/costmodel/cudagraph_sizes.py); None = the profile's
+    max_cudagraph_capture_size: int | None = None
 
     def cost_model(self, engine_profile: str | EngineProfile | None = None) -> HardwareCostModel:
         """HardwareCostModel of this deployment with the named engine's overheads (default: the
         first of engine_profiles), its GEMMs priced as `kernels` says (with_kernels)."""
         engine = self.engine_profiles[0] if engine_profile is None else engine_profile
+        if self.max_cudagraph_capture_size is not None:
+            if isinstance(engine, str):
+                engine = engine_profile_named(engine, extra_paths=self.preset_paths)
+            engine = with_capture_size(engine, self.max_cudagraph_capture_size)
         params = None
         if self.memory_reserve_fraction is not None:
             params = replace(load_presets(self.preset_paths).params,

@@ -27,6 +27,7 @@ from src.config import (
     list_items,
     read_toml,
 )
+from src.costmodel.cudagraph_sizes import add_capture_size_argument, capture_size_option
 from src.errors import ascii_float, ascii_int
 from src.hardware.scenario import SERVING_KEYS, check_serving_table
 from src.kernels.costmodel import add_kernels_argument, check_measured
@@ -116,6 +117,7 @@ def make_parser() -> argparse.ArgumentParser:
     from src.cli import DASK_HELP
     p.add_argument("--dask", help=DASK_HELP)
     add_kernels_argument(p)
+    add_capture_size_argument(p)
     p.add_argument("--out", help="output folder (default .): OUT/results, OUT/plots")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--no-plots", action="store_true",
@@ -383,6 +385,8 @@ def config_from_args(args: argparse.Namespace):
     if args.kernels is not None:
         check_measured(scenario.gpu_id, [engine], args.kernels)
         scenario = replace(scenario, kernels=args.kernels)
+    scenario = replace(scenario, max_cudagraph_capture_size=capture_size_option(
+        args, [engine], scenario.preset_paths))
     value, policies_field = pick("policies", "policies", DEFAULT_POLICIES)
     policies = ",".join(value) if isinstance(value, list) else str(value)
     value, field = pick("slo", "slo", "ttft=2s,tpot=50ms")

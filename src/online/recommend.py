@@ -32,10 +32,12 @@ from src.config import (
     check_alpha,
     list_items,
 )
+from src.costmodel.cudagraph_sizes import add_capture_size_argument, capture_size_option
 from src.costmodel.hf_config import snippet_id_notes
 from src.errors import ascii_float
 from src.kernels.costmodel import add_kernels_argument, check_measured
 from src.online import mtp_depth
+from src.online.capture_note import capture_lines
 from src.online.gamma_notes import schedule_notes
 from src.online.gamma_rule import MAX_RANGES, SCHEDULE_TOLERANCE, capped_gammas, tops_out
 from src.treeshape.shape import TreeShape
@@ -56,6 +58,7 @@ def make_parser() -> argparse.ArgumentParser:
                     "throughput change (steady state by batch size, or simulated by request rate).")
     p.add_argument("--gpu", required=True, help="GPU preset id (python run.py step-time --list)")
     add_kernels_argument(p)
+    add_capture_size_argument(p)
     p.add_argument("--target", required=True,
                    help="target model: a preset id, e.g. llama-3.1-8b, a Hugging Face id, e.g. "
                    "Qwen/Qwen3-32B (step-time --list), or a path to a Hugging Face config.json "
@@ -197,6 +200,8 @@ def build(args):
     if args.kernels is not None:
         check_measured(scenario.gpu_id, [engine], args.kernels)
         scenario = replace(scenario, kernels=args.kernels)
+    scenario = replace(scenario, max_cudagraph_capture_size=capture_size_option(
+        args, [engine], scenario.preset_paths))
     max_seqs = _int("--max-num-seqs", args.max_num_seqs, 1, 65536)
     max_gamma = _int("--max-gamma", args.max_gamma or "8", 1, 32)
     context = _int("--context", args.context, 1, 10**7) if args.context is not None else None
@@ -504,6 +509,7 @@ def report(args) -> str:
                          "scheduled requests):")
             lines.append(f"  vllm serve {model}{tp_flag} --speculative-config "
                          f"'{json.dumps(spec_cfg)}'")
+            lines += capture_lines(cfg, schedule)
         lines += id_notes
         lines.append("")
         lines.append(f"SGLang (one draft length for every batch: gamma {sglang_gamma}, the "

@@ -37,8 +37,8 @@ from src.online.kernel_attention import N_KERNEL, fastest_pass_s, pack_kernels
 (N_READ, N_NEW, N_PAIR, N_P, N_GRAPHS, N_KERNELS, N_KERNELS_VERIFY, N_CPU_LAUNCH, N_GAP,
  N_LAUNCH_P, N_LAYER_ELEM, N_LAYER_FIXED, N_VERIFY_FIXED, N_HEAD_ELEM, N_HEAD_FIXED, N_ATTN_FIXED,
  N_PRESENT, N_HEAD_INDEX, N_KERNELS_FITTED, N_WINDOW, N_WINDOW_READ, N_WINDOW_PAIR,
- N_GRAPH_MAX) = range(23)
-N_NET = 23
+ N_GRAPH_MAX, N_GRAPH_MAX_TOKENS) = range(24)
+N_NET = 24
 # per-deployment scalars (row of PriceTables.eng)
 (E_CPU_FIXED, E_CPU_PER_SEQ, E_REJECTION, E_KV_BOOK, E_EXPANSION, E_SLOWDOWN, E_OVERLAP_DECODE,
  E_OVERLAP_SPEC, E_NGRAM_ONE_CALL, E_NGRAM_CPU, E_DRAFT_CPU_FIXED, E_DRAFT_CPU_PER_SEQ, E_COVERS,
@@ -90,6 +90,7 @@ def _net_row(c) -> np.ndarray:
         c.head_elementwise_per_token_s, c.head_fixed_s, c.attn_fixed_s)
     v[N_PRESENT] = 1.0
     v[N_GRAPH_MAX] = c.cuda_graph_max_seqs
+    v[N_GRAPH_MAX_TOKENS] = c.cuda_graph_max_tokens
     v[N_HEAD_INDEX] = c.head_gemm_index
     v[N_KERNELS_FITTED] = len(c.attn_kernels)
     v[[N_WINDOW, N_WINDOW_READ, N_WINDOW_PAIR]] = (
@@ -234,8 +235,10 @@ def attention_pow_s(pt, d, net, S, t, C, prefill):
 
 @njit(cache=True)
 def launch_ms(c, gpu_ms, t, n):
-    """roofline.launch_overhead_s of a pass of gpu_ms GPU time over n sequences, in ms."""
-    if c[N_GRAPHS] != 0.0 and (c[N_GRAPH_MAX] == 0.0 or n <= c[N_GRAPH_MAX]):
+    """roofline.launch_overhead_s of a pass of gpu_ms GPU time over n sequences x t positions,
+    in ms."""
+    if c[N_GRAPHS] != 0.0 and (c[N_GRAPH_MAX] == 0.0 or n <= c[N_GRAPH_MAX]) and (
+            c[N_GRAPH_MAX_TOKENS] == 0.0 or n * t <= c[N_GRAPH_MAX_TOKENS]):
         return 0.0
     gpu_s = gpu_ms * 1e-3
     if gpu_s <= 0:
@@ -277,8 +280,11 @@ def draft_parts(pt, d, n, C, g, capped_mid, capped_start):
     if catchup > 0 and g > 0:
         ctx0 = C if budget < 0 else capped_start
         wide = 1 + catchup
-        gpu += (tab[n, wide] - tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n * wide, wide, ctx0)
-                - attention_exp_ms(pt, d, DRAFT, n, n, ONE, ctx0))
+        extra = (tab[n, wide] - tab[n, 1] + attention_exp_ms(pt, d, DRAFT, n, n * wide, wide, ctx0)
+                 - attention_exp_ms(pt, d, DRAFT, n, n, ONE, ctx0))
+        gpu += extra
+        if c[N_GRAPH_MAX_TOKENS] != 0.0:  # the first pass's n (1 + catch-up) tokens
+            gpu += launch_ms(c, per_pass + extra, wide, n) - launch_ms(c, per_pass, ONE, n)
     return physics, cpu, gpu
 
 
