@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import src.costmodel.shapes as shapes
 from src.config import ConfigError
 from src.costmodel import CostModelInputError, check_tp, memory_usable_bytes
-import src.costmodel.shapes as shapes
 
 POOLS = ("prefill", "decode")
 SHAPE_FIELDS = ("workers", "tp", "ep", "dp")
