@@ -175,3 +175,31 @@ def test_decode_pool_that_cannot_hold_the_clients_names_the_workers_needed():
     assert e.value.field_name == "disagg.decode_workers"
     need = int(str(e.value).rsplit(">= ", 1)[1])
     assert need > 1 and math.isfinite(need)
+
+
+# --- the disaggregated silicon rows ---------------------------------------------------------------
+
+def test_silicon_rows_map_their_pools_or_say_why_not():
+    from src.disagg.silicon import load_disagg_rows, map_row, pool_table, row_concurrency
+    rows = load_disagg_rows()
+    row = rows[rows.id == "dsr1_b200_sglang_fp4_disagg_1024x1024_c512_cfg532"].iloc[0]
+    assert row_concurrency(row) == 512  # = 32 per rank x 8 DP ranks x 2 workers
+    scenario, disagg, isl, osl, conc = map_row(row, PRESETS)
+    assert disagg.prefill == PoolShape(1, 1, 4, 4) and disagg.decode == PoolShape(2, 1, 8, 8)
+    assert (isl, osl, conc) == (1024, 1024, 512) and scenario.engine_profiles == ("sglang",)
+    empty = rows[rows.prefill_num_workers.isna()].iloc[0]
+    assert pool_table(empty, "prefill").startswith("worker counts missing")
+    mix = empty.copy()
+    mix["prefill_num_workers"], mix["prefill_tp_size"], mix["prefill_attention_dp_size"] = 1, 8, 1
+    mix["prefill_moe_tp_size"], mix["prefill_moe_ep_size"] = 2, 4
+    assert pool_table(mix, "prefill").startswith("moe_tp x ep mix")
+
+
+def test_silicon_disagg_bad_systems_exit_2_and_write_nothing(capsys, tmp_path):
+    from helpers import run_main
+    out = tmp_path / "o"
+    done = run_main(capsys, ["silicon-validate-disagg", "--systems", "h999", "--out", str(out)])
+    assert done.returncode == 2 and not out.exists()
+    assert done.stderr.strip().splitlines()[-1].startswith("error: --systems: 'h999' has no")
+    done = run_main(capsys, ["silicon-validate-disagg", "--limit", "0", "--out", str(out)])
+    assert done.returncode == 2 and "--limit" in done.stderr and not out.exists()
