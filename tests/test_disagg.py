@@ -203,3 +203,19 @@ def test_silicon_disagg_bad_systems_exit_2_and_write_nothing(capsys, tmp_path):
     assert done.stderr.strip().splitlines()[-1].startswith("error: --systems: 'h999' has no")
     done = run_main(capsys, ["silicon-validate-disagg", "--limit", "0", "--out", str(out)])
     assert done.returncode == 2 and "--limit" in done.stderr and not out.exists()
+
+
+def test_a_scenario_with_a_disagg_table():
+    from src.config import read_toml
+    from src.disagg.scenario import disagg_scenario_from_dict
+    path = "configs/scenarios/moe-deepseek-v3-mtp-8xh200.toml"
+    data = dict(read_toml(path, "--scenario"))
+    data["disagg"] = {"prefill_tp": 8, "decode_dp": 8, "decode_ep": 8, "kv_link": "network"}
+    scenario, disagg = disagg_scenario_from_dict(data, path)
+    assert scenario.target_model_id == "deepseek-v3" and disagg.gpus == 16
+    assert disagg.link() == "network"
+    data["disagg"] = {"prefill_tp": 8, "decode_tp": 2}
+    with pytest.raises(ConfigError, match="disagg.decode_tp: .* allowed: decode_tp 1, decode_dp 8"):
+        disagg_scenario_from_dict(data, path)
+    with pytest.raises(ConfigError, match="^disagg: missing"):
+        disagg_scenario_from_dict({"scenario": data["scenario"]}, path)
