@@ -51,6 +51,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "moe-study": ("src.hardware.moe_cli", "MoE targets against dense twins; MoE validation"),
     "silicon-validate": ("src.validation.silicon_cli",
                          "greedy serving against AIConfigurator's measured deployments"),
+    "silicon-validate-disagg": ("src.disagg.silicon_cli",
+                                "disaggregated prefill/decode against AIConfigurator's rows"),
 }
 
 DASK_HELP = ("run the work on Dask: local:N (a LocalCluster of N worker processes on 127.0.0.1) "

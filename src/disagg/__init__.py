@@ -1,0 +1,1 @@
+"""Disaggregated prefill/decode serving: pools, KV transfer, the decode pool's steps (issue 25)."""

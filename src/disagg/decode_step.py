@@ -1,0 +1,115 @@
+"""One decode step of a decode-pool worker: no prefill in the batch, attention DP, EP all-to-all.
+
+A worker has G = tp x dp GPUs and `ep` in {1, G}. Its cost model is the aggregated replica's
+(HardwareCostModel at tp = G, ep: the same GEMMs, expert reads, slowest-EP-rank imbalance and
+draft passes), so at dp = 1 a step is exactly `cost.step_ms` of that replica, bit for bit. At
+dp > 1 three terms of the target pass change (n = requests on the busiest DP rank, N = n dp
+the worker's requests, t = gamma + 1 positions each, c = mean cached context):
+
+    step(dp) = step_G(N, t, c)
+               - attention_G(N sequences)          the TP path's attention kernel over all N
+               + attention_tp(n sequences)         each rank attends only its own n (its KV)
+               - communication_G(N t tokens)       the TP path's all-reduces over G GPUs
+               + all_reduce_tp(n t tokens) / 2     attention's all-reduce inside a rank of tp
+               + all_to_all(n t tokens)            MoE dispatch + combine per MoE layer
+
+    all_to_all = L_moe (dispatch_bytes + combine_bytes) / link, per GPU and direction:
+        tokens per GPU x k experts x h x (G - 1) / G x (1 byte FP8 dispatch, 2 bytes BF16
+        combine: DeepEP's README, DeepSeek-V3/R1 setting), link = NVLink one direction
+        (GPU preset / 2); no fixed latency (an underestimate at small batches; DeepEP's README
+        measures 153-158 GB/s intranode on H800's ~160 GB/s: the bandwidth term is near peak)
+
+The ranks synchronise at every MoE layer, so the busiest rank's attention sets the step:
+requests spread evenly, n = ceil(N / dp). Routing imbalance across EP ranks is the cost
+model's own (variants.slowest_gpu_experts: the slowest GPU's touched experts, routing
+independent per token under the model's locality); the tokens each EP rank receives are taken
+as even (their imbalance is not modelled). The draft passes (MTP module, EAGLE head) are priced
+as the TP-G path prices them: their attention is not split by DP (one layer of 62 for
+DeepSeek's MTP). A worker spanning nodes (G > 8) would run the all-to-all over the network:
+refused here (src/disagg/config.py GPUS_PER_NODE).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from src.config import ConfigError
+from src.costmodel import PassLoad
+from src.costmodel.roofline import pass_coefficients, pass_components_s
+from src.disagg.config import GPUS_PER_NODE, PoolShape
+
+DISPATCH_BYTES_PER_VALUE = 1.0  # FP8 dispatch (DeepEP README, DeepSeek-V3/R1 inference setting)
+COMBINE_BYTES_PER_VALUE = 2.0  # BF16 combine (same source)
+
+
+@dataclass(frozen=True)
+class DecodeWorker:
+    """A decode worker of shape `shape` priced on `cost` (the HardwareCostModel at tp = G, ep)."""
+
+    cost: object
+    shape: PoolShape
+    _rank_c: object = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        s = self.shape
+        if self.cost.tp != s.gpus_per_worker or self.cost.ep != s.ep:
+            raise ValueError(f"cost model at tp={self.cost.tp}, ep={self.cost.ep} is not the "
+                             f"worker's tp={s.gpus_per_worker}, ep={s.ep}")
+        if s.dp > 1 and s.gpus_per_worker > GPUS_PER_NODE:
+            raise ConfigError("disagg.decode_dp", f"a worker of {s.gpus_per_worker} GPUs spans "
+                                                  "nodes: its all-to-all over the network is not "
+                                                  f"modelled; allowed: decode_tp x decode_dp <= "
+                                                  f"{GPUS_PER_NODE}")
+        rank = None
+        if s.dp > 1:
+            c = self.cost
+            rank = pass_coefficients(c.gpu, c.target, s.tp, c.params, c.allreduce,
+                                     engine=c.engine, attention_fits=c.attention_fits)
+        object.__setattr__(self, "_rank_c", rank)
+
+    def requests_per_rank(self, worker_requests: int) -> int:
+        """Requests on the busiest DP rank when the worker holds worker_requests."""
+        return math.ceil(worker_requests / self.shape.dp)
+
+    def all_to_all_ms(self, tokens_per_rank) -> np.ndarray:
+        """MoE dispatch + combine of one pass, ms (module docstring); 0 for a dense model."""
+        c, s = self.cost, self.shape
+        m = c.target
+        moe_layers = m.n_layers - (m.first_k_dense_replace or 0) if m.n_routed_experts else 0
+        if not moe_layers:
+            return np.zeros(np.shape(tokens_per_rank))
+        G = s.gpus_per_worker
+        per_gpu = np.asarray(tokens_per_rank, dtype=float) / s.tp
+        values = per_gpu * m.experts_per_token * m.hidden_size * (G - 1) / G
+        link = c.gpu.interconnect_bidirectional_gb_per_s / 2.0 * 1e9
+        return moe_layers * values * (DISPATCH_BYTES_PER_VALUE + COMBINE_BYTES_PER_VALUE) / link \
+            * 1e3
+
+    def step_ms(self, worker_requests: int, context_tokens: float, gamma: int) -> float:
+        """ms of one decode step (target pass + gamma draft passes) of the worker holding
+        worker_requests requests, each at context_tokens cached tokens."""
+        N = int(worker_requests)
+        if N <= 0:
+            return 0.0
+        c, s = self.cost, self.shape
+        t = gamma + 1
+        load = PassLoad.from_totals(np.array([N]), np.array([N * context_tokens]))
+        # the pool checks its own (DP-aware) memory fit: the TP-G path would replicate MLA KV
+        target, draft = c.step_ms(load, np.array([gamma]), with_draft=gamma > 0,
+                                  check_fits=False)
+        ms = float(target[0] + draft[0])
+        if s.dp == 1:
+            return ms
+        n = self.requests_per_rank(N)
+        tc = c._target_c
+        att = c._attention_pnorm_ms
+        attn_g = float(att(tc, N, N * t, t, N * context_tokens))
+        attn_r = float(att(self._rank_c, n, n * t, t, n * context_tokens))
+        comm_g = float(pass_components_s(tc, N, t, N * context_tokens)["communication"]) * 1e3
+        comm_r = 0.0
+        if s.tp > 1:
+            comm_r = float(pass_components_s(self._rank_c, n, t, n * context_tokens)[
+                "communication"]) * 1e3 / 2.0
+        return ms - attn_g + attn_r - comm_g + comm_r + float(self.all_to_all_ms(n * t))

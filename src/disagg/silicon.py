@@ -1,0 +1,182 @@
+"""silicon_sample.csv's disaggregated rows: mapped to a [disagg] deployment and estimated, or
+refused with a reason. Fitted to nothing (no term is tuned to these rows).
+
+aiconfigurator-core 0.12.0's systems/silicon_sample.csv (`mode == disagg`) gives per row the
+prefill and decode workers (prefill_num_workers, prefill_tp_size, prefill_attention_dp_size,
+prefill_moe_tp_size, prefill_moe_ep_size, and decode_*), ISL, OSL, the benchmark's concurrency
+(`silicon_concurrency=N` in silicon_data_source) and the measured mean TTFT and TPOT. Its
+tp_size is attention TP inside a DP rank, GPUs per worker = tp x attention_dp = moe_tp x moe_ep
+(the convention of src/disagg/config.py). A row runs as a greedy deployment: the CSV does not
+say whether MTP ran, so every row is priced without speculation (a doubt on the TPOT errors).
+
+    error = predicted / measured - 1   (src/validation/silicon.py relative_error)
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+import pandas as pd
+
+from src.config import ConfigError
+from src.costmodel import CostModelInputError
+from src.validation.silicon import relative_error
+from src.validation.silicon_rows import BACKEND_ENGINE, QUANT_FORMAT, SYSTEM_GPU, silicon_csv_path
+
+VALIDATION_SYSTEMS = ("h200_sxm", "b200_sxm")  # issue 25 section 3
+COLUMNS = ("id", "system", "backend", "model", "engine", "isl", "osl", "concurrency",
+           "prefill", "decode", "kv_link", "runnable", "refusal", "measured_tpot_ms",
+           "predicted_tpot_ms", "tpot_error", "measured_ttft_ms", "predicted_ttft_ms",
+           "ttft_error", "prefill_utilisation", "decode_requests_per_worker")
+_CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+
+
+def load_disagg_rows(path=None) -> pd.DataFrame:
+    data = pd.read_csv(path or silicon_csv_path())
+    return data[data["mode"] == "disagg"].reset_index(drop=True)
+
+
+def _int(value) -> int | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(v) if math.isfinite(v) and v == int(v) else None
+
+
+def row_concurrency(row) -> int | None:
+    """The benchmark's concurrency: silicon_data_source's silicon_concurrency, else decode
+    batch per rank x DP ranks x workers."""
+    m = _CONCURRENCY.search(str(row.get("silicon_data_source", "")))
+    if m:
+        return int(m.group(1))
+    b, w, d = (_int(row.get(f"decode_{k}")) for k in ("batch_size", "num_workers",
+                                                     "attention_dp_size"))
+    return b * w * d if b and w and d else None
+
+
+def pool_table(row, pool: str) -> dict | str:
+    """The [disagg] keys of one pool of a row, or a refusal reason."""
+    workers = _int(row[f"{pool}_num_workers"])
+    tp, dp = _int(row[f"{pool}_tp_size"]), _int(row[f"{pool}_attention_dp_size"])
+    moe_tp, ep, pp = (_int(row[f"{pool}_moe_tp_size"]) or 1, _int(row[f"{pool}_moe_ep_size"]) or 1,
+                      _int(row[f"{pool}_pp_size"]))
+    if not workers:
+        return f"worker counts missing: {pool}_num_workers is empty"
+    if not tp or not dp:
+        return f"bad row: {pool} tp or attention_dp missing"
+    if pp not in (None, 1):
+        return f"pp>1: {pool}_pp_size {pp}"
+    if moe_tp * ep != tp * dp:
+        return f"bad row: {pool} moe_tp x moe_ep {moe_tp * ep} != tp x attention_dp {tp * dp}"
+    if ep not in (1, tp * dp):
+        return f"moe_tp x ep mix: {pool} moe_tp {moe_tp}, moe_ep {ep}"
+    return {f"{pool}_workers": workers, f"{pool}_tp": tp, f"{pool}_dp": dp, f"{pool}_ep": ep}
+
+
+def map_row(row, presets):
+    """(scenario, DisaggConfig, isl, osl, concurrency) of one row, or a refusal reason."""
+    system, backend = str(row["system"]), str(row["backend"])
+    if system not in SYSTEM_GPU:
+        return f"unknown GPU: no preset for system {system}"
+    engine = BACKEND_ENGINE.get(backend)
+    from src.costmodel import load_engine_profiles
+    if engine is None or engine not in load_engine_profiles():
+        return f"no engine profile: backend {backend}"
+    gq, mq = str(row["gemm_quant_mode"]), str(row["moe_quant_mode"])
+    if gq not in QUANT_FORMAT or mq not in QUANT_FORMAT:
+        return f"unsupported quant: gemm {gq}, moe {mq}"
+    table = {}
+    for pool in ("prefill", "decode"):
+        t = pool_table(row, pool)
+        if isinstance(t, str):
+            return t
+        table.update(t)
+    conc, isl, osl = row_concurrency(row), _int(row["isl"]), _int(row["osl"])
+    if not conc or not isl or not osl:
+        return "bad row: concurrency, isl or osl missing"
+    model_id = str(row["model_path"])
+    try:
+        spec = presets.model(model_id, "model")
+    except CostModelInputError:
+        return f"unknown model: {model_id}"
+    wf, ewf = QUANT_FORMAT[gq], QUANT_FORMAT[mq] if spec.n_routed_experts else ""
+    from src.costmodel.formats import runnable_weight_formats
+    gpu = presets.gpu(SYSTEM_GPU[system])
+    if any(f and f not in runnable_weight_formats(gpu) for f in (wf, ewf)):
+        return f"unsupported quant: {wf}/{ewf} on {gpu.gpu_id}"
+    spec = replace(spec, weight_format=wf, **({"expert_weight_format": ewf} if ewf else {}))
+    from src.disagg.config import disagg_from_table
+    try:
+        disagg = disagg_from_table(table, spec, gpu, presets.params)
+    except ConfigError as e:
+        return f"shape refused: {e}"
+    from src.hardware.scenario import default_hardware_scenario
+    from src.validation.silicon_serve import SiliconScenario
+    base = default_hardware_scenario()
+    scenario = replace(SiliconScenario(**{f: getattr(base, f) for f in base.__dataclass_fields__}),
+                       name=f"silicon-{row['id']}", gpu_id=gpu.gpu_id, target_model_id=model_id,
+                       draft="ngram", draft_tp=1, engine_profiles=(engine,), weight_format=wf,
+                       expert_weight_format=ewf)
+    return scenario, disagg, isl, osl, conc
+
+
+def predict(scenario, disagg, isl: int, osl: int, concurrency: int):
+    """The greedy steady-state estimate (src/disagg/closed_loop.py), or a refusal reason."""
+    from src.disagg.closed_loop import estimate
+    from src.disagg.decode_step import DecodeWorker
+    pre, dec = disagg.prefill, disagg.decode
+    try:
+        prefill_cost = replace(scenario, tp=pre.gpus_per_worker, ep=pre.ep).cost_model()
+        decode_cost = replace(scenario, tp=dec.gpus_per_worker, ep=dec.ep).cost_model()
+        return estimate(prefill_cost, DecodeWorker(decode_cost, dec), disagg, isl, osl,
+                        concurrency)
+    except (ConfigError, CostModelInputError) as e:
+        text = str(e).splitlines()[0][:160]
+        kind = 'does not fit' if ('fit' in text or ' GB ' in text) else 'model refuses'
+        return f"{kind}: {text}"
+
+
+def table_row(row, mapped, est) -> dict:
+    out = dict.fromkeys(COLUMNS, "")
+    out.update(id=row["id"], system=row["system"], backend=row["backend"],
+               model=row["model_path"], isl=row["isl"], osl=row["osl"],
+               concurrency=row_concurrency(row) or "", runnable=False,
+               measured_tpot_ms=float(row["silicon_tpot_ms"]),
+               measured_ttft_ms=float(row["silicon_ttft_ms"]), predicted_tpot_ms=math.nan,
+               predicted_ttft_ms=math.nan, tpot_error=math.nan, ttft_error=math.nan)
+    if not isinstance(mapped, str):
+        scenario, disagg = mapped[0], mapped[1]
+        out.update(engine=scenario.engine_profiles[0], prefill=disagg.prefill.label(),
+                   decode=disagg.decode.label(), kv_link=disagg.link())
+    reason = mapped if isinstance(mapped, str) else est if isinstance(est, str) else ""
+    if reason or est is None:
+        out["refusal"] = reason or "not run: outside --systems or --limit"
+        return out
+    out.update(runnable=True, predicted_tpot_ms=est.tpot_ms, predicted_ttft_ms=est.ttft_ms,
+               tpot_error=relative_error(est.tpot_ms, out["measured_tpot_ms"]),
+               ttft_error=relative_error(est.ttft_ms, out["measured_ttft_ms"]),
+               prefill_utilisation=est.prefill_utilisation,
+               decode_requests_per_worker=est.decode_requests_per_worker)
+    return out
+
+
+def run(systems=VALIDATION_SYSTEMS, limit: int | None = None, say=lambda m: None):
+    """The table (a DataFrame in CSV order) over the rows of `systems`; at most `limit` rows
+    estimated (the rest mapped and listed as not run)."""
+    from src.costmodel.presets import load_presets
+    presets = load_presets()
+    rows = load_disagg_rows()
+    rows = rows[rows.system.isin(systems)].reset_index(drop=True)
+    out, ran = [], 0
+    for i, row in rows.iterrows():
+        mapped = map_row(row, presets)
+        est = None
+        if not isinstance(mapped, str) and (limit is None or ran < limit):
+            est = predict(*mapped)
+            ran += 1
+        out.append(table_row(row, mapped, est))
+        if (i + 1) % 50 == 0:
+            say(f"  {i + 1}/{len(rows)} rows")
+    return pd.DataFrame(out, columns=list(COLUMNS))
