@@ -91,7 +91,8 @@ def test_kernels_measured_without_a_table_is_one_line_and_exit_2(capsys):
                                 "vllm-2024", "--kernels", "measured"])
     assert (rc, out) == (2, "")
     assert err == ("error: --kernels: measured: engine profile 'vllm-2024' has no measured "
-                   "tables (those with: sglang, sglang-spec-v2, vllm-v1); allowed: roofline\n")
+                   "tables (those with: sglang, sglang-spec-v2, trtllm, vllm-v1); allowed: "
+                   "roofline\n")
 
 
 def test_kernels_measured_without_the_package_is_one_line_and_exit_2(capsys, monkeypatch):

@@ -46,8 +46,11 @@ def test_the_graph_limit_is_sglangs_cuda_graph_max_bs_by_gpu_memory_and_tp():
     m = _model()
     assert m._target_c.cuda_graph_max_seqs == m._draft_c.cuda_graph_max_seqs == 256
     assert _model(gpu="h200", target="llama-3.1-70b", tp=4)._target_c.cuda_graph_max_seqs == 512
-    # no other profile has a limit: graphs at every batch, as before
-    others = [p for n, p in load_engine_profiles().items() if not n.startswith("sglang")]
+    # trtllm: BaseCudaGraphConfig's default max_batch_size 128 (llm_args.py, design.md); no other
+    # profile has a limit: graphs at every batch, as before
+    profiles = load_engine_profiles()
+    assert profiles["trtllm"].cuda_graph_max_batch(141.0, 8) == 128
+    others = [p for n, p in profiles.items() if not n.startswith(("sglang", "trtllm"))]
     assert all(p.cuda_graph_max_batch(80.0, 1) == 0 for p in others)
 
 

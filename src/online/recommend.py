@@ -36,7 +36,7 @@ from src.costmodel.cudagraph_sizes import add_capture_size_argument, capture_siz
 from src.costmodel.hf_config import snippet_id_notes
 from src.errors import ascii_float
 from src.kernels.costmodel import add_kernels_argument, check_measured
-from src.online import mtp_depth
+from src.online import mtp_depth, trtllm_snippet
 from src.online.capture_note import capture_lines
 from src.online.gamma_notes import schedule_notes
 from src.online.gamma_rule import MAX_RANGES, SCHEDULE_TOLERANCE, capped_gammas, tops_out
@@ -197,6 +197,8 @@ def build(args):
         raise ConfigError("--requests", "only used with --rate")
     _check_draft(args)
     scenario, engine = _scenario(args)
+    if engine == "trtllm":  # drafts TensorRT-LLM cannot take: one line, exit 2
+        trtllm_snippet.check_draft(args.draft)
     if args.kernels is not None:
         check_measured(scenario.gpu_id, [engine], args.kernels)
         scenario = replace(scenario, kernels=args.kernels)
@@ -487,6 +489,10 @@ def report(args) -> str:
         model = presets.models[sc.target_model_id].hf_name
         id_notes = snippet_id_notes(sc.target_model_id, sc.draft, presets.models,
                                     args.draft_model_path)
+        if cfg.engine_profile == "trtllm":  # src/online/trtllm_snippet.py
+            lines += trtllm_snippet.trtllm_lines(sc.draft, schedule.ranges,
+                                                 args.draft_model_path, model, sc.tp,
+                                                 cfg.limits.max_num_seqs) + id_notes + [""]
         tp_flag = f" --tensor-parallel-size {sc.tp}" if sc.tp > 1 else ""
         if cfg.engine_profile in OLD_VLLM_PROFILES and _kind(sc.draft) in ("eagle3", "mtp"):
             lines.append(f"vLLM v0.6 (the engine the {cfg.engine_profile} profile models) has no "
