@@ -452,7 +452,7 @@ DEFAULT_SCENARIO_TABLE: dict[str, Any] = {
         "draft": "llama-3.2-1b",
         "tp": 1,
         "draft_tp": 1,
-        "engine_profiles": ["ideal", "vllm-v1"],
+        "engine_profiles": ["ideal", "vllm-v1", "sglang", "trtllm"],
         "acceptance_source": "reference modes of the study (design.md, 'Workload'); no published "
                              "per-token acceptance for this pair was used",
     },
