@@ -38,7 +38,7 @@ def test_gpt_oss_fp4_rows_run_the_checkpoints_mxfp4_experts():
 
 
 @pytest.mark.parametrize("changes, kind", [
-    ({"system": "b300_sxm"}, "unknown GPU"),
+    ({"system": "h20"}, "unknown GPU"),
     ({"backend": "trtllm"}, "no engine profile"),
     ({"pp_size": 2.0}, "pp>1"),
     ({"attention_dp_size": 4.0}, "attention DP"),

@@ -22,7 +22,7 @@ import pandas as pd
 from src.config import ConfigError
 from src.costmodel import CostModelInputError
 from src.validation.silicon import relative_error
-from src.validation.silicon_rows import BACKEND_ENGINE, QUANT_FORMAT, SYSTEM_GPU, silicon_csv_path
+from src.validation.silicon_rows import BACKEND_ENGINE, QUANT_FORMAT, silicon_csv_path, system_gpus
 
 VALIDATION_SYSTEMS = ("h200_sxm", "b200_sxm")  # issue 25 section 3
 COLUMNS = ("id", "system", "backend", "model", "engine", "isl", "osl", "concurrency",
@@ -78,7 +78,8 @@ def pool_table(row, pool: str) -> dict | str:
 def map_row(row, presets):
     """(scenario, DisaggConfig, isl, osl, concurrency) of one row, or a refusal reason."""
     system, backend = str(row["system"]), str(row["backend"])
-    if system not in SYSTEM_GPU:
+    system_gpu = system_gpus(presets)
+    if system not in system_gpu:
         return f"unknown GPU: no preset for system {system}"
     engine = BACKEND_ENGINE.get(backend)
     from src.costmodel import load_engine_profiles
@@ -103,7 +104,7 @@ def map_row(row, presets):
         return f"unknown model: {model_id}"
     wf, ewf = QUANT_FORMAT[gq], QUANT_FORMAT[mq] if spec.n_routed_experts else ""
     from src.costmodel.formats import runnable_weight_formats
-    gpu = presets.gpu(SYSTEM_GPU[system])
+    gpu = presets.gpu(system_gpu[system])
     if any(f and f not in runnable_weight_formats(gpu) for f in (wf, ewf)):
         return f"unsupported quant: {wf}/{ewf} on {gpu.gpu_id}"
     spec = replace(spec, weight_format=wf, **({"expert_weight_format": ewf} if ewf else {}))

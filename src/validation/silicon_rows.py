@@ -17,7 +17,6 @@ import pandas as pd
 
 # silicon_sample.csv `system` -> GPU preset of src/presets/gpus.toml (systems without a preset
 # are refused: b300_sxm, gb200, ...)
-SYSTEM_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 # backend -> engine profile of src/presets/engines.toml (trtllm: TensorRT-LLM's PyTorch backend,
 # a profile another change adds; refused while it is absent)
 BACKEND_ENGINE = {"vllm": "vllm-v1", "sglang": "sglang", "trtllm": "trtllm"}
@@ -71,11 +70,21 @@ def _int(value) -> int | None:
     return int(v) if math.isfinite(v) and v == int(v) else None
 
 
+def system_gpus(presets=None) -> dict[str, str]:
+    """silicon_sample.csv's system -> GPU preset id: the preset naming it as its kernel_system
+    (src/presets/gpus.toml), so a GPU preset added there is validated too."""
+    if presets is None:
+        from src.costmodel.presets import load_presets
+        presets = load_presets()
+    return {g.kernel_system: gid for gid, g in presets.gpus.items() if g.kernel_system}
+
+
 def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
     """The case of one CSV row, or a refusal reason (one short phrase, counted by its text up to
     the first ':')."""
     system, backend = str(row["system"]), str(row["backend"])
-    if system not in SYSTEM_GPU:
+    system_gpu = system_gpus(presets)
+    if system not in system_gpu:
         return f"unknown GPU: no preset for system {system}"
     engine = BACKEND_ENGINE.get(backend)
     if engine is None:
@@ -111,13 +120,13 @@ def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
         # gpt-oss ships its experts in MXFP4 only (config.json quant_method mxfp4) and the
         # rest in BF16; the CSV labels those runs nvfp4/fp4, so the checkpoint's formats run
         wf, ewf = spec.weight_format, spec.expert_weight_format
-    gpu = presets.gpu(SYSTEM_GPU[system])
+    gpu = presets.gpu(system_gpu[system])
     able = runnable_weight_formats(gpu)
     for f in (wf, ewf):
         if f and f not in able:
-            return f"unsupported quant: {f} on {SYSTEM_GPU[system]}"
+            return f"unsupported quant: {f} on {system_gpu[system]}"
     return SiliconCase(
-        row_id=str(row["id"]), system=system, backend=backend, gpu=SYSTEM_GPU[system],
+        row_id=str(row["id"]), system=system, backend=backend, gpu=system_gpu[system],
         model=model, engine=engine, tp=tp, ep=ep if ep > 1 else 1, weight_format=wf,
         expert_weight_format=ewf, isl=isl, osl=osl, concurrency=conc,
         measured_tpot_ms=float(row["silicon_tpot_ms"]),
