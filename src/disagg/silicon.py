@@ -22,7 +22,13 @@ import pandas as pd
 from src.config import ConfigError
 from src.costmodel import CostModelInputError
 from src.validation.silicon import relative_error
-from src.validation.silicon_rows import BACKEND_ENGINE, QUANT_FORMAT, silicon_csv_path, system_gpus
+from src.validation.silicon_rows import (
+    BACKEND_ENGINE,
+    QUANT_FORMAT,
+    _int,
+    silicon_csv_path,
+    system_gpus,
+)
 
 VALIDATION_SYSTEMS = ("h200_sxm", "b200_sxm")  # issue 25 section 3
 COLUMNS = ("id", "system", "backend", "model", "engine", "isl", "osl", "concurrency",
@@ -35,14 +41,6 @@ _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 def load_disagg_rows(path=None) -> pd.DataFrame:
     data = pd.read_csv(path or silicon_csv_path())
     return data[data["mode"] == "disagg"].reset_index(drop=True)
-
-
-def _int(value) -> int | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return int(v) if math.isfinite(v) and v == int(v) else None
 
 
 def row_concurrency(row) -> int | None:
