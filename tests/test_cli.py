@@ -192,12 +192,13 @@ def test_trees_refusal_names_engine_profiles():
     done = run_captured(["--scenario", CHAIN_SCENARIO, "--trees", "3:2:6", "--out", "/nonexistent"])
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "vllm-v1 verifies chains only" in done.stderr
-    assert done.stderr.rstrip().endswith("--engine-profiles ideal")
+    assert done.stderr.rstrip().endswith("--engine-profiles ideal,sglang")
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--scenario", CHAIN_SCENARIO, "--engine-profiles", "sglang"],
-     "'sglang' is not an engine profile of scenario h100-llama8b-1b; allowed: ideal, vllm-v1"),
+    (["--scenario", CHAIN_SCENARIO, "--engine-profiles", "sglang-spec-v2"],
+     "'sglang-spec-v2' is not an engine profile of scenario h100-llama8b-1b; allowed: ideal, "
+     "vllm-v1, sglang, trtllm"),
     (["--scenario", CHAIN_SCENARIO, "--engine-profiles", "ideal,ideal"], "listed twice"),
     (["--scenario", CHAIN_SCENARIO, "--engine-profiles", "ideal,"], "empty item"),
     (["--scenario", "reference", "--engine-profiles", "ideal"], "has no engine profiles"),

@@ -211,9 +211,9 @@ def test_scenario_run_writes_its_files_and_answers(hardware_run):
                 "plots/hardware_step_breakdown.png"):
         assert (hardware_run / rel).stat().st_size > 0, rel
     df = pd.read_csv(hardware_run / "results/results.csv")
-    assert set(df.scenario) == {"h100-llama8b-1b"} and set(df.engine_profile) == {"ideal",
-                                                                                  "vllm-v1"}
-    assert len(df) == 2 * 3 * 2 * 2 and (df.time_unit == "ms").all()
+    assert set(df.scenario) == {"h100-llama8b-1b"}
+    assert set(df.engine_profile) == {"ideal", "sglang", "trtllm", "vllm-v1"}
+    assert len(df) == 4 * 3 * 2 * 2 and (df.time_unit == "ms").all()
     assert np.allclose(df.speculative_throughput_tokens_per_s / df.greedy_throughput_tokens_per_s,
                        df.speedup, rtol=1e-4)
     text = (hardware_run / "results/summary.txt").read_text()
@@ -222,7 +222,7 @@ def test_scenario_run_writes_its_files_and_answers(hardware_run):
     # the printed schedules are valid JSON that vLLM's speculative_config takes
     configs = [json.loads(line.strip()) for line in text.splitlines()
                if line.strip().startswith('{"num_speculative')]
-    assert len(configs) == 4
+    assert len(configs) == 8  # 4 engine profiles x 2 quality modes
     for cfg in configs:
         assert vllm_schedule_problems(cfg) == []
         entries = cfg["num_speculative_tokens_per_batch_size"]

@@ -212,7 +212,7 @@ def test_a_string_for_a_list_a_price_twice_and_a_huge_plan_file_are_refused(tmp_
 
 
 def test_an_oversized_plan_is_refused_before_any_work(tmp_path):
-    """8 GPUs x 64 tp sizes x 5 pairs x 7 engines x 5 workloads x 2 policies: counted and refused
+    """8 GPUs x 64 tp sizes x 5 pairs x 8 engines x 5 workloads x 2 policies: counted and refused
     in one line naming the size that fits, before a deployment is built."""
     from src.plan.cli import MAX_SEARCHES
 
@@ -227,8 +227,8 @@ def test_an_oversized_plan_is_refused_before_any_work(tmp_path):
                                                              fromlist=["x"]).load_workloads())),
                    "--policies", "fixed:3")
     assert time.perf_counter() - start < 5
-    assert line.startswith("error: plan: 89,600 deployments (8 GPUs x 64 tp sizes x 5 pairs x "
-                           "7 engines x 5 workloads) x 2 policies = 179,200 searches; allowed: "
+    assert line.startswith("error: plan: 102,400 deployments (8 GPUs x 64 tp sizes x 5 pairs x "
+                           "8 engines x 5 workloads) x 2 policies = 204,800 searches; allowed: "
                            f"at most {MAX_SEARCHES:,} searches a plan"), line
 
 

@@ -119,7 +119,8 @@ def test_unknown_gpu_and_models(tmp_path):
     _raises("scenario.draft", _write(tmp_path, GOOD.replace("llama-3.2-1b", "tiny")),
             "allowed: eagle, eagle3, mtp, ngram, self, ")
     _raises("scenario.engine_profiles", _write(tmp_path, GOOD + 'engine_profiles = ["fast"]\n'),
-            "allowed: ideal, pytorch-eager, pytorch-graphs, sglang, sglang-spec-v2, vllm-2024, "
+            "allowed: ideal, pytorch-eager, pytorch-graphs, sglang, sglang-spec-v2, trtllm, "
+            "vllm-2024, "
             "vllm-v1")
     _raises("scenario.name", _write(tmp_path, GOOD.replace('name = "x"', "name = 3")))
     _raises("scenario.gpu",
