@@ -40,6 +40,7 @@ from src.costmodel import (
 )
 from src.errors import ascii_int
 from src.kernels.costmodel import measured_kernels, measured_where
+from src.kernels.sources import table_source
 
 COLUMNS = ("batch", "positions", "tokens", "total_ms", "layers_non_attention_ms", "attention_ms",
            "lm_head_ms", "communication_ms", "overhead_ms", "bound", "distinct_experts",
@@ -164,8 +165,8 @@ def _kernels(args, gpu, profile) -> tuple[object, str]:
     chooses (src/kernels/costmodel.py measured_kernels); no --engine names no measured kernels."""
     if profile is None:
         if args.kernels == "measured":
-            raise ConfigError("--kernels", "measured: no --engine names an engine whose kernels "
-                                           "were measured; allowed: roofline")
+            raise ConfigError("--kernels", f"measured: {table_source(args.gpu, None)[1]}; "
+                                           "allowed: roofline")
         return None, ""
     return measured_kernels(gpu, profile, args.kernels)
 

@@ -83,6 +83,8 @@ def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
     """The case of one CSV row, or a refusal reason (one short phrase, counted by its text up to
     the first ':')."""
     system, backend = str(row["system"]), str(row["backend"])
+    from src.costmodel.presets import load_presets
+    presets = presets or load_presets()
     system_gpu = system_gpus(presets)
     if system not in system_gpu:
         return f"unknown GPU: no preset for system {system}"
@@ -106,8 +108,6 @@ def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
     model = str(row["model_path"])
     from src.costmodel import CostModelInputError
     from src.costmodel.formats import runnable_weight_formats
-    from src.costmodel.presets import load_presets
-    presets = presets or load_presets()
     try:
         spec = presets.model(model, "model")
     except CostModelInputError:
