@@ -9,8 +9,8 @@ bytes: which is what lets Dask retry a task whose worker died.
 
     LocalExecutor(workers)       one child process per call, up to `workers` at a time, each dying
                                  with this process (src/processes.py); workers 1: in this process
-    DaskExecutor(client)         distributed.Client(...).get_executor(), a concurrent.futures
-                                 Executor; a task whose worker dies is rerun on another
+    DaskExecutor(client)         distributed.Client(...).submit, one task per call; a task whose
+                                 worker dies is rerun on another
 
 `open_executor(dask, workers)` picks one: `dask` None = local, "local:N" = a LocalCluster of N
 worker processes on 127.0.0.1, anything else = the address of a running Dask scheduler
@@ -82,7 +82,7 @@ class LocalExecutor(Executor):
 
 
 class DaskExecutor(Executor):
-    """A Dask cluster through distributed.Client.get_executor(); `cluster` (a LocalCluster this
+    """A Dask cluster through distributed.Client.submit; `cluster` (a LocalCluster this
     process started) is closed with the client. `timeout_s`: the longest wait for the next result
     (None: no limit), so a cluster that lost every worker cannot hang a run."""
 
@@ -95,20 +95,22 @@ class DaskExecutor(Executor):
         self.label = f"Dask, {self.workers} worker threads ({where})"
 
     def completed(self, fn, arg_tuples):
-        import concurrent.futures as cf
+        from distributed import as_completed
 
-        # pure=False: each call is its own task (no deduplication by argument hash); retries:
-        # a call that raised runs again (one whose worker died is rerun by the scheduler anyway)
-        executor = self.client.get_executor(pure=False, retries=self.retries)
-        futures = {executor.submit(fn, *args): i for i, args in enumerate(arg_tuples)}
+        # client.submit, not client.get_executor(): the concurrent.futures wrappers of
+        # distributed's ClientExecutor are fed by a coroutine (cfexecutor._cascade_future) that,
+        # for a task finishing while it is cancelled, gathers a cancelled future and makes tornado
+        # log a FutureCancelledError traceback (seen on Ctrl-C, distributed 2026.8.0).
+        # pure=False: each call is its own task (no deduplication by argument hash); retries: a
+        # call that raised runs again (one whose worker died is rerun by the scheduler anyway)
+        futures = [self.client.submit(fn, *args, pure=False, retries=self.retries)
+                   for args in arg_tuples]
+        index = {f.key: i for i, f in enumerate(futures)}
         try:
-            for future in cf.as_completed(futures, timeout=self.timeout_s):
-                yield futures[future], future.result()
+            for future in as_completed(futures, timeout=self.timeout_s):
+                yield index[future.key], future.result()
         finally:
-            # cancel the Dask futures, not the concurrent.futures wrappers: a wrapper cancelled
-            # here while its task finishes makes distributed's callback set a result on a
-            # cancelled future, which it logs as an InvalidStateError traceback (seen on Ctrl-C)
-            executor.shutdown(wait=False)
+            self.client.cancel(futures)
 
     def close(self) -> None:
         self.client.close()
@@ -157,11 +159,13 @@ def open_executor(dask: DaskAddress | str | None, workers: int | None = None,
         from distributed import Client, LocalCluster
 
         # loopback only: workers, scheduler and its HTTP endpoint on 127.0.0.1 (a free port; the
-        # bokeh dashboard is not installed)
+        # bokeh dashboard is not installed). Logs at CRITICAL only: a task's exception comes back
+        # to this process and is reported from here; what the cluster itself logs at ERROR is its
+        # own shutdown races (a worker's heartbeat to a scheduler already closed, seen on Ctrl-C)
         with _sigint_blocked():
             cluster = LocalCluster(n_workers=dask.local_workers, threads_per_worker=1,
                                    processes=True, host="127.0.0.1",
-                                   dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+                                   dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL)
             client = Client(cluster)
         return DaskExecutor(client, cluster, timeout_s=timeout_s)
     from src.dask_address import connect_client
