@@ -101,6 +101,10 @@ def make_parser() -> argparse.ArgumentParser:
         "--alpha", help="per-token acceptance probability of every request, 0.001..0.999"
     )
     p.add_argument(
+        "--temperature", help="sampling temperature, 0..2 (default: the scenario's, 0): > 0 "
+        "prices the sampler's probability traffic and needs acceptance measured at that "
+        "temperature (--alpha or a trace's alpha column)")
+    p.add_argument(
         "--quality-mode",
         help="acceptance mode of the scenario's [study] alpha modes (default: its first)",
     )
@@ -495,6 +499,9 @@ def config_from_args(args: argparse.Namespace):
                               f"'{alpha_mode}' is a per-position mode, but the trace gives each "
                               "request's i.i.d. alpha; drop the trace's alpha column or use an "
                               "i.i.d. mode")
+    from src.sampling_acceptance import serve_scenario
+    scenario = serve_scenario(args.temperature, args.scenario, scenario, alpha_v is not None
+                              or (trace is not None and trace.alpha is not None))
     sched_v, sched_f = pick("schedule", "schedule", None)
     schedule_json = None
     if sched_v is not None:

@@ -71,6 +71,8 @@ def make_parser() -> argparse.ArgumentParser:
                         f"{ALPHA_CLIP[1]:g} (vLLM's accepted / draft tokens is a lower bound of it "
                         "at gamma > 1)")
     p.add_argument("--engine", help="engine profile (default vllm-v1 where it exists)")
+    p.add_argument("--temperature", help="sampling temperature, 0..2 (default 0); > 0 prices the "
+                   "sampler's probability traffic: give --acceptance measured at it")
     p.add_argument("--tp", default="1", help="target tensor-parallel degree (default 1)")
     p.add_argument("--draft-tp", help="draft TP degree: vLLM allows only --tp's (the default); "
                                       "not with --draft ngram")
@@ -197,6 +199,8 @@ def build(args):
         raise ConfigError("--requests", "only used with --rate")
     _check_draft(args)
     scenario, engine = _scenario(args)
+    from src.sampling_acceptance import serve_scenario  # --acceptance is the user's figure
+    scenario = serve_scenario(args.temperature, None, scenario, True)
     if engine == "trtllm":  # drafts TensorRT-LLM cannot take: one line, exit 2
         trtllm_snippet.check_draft(args.draft)
     if args.kernels is not None:
@@ -560,6 +564,10 @@ def report(args) -> str:
         "  - KV cache: GPU memory minus weights (target and draft) minus the 10% reserve of "
         "vLLM's gpu_memory_utilization 0.9",
     ]
+    if sc.study.temperature > 0:
+        lines.append(f"  - sampling at temperature {sc.study.temperature:g}: {alpha:g} must be "
+                     "measured at it (vLLM issue #31483: ~80% at T=0, ~30% at T=1); steps pay "
+                     "the sampler's probability traffic (design.md)")
     if rates is not None:
         lines.append(f"  - traffic: {cfg.workload} lengths ({cfg.workload_source.split('.')[0]}), "
                      f"max_num_seqs {cfg.limits.max_num_seqs}, chunked prefill, "
