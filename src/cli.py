@@ -274,7 +274,7 @@ def check_temperature_acceptance(args: argparse.Namespace, cfg: StudyConfig,
         return
     files = [f for f in (args.config, args.scenario) if f not in (None, "reference")]
     check_study(temperature, args.alpha is not None or measured
-                or any(file_states_temperature(load_toml(f)) for f in files))
+                or any(file_states_temperature(load_toml(f), temperature) for f in files))
 
 
 def parse(argv: list[str]) -> RunPlan:

@@ -44,11 +44,16 @@ def parse_temperature(flag: str, value) -> float:
     return t
 
 
-def file_states_temperature(table: dict) -> bool:
-    """Whether a TOML file's [study] table (or a --config file's top level) sets both the
-    temperature and its own alpha modes: the file's author gives acceptance at that T."""
+def file_states_temperature(table: dict, temperature: float) -> bool:
+    """Whether a TOML file's [study] table (or a --config file's top level) sets its own alpha
+    modes and `temperature` equal to the one run: the file's author gives acceptance at that T."""
     study = table.get("study", table)
-    return isinstance(study, dict) and "temperature" in study and "alpha_modes" in study
+    if not (isinstance(study, dict) and "alpha_modes" in study):
+        return False
+    try:
+        return float(study.get("temperature", "nan")) == temperature
+    except (TypeError, ValueError):
+        return False
 
 
 def check_study(temperature: float, user_acceptance: bool) -> None:
@@ -74,7 +79,7 @@ def serve_scenario(option, path: str | None, scenario, user_acceptance: bool):
     if option is not None:
         temperature = parse_temperature("--temperature", option)
     same = temperature == scenario.study.temperature
-    stated = same and path is not None and file_states_temperature(load_toml(path))
+    stated = path is not None and file_states_temperature(load_toml(path), temperature)
     check_serve(temperature, user_acceptance or stated)
     if same:
         return scenario

@@ -130,3 +130,27 @@ def test_temperature_with_the_user_s_acceptance_reaches_the_cost_model(tmp_path)
     assert cfg.scenario.cost_model(cfg.engine_profile).sampling_temperature == 0.7
     args = serve_cli.make_parser().parse_args(["--alpha", "0.3"])
     assert serve_cli.config_from_args(args).scenario.study.temperature == 0.0
+
+
+def test_a_file_that_states_its_modes_temperature_is_its_own_acceptance(tmp_path):
+    from src import cli
+    from src.config import ConfigError
+    base = open("configs/scenarios/h100-llama8b-1b.toml").read()
+    stated = tmp_path / "stated.toml"
+    stated.write_text(base + '\ntemperature = 1.0\nquality_modes = ["at_t1"]\n'
+                             '[study.alpha_modes.at_t1]\nkind = "point"\nvalue = 0.3\n')
+    plan = cli.parse(["--scenario", str(stated), "--out", str(tmp_path / "a")])
+    assert plan.scenario.study.temperature == 1.0
+    unstated = tmp_path / "unstated.toml"
+    unstated.write_text(base + "\ntemperature = 1.0\n")  # the reference (greedy) modes
+    with pytest.raises(ConfigError, match="--temperature: 1 needs acceptance measured"):
+        cli.parse(["--scenario", str(unstated), "--out", str(tmp_path / "b")])
+    assert not (tmp_path / "b").exists()
+    from src.online import cli as serve_cli
+    args = serve_cli.make_parser().parse_args(["--scenario", str(stated)])
+    assert serve_cli.config_from_args(args).scenario.study.temperature == 1.0
+    args = serve_cli.make_parser().parse_args(["--scenario", str(stated), "--temperature", "0.5"])
+    with pytest.raises(ConfigError, match="--temperature: 0.5 needs"):  # the file said T = 1
+        serve_cli.config_from_args(args)
+    with pytest.raises(ConfigError, match="--temperature: 0.5 needs"):  # the study's check too
+        cli.parse(["--scenario", str(stated), "--temperature", "0.5", "--out", str(tmp_path / "c")])
