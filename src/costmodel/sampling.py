@@ -36,9 +36,6 @@ from dataclasses import dataclass
 import numpy as np
 
 TEMPERATURE_RANGE = (0.0, 2.0)  # the --temperature range the commands take (issue 24, section 5)
-# vLLM issue #31483: acceptance ~80% at temperature 0 falls to ~30% at temperature 1
-GREEDY_ACCEPTANCE_WARNING = ("acceptance falls with temperature (vLLM issue #31483: ~80% at "
-                             "T=0, ~30% at T=1)")
 
 
 @dataclass(frozen=True)
