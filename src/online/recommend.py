@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -65,7 +66,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help=f"per-token acceptance probability of the draft, {ALPHA_CLIP[0]:g}.."
                         f"{ALPHA_CLIP[1]:g} (vLLM's accepted / draft tokens is a lower bound of it "
                         "at gamma > 1)")
-    p.add_argument("--engine", help="engine profile (default vllm-v1 where it exists)")
+    p.add_argument("--engine", help="engine profile, or 'all': vLLM (vllm-v1), SGLang (sglang) "
+                                    "and TensorRT-LLM (trtllm) side by side, each priced with "
+                                    "its own profile (the default; with --rate: vllm-v1)")
     p.add_argument("--tp", default="1", help="target tensor-parallel degree (default 1)")
     p.add_argument("--draft-tp", help="draft TP degree: vLLM allows only --tp's (the default); "
                                       "not with --draft ngram")
@@ -275,11 +278,30 @@ def _pct(x: float) -> str:
     return f"{100 * x:+.0f}%"
 
 
-def report(args) -> str:
-    from src.costmodel import load_presets
+class Steady(NamedTuple):
+    """One engine's validated inputs and steady-state schedule (`steady`)."""
+    cfg: object  # ServeConfig
+    batches: list | None
+    rates: list | None
+    context: int
+    alpha: float
+    tolerance: float  # the one the schedule used (widened past --tolerance for MAX_RANGES)
+    schedule: object  # BatchSchedule
+    gammas: np.ndarray  # the schedule's gamma per batch size (index 0 unused)
+    speedups: np.ndarray  # its steady-state speedup per batch size
+    kv: int  # KV-cache tokens of the speculative deployment
+    best: np.ndarray  # the untolerated best gamma per batch size
+    fits: int  # sequences at `context` that the KV cache holds (capped at max_num_seqs)
+    last_on: int  # the last batch size before the schedule's first K 0 (max_num_seqs: none)
+    sglang_gamma: int  # the schedule's gamma at batch 1 (1 where it is 0)
+    draft_path: str | None  # --draft-model-path, or the head preset's repository build() took
+
+
+def steady(args) -> Steady:
+    """build(args) and the schedule at its context (--context, the workload's mean with --rate,
+    else 2048); --batch defaults to the powers of 2 that fit, and one that does not fit is
+    refused."""
     cfg, batches, rates, context, alpha = build(args)
-    sc = cfg.scenario
-    presets = load_presets()
     context_flag = "--context"
     if rates is not None and context is None:
         from src.online.workloads import mean_length
@@ -293,23 +315,31 @@ def report(args) -> str:
         print(f"note: --tolerance: {tolerance:g} gave more than {MAX_RANGES} ranges; the "
               f"schedule uses {used:.3g}, the smallest tolerance (x 1.25 steps) with at most "
               f"{MAX_RANGES}", file=sys.stderr)
-        tolerance = used
     fits = max(1, min(cfg.limits.max_num_seqs, kv // (context + cfg.max_gamma + 1)))
     if batches is None and rates is None:
         batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if b <= fits]
+    over = [b for b in batches or () if b > fits]
+    if over:
+        raise ConfigError("--batch", f"batch {over[0]} at {context} tokens per sequence "
+                                     f"does not fit the KV cache ({kv} tokens); allowed: up "
+                                     f"to {fits}")
+    off = np.nonzero(gammas[1:] == 0)[0]
+    last_on = int(off[0]) if off.size else cfg.limits.max_num_seqs
+    return Steady(cfg, batches, rates, context, alpha, used, schedule, gammas, speedups, kv, best,
+                  fits, last_on, int(gammas[1]) or 1, args.draft_model_path)
+
+
+def report(args) -> str:
+    from src.costmodel import load_presets
+    (cfg, batches, rates, context, alpha, tolerance, schedule, gammas, speedups, kv, best, fits,
+     last_on, sglang_gamma, _) = steady(args)
+    sc = cfg.scenario
+    presets = load_presets()
     lines = []
     head = (f"{presets.gpus[sc.gpu_id].name}, {sc.target_model_id} (tp {sc.tp}) with draft "
             f"{sc.draft}, engine profile {cfg.engine_profile}, acceptance {alpha:g} per token")
-    off = np.nonzero(gammas[1:] == 0)[0]
-    last_on = int(off[0]) if off.size else cfg.limits.max_num_seqs
-    sglang_gamma = int(gammas[1]) or 1
     rows, changes = [], []
     if batches is not None:
-        over = [b for b in batches if b > fits]
-        if over:
-            raise ConfigError("--batch", f"batch {over[0]} at {context} tokens per sequence "
-                                         f"does not fit the KV cache ({kv} tokens); allowed: up "
-                                         f"to {fits}")
         for b in batches:
             g, s = int(gammas[b]), float(speedups[b])
             rows.append([str(b), str(g), _pct(1 / s - 1) if g else "0%",
@@ -425,13 +455,3 @@ def report(args) -> str:
                      "> 1")
     return "\n".join(lines)
 
-
-def main(argv: list[str]) -> int:
-    args = make_parser().parse_args(argv)
-    try:
-        text = report(args)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(text)  # a reader that stops early (`| head`) is run.py's to handle
-    return 0
