@@ -162,8 +162,8 @@ def report_all(args) -> str:
              f"{sc.draft}, acceptance {st0.alpha:g} per token; steady state, every sequence at "
              f"{st0.context} tokens of context):"]
     for profile, name, version, st in answers:
-        lines.append(f"  {name} ({profile}): " + ("refused (its line below says why)" if isinstance(st, str)
-                                                  else _verdict(st)))
+        verdict = "refused (its line below says why)" if isinstance(st, str) else _verdict(st)
+        lines.append(f"  {name} ({profile}): {verdict}")
     lines.append("")
     lines += side_by_side(done)
     for profile, name, version, st in answers:
