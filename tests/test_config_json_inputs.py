@@ -99,7 +99,8 @@ def test_snippets_of_a_config_model_print_its_id_and_say_so(tmp_path, name_or_pa
         data["_name_or_path"] = name_or_path
     path = _write(tmp_path, data, "qwen3.json")
     rc, out, err = run_captured(["recommend", "--gpu", "h100-sxm", "--target", path, "--draft",
-                                 "qwen3-30b-a3b-eagle3", "--acceptance", "0.7", "--batch", "1,8"])
+                                 "qwen3-30b-a3b-eagle3", "--acceptance", "0.7", "--batch", "1,8",
+                                 "--engine", "vllm-v1"])  # its vLLM and SGLang lines
     assert rc == 0, err
     commands = [ln for ln in out.splitlines() if "vllm serve" in ln or "launch_server" in ln]
     assert len(commands) >= 3  # vLLM, SGLang, the tree launch
@@ -117,7 +118,7 @@ def test_a_missing_mtp_module_names_the_draft_not_tp():
 def test_an_eagle3_preset_with_public_weights_needs_no_draft_path():
     rc, out, err = run_captured(["recommend", "--gpu", "h100-sxm", "--target", "qwen3-30b-a3b-fp8",
                                  "--draft", "qwen3-30b-a3b-eagle3", "--acceptance", "0.5",
-                                 "--batch", "1,8"])
+                                 "--batch", "1,8", "--engine", "vllm-v1"])  # sglang's: off here
     assert rc == 0, err
     from src.costmodel import load_presets
     repo = load_presets().models["qwen3-30b-a3b-eagle3"].weights_repository
