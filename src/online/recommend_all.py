@@ -169,8 +169,8 @@ def report_all(args) -> str:
     for profile, name, version, st in answers:
         lines.append("")
         if isinstance(st, str):  # one line saying why, instead of a snippet
-            lines.append(f"{name} (engine profile {profile}; for {version}): not printed, "
-                         f"refused: {st}")
+            lines.append(f"=== {name} (engine profile {profile}; for {version}) === not "
+                         f"printed, refused: {st}")
             continue
         lines += engine_section(profile, name, version, st, args.max_gamma is not None)
     lines += ["", "Assumptions:",
