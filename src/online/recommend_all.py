@@ -40,10 +40,6 @@ ENGINES = (
 ALL = "all"
 
 
-class Refused(Exception):
-    """An engine's refusal of the deployment (its ConfigError, as one line)."""
-
-
 def _answers(args) -> list:
     """[(profile, name, version, Steady or the refusal's text)] for ENGINES; where every engine
     refuses, the first ConfigError is raised."""
