@@ -140,11 +140,13 @@ def test_the_draft_path_error_gives_a_head_of_the_target(target, draft, example)
 
 def test_gamma_rise_notes_name_the_batch_of_the_step_they_cite():
     """h200, llama-3.1-8b, n-gram at 0.5 under the H200 calibration (pytorch-graphs, whose GEMMs
-    have the small-row regime; vllm-v1 is priced from measured GEMMs) at a 2% tolerance: gamma
-    rises at batch 4 on the step past 16 tokens."""
+    have the small-row regime; vllm-v1 is priced from measured GEMMs) at tolerance 0 (the
+    per-batch best): gamma rises at batch 5 on the step past 16 tokens. (At 2% it rose at batch 4
+    until a rise had to be worth more than the tolerance; now 2% is widened to 3.1% for at most 6
+    ranges and gives four falling ones.)"""
     rc, out, err = run_captured(["recommend", "--gpu", "h200", "--target", "llama-3.1-8b",
                                  "--draft", "ngram", "--acceptance", "0.5", "--engine",
-                                 "pytorch-graphs", "--tolerance", "0.02"])
+                                 "pytorch-graphs", "--tolerance", "0"])
     assert rc == 0, err
     notes = [ln for ln in out.splitlines() if "(" in ln and "sequences x" in ln]
     assert notes
