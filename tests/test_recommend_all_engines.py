@@ -173,3 +173,17 @@ def test_serve_says_where_a_policy_drafts_past_the_mtp_depth():
                      "and SGLang reuse it for drafts 2-6, whose acceptance " and shared in line
     cfg = _serve_cfg("none,fixed:1,schedule")
     assert serve_notes(cfg, parse_policies(cfg.policies, 1, cfg.max_gamma, within)) == []
+
+
+def test_vllm_refusing_an_mtp_depth_it_cannot_reuse_leaves_the_other_two(tmp_path):
+    """A 3-layer MTP checkpoint at an explicit --max-gamma 4: vLLM takes K <= 3 or a multiple of
+    3 (vllm/config/speculative.py), SGLang and TensorRT-LLM reuse the layers at any depth."""
+    from tests.test_mtp_depth import deepseek_config
+    done = run_captured(["recommend", "--gpu", "h200", "--target", deepseek_config(tmp_path, 3),
+                         "--draft", "mtp", "--tp", "8", "--acceptance", "0.875", "--batch", "1",
+                         "--max-gamma", "4"])
+    assert done.returncode == 0, done.stderr
+    vllm = [x for x in section(done.stdout, "vLLM") if x.strip()]
+    assert len(vllm) == 1 and "refused: --max-gamma:" in vllm[0]
+    assert "allowed: 1..3 or a multiple of 3" in vllm[0] and "vllm serve" not in done.stdout
+    assert "launch_server" in done.stdout and "decoding_type: MTP" in done.stdout

@@ -1,4 +1,6 @@
-"""`python run.py recommend`: whether to speculate on a deployment, and the engine settings for it.
+"""`python run.py recommend --engine E`: whether to speculate on a deployment, and the engine
+settings for it, priced with one engine profile (src/online/recommend_all.py is the command's
+entry; without --engine and --rate it prints vLLM, SGLang and TensorRT-LLM side by side).
 
     python run.py recommend --gpu h100-sxm --target llama-3.1-8b --draft llama-3.2-1b \
         --acceptance 0.7 [--engine vllm-v1] [--rate 1,4,16 | --batch 1,8,64] [--context 2048]
