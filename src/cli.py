@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "step-time": ("src.stepcalc", "forward-pass times of real GPUs and models"),
     "serve": ("src.online.cli", "serving under load: request rates, latency percentiles, policies"),
-    "recommend": ("src.online.recommend", "whether to speculate, with vLLM and SGLang settings"),
+    "recommend": ("src.online.recommend_all", "whether to speculate, with vLLM, SGLang and "
+                  "TensorRT-LLM settings"),
     "plan": ("src.plan.cli", "capacity planning: SLO capacity and cost of many deployments"),
     "measure": ("src.measure.cli", "time real forward steps on your GPU (needs PyTorch)"),
     "calibrate": ("src.calibration.command", "fit the cost model to measured step times of a GPU"),

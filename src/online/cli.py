@@ -551,7 +551,10 @@ def main(argv: list[str]) -> int:
         prepare_out(out)
         workers = _int("--workers", args.workers, 1, 256) if args.workers is not None else None
         from src.online.study import prepare
-        prepare(cfg)  # every check that needs the cost model, before any simulation
+        prepared = prepare(cfg)  # every check that needs the cost model, before any simulation
+        from src.online.mtp_depth import serve_notes  # a policy past the MTP depth: one line
+        for line in serve_notes(cfg, prepared.policies):
+            print(f"note: {line}", file=sys.stderr)
         from src.executor import dask_option, open_executor
         dask = dask_option(args.dask)
         executor = open_executor(dask) if dask else None
