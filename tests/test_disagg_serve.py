@@ -89,6 +89,21 @@ def test_ttft_carries_the_transfer_which_scales_with_the_prompt(tmp_path):
                                                          rel=1e-3)
 
 
+@pytest.mark.parametrize("servers, waits", [(1, 2.5), (2, 1.5), (4, 1.0)])
+def test_the_prefill_pool_is_a_first_come_first_served_queue(tmp_path, servers, waits):
+    """Four clients send at 0 to c prefill servers (no transfer): prompt k of the first wave is
+    done at ceil(k / c) s, and the decode worker (idle between them: a 2-token request decodes
+    one step, shorter than s) takes each in as it lands, at no cost, so mean TTFT = s x (1 + 2 +
+    3 + 4) / 4 = 2.5 s at c = 1, (1 + 1 + 2 + 2) / 4 = 1.5 s at c = 2, s at c = 4."""
+    cost = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", tp=1, engine="vllm-v1",
+                                          draft="ngram")
+    s = float(cost.prefill_time(1, 512)) * 1e-3
+    t = _serve(tmp_path, _scenario(tmp_path, f'prefill_workers = {servers}\nkv_link = "none"\n'),
+               "--concurrency", "4", "--workload", "fixed:512:2", "--policies", "none")
+    assert t.ttft_mean_s[0] == pytest.approx(waits * s, rel=1e-5)
+    assert t.tpot_mean_s[0] < s
+
+
 def _timers(shape, draft="eagle3", model="qwen3-30b-a3b"):
     cost = HardwareCostModel.from_presets("h200", model, tp=shape.gpus_per_worker, ep=shape.ep,
                                           engine="sglang", draft=draft)
