@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 # name -> (module whose main(argv) runs it, one line for --help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "step-time": ("src.stepcalc", "forward-pass times of real GPUs and models"),
-    "serve": ("src.online.cli", "serving under load: request rates, latency percentiles, policies"),
+    "serve": ("src.disagg.serve_cli",
+              "serving under load: request rates, latency percentiles, policies"),
     "recommend": ("src.online.recommend_all", "whether to speculate, with vLLM, SGLang and "
                   "TensorRT-LLM settings"),
     "plan": ("src.plan.cli", "capacity planning: SLO capacity and cost of many deployments"),

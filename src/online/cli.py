@@ -19,14 +19,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from src.config import (
-    ConfigError,
-    OneLineArgumentParser,
-    PerPositionAlpha,
-    check_alpha,
-    list_items,
-    read_toml,
-)
+from src.config import (ConfigError, OneLineArgumentParser, PerPositionAlpha, check_alpha,
+                        list_items, read_toml)
 from src.costmodel.cudagraph_sizes import add_capture_size_argument, capture_size_option
 from src.errors import ascii_float, ascii_int
 from src.hardware.scenario import SERVING_KEYS, check_serving_table
@@ -217,13 +211,14 @@ def _engine_default(scenario, serving: Mapping) -> str:
     return (real or list(scenario.engine_profiles))[0]
 
 
-def load_serving_scenario(path: str | None):
-    """(Scenario, [serving] table) of a scenario file, or of the default hardware scenario."""
+def load_serving_scenario(path: str | None, document: Mapping | None = None):
+    """(Scenario, [serving] table) of a scenario file (or its parsed `document`), or of the
+    default hardware scenario."""
     from src.hardware.scenario import default_hardware_scenario, scenario_from_dict
 
     if path is None:
         return default_hardware_scenario(), {}
-    data = dict(read_toml(path, "--scenario"))
+    data = dict(read_toml(path, "--scenario") if document is None else document)
     serving = data.pop("serving", {})
     check_serving_table(serving)
     try:
@@ -357,8 +352,9 @@ def drop_ignored(args: argparse.Namespace, serving: Mapping, trace) -> dict:
 
 
 
-def config_from_args(args: argparse.Namespace):
-    """ServeConfig from the command line over the scenario's [serving] table over defaults."""
+def config_from_args(args: argparse.Namespace, document: Mapping | None = None):
+    """ServeConfig from the command line over the scenario's [serving] table over defaults
+    (`document`: the scenario file as parsed, where the caller has read it)."""
     from src.config import PointAlpha, alpha_mode_label
     from src.costmodel import CostModelInputError, engine_profile
     from src.online.arrivals import parse_arrival, read_trace
@@ -367,7 +363,7 @@ def config_from_args(args: argparse.Namespace):
     from src.online.policies import parse_schedule_json
     from src.online.workloads import workload_preset
 
-    scenario, serving = load_serving_scenario(args.scenario)
+    scenario, serving = load_serving_scenario(args.scenario, document)
     trace = read_trace(args.trace) if args.trace else None
     serving = drop_ignored(args, serving, trace)
 
@@ -542,16 +538,19 @@ def config_from_args(args: argparse.Namespace):
     return cfg
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], document: Mapping | None = None, setup=None) -> int:
+    """`document`: the --scenario file as parsed; `setup(cfg) -> (cfg, Prepared)`: a deployment
+    other than one replica (src/disagg/serve_cli.py); default: study.prepare."""
     args = make_parser().parse_args(argv)
     out = "." if args.out is None else args.out
     try:
-        cfg = config_from_args(args)
+        cfg = config_from_args(args, document)
         from src.outputs import prepare as prepare_out
         prepare_out(out)
         workers = _int("--workers", args.workers, 1, 256) if args.workers is not None else None
         from src.online.study import prepare
-        prepared = prepare(cfg)  # every check that needs the cost model, before any simulation
+        # every check that needs the cost model, before any simulation
+        cfg, prepared = (cfg, prepare(cfg)) if setup is None else setup(cfg)
         from src.online.mtp_depth import serve_notes  # a policy past the MTP depth: one line
         for line in serve_notes(cfg, prepared.policies):
             print(f"note: {line}", file=sys.stderr)
@@ -566,7 +565,7 @@ def main(argv: list[str]) -> int:
     from src.outputs import existing_outputs, locked, publish
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     try:
-        result = run_serving(cfg, workers=workers, say=say, executor=executor)
+        result = run_serving(cfg, workers=workers, say=say, executor=executor, prepared=prepared)
     finally:
         if executor is not None:
             executor.close()
