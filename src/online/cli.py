@@ -19,8 +19,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from src.config import (ConfigError, OneLineArgumentParser, PerPositionAlpha, check_alpha,
-                        list_items, read_toml)
+from src.config import (
+    ConfigError,
+    OneLineArgumentParser,
+    PerPositionAlpha,
+    check_alpha,
+    list_items,
+    read_toml,
+)
 from src.costmodel.cudagraph_sizes import add_capture_size_argument, capture_size_option
 from src.errors import ascii_float, ascii_int
 from src.hardware.scenario import SERVING_KEYS, check_serving_table
@@ -552,8 +558,7 @@ def main(argv: list[str], document: Mapping | None = None, setup=None) -> int:
         # every check that needs the cost model, before any simulation
         cfg, prepared = (cfg, prepare(cfg)) if setup is None else setup(cfg)
         from src.online.mtp_depth import serve_notes  # a policy past the MTP depth: one line
-        for line in serve_notes(cfg, prepared.policies):
-            print(f"note: {line}", file=sys.stderr)
+        sys.stderr.writelines(f"note: {line}\n" for line in serve_notes(cfg, prepared.policies))
         from src.executor import dask_option, open_executor
         dask = dask_option(args.dask)
         executor = open_executor(dask) if dask else None
