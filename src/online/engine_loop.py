@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from src import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
+from src.compiled_cache import compiled_callee  # (before the first njit: the cache's stamp)
 from src.online.counter_rng import uniform_one
 from src.online.step_prices import (
     E_BUDGET,
@@ -39,7 +39,7 @@ POLICY_TABLE, POLICY_ADAPTIVE = 0, 1
 S_STEPS, S_BUSY, S_RUN, S_KV, S_ACC, S_PROP, S_SLOTS = range(7)
 
 
-@njit(cache=True)
+@compiled_callee
 def _blocks(tokens, bs, shift):
     """ceil(tokens / bs) KV blocks; shift = log2(bs) where bs is a power of two (a shift instead
     of an integer division), else -1."""
@@ -48,7 +48,7 @@ def _blocks(tokens, bs, shift):
     return -(-tokens // bs)
 
 
-@njit(cache=True)
+@compiled_callee
 def _itl_bin(edges, gap, lo, scale):
     """np.searchsorted(edges, max(gap, edges[0]), "right") - 1, at most the last bin: a guess
     from the edges' log spacing, corrected against the edges themselves (exact for any sorted
@@ -65,7 +65,7 @@ def _itl_bin(edges, gap, lo, scale):
     return min(i, n - 2)
 
 
-@njit(cache=True)
+@compiled_callee
 def _capped(ctx, dec, hi, shift, budget):
     """sum over decoding slots of min(ctx + shift, budget) (a capped draft KV cache)."""
     s = 0.0
@@ -75,7 +75,7 @@ def _capped(ctx, dec, hi, shift, budget):
     return s
 
 
-@njit(cache=True)
+@compiled_callee
 def _price(pt, d, n, C, g, ctx, dec, hi):
     budget = pt.eng[d, E_BUDGET]
     mid = start = 0.0
@@ -85,7 +85,7 @@ def _price(pt, d, n, C, g, ctx, dec, hi):
     return decode_ms(pt, d, n, C, g, mid, start)
 
 
-@njit(cache=True)
+@compiled_callee
 def _adaptive_gamma(pt, d, params, G, n, C, ctx, dec, hi, acc, tested, pool_acc, pool_tested):
     """policies.Adaptive.gammas for one row: argmax over g <= G of the expected committed tokens
     per ms, each request's acceptance shrunk towards the row's pooled estimate. E[K + 1] =
@@ -113,7 +113,7 @@ def _adaptive_gamma(pt, d, params, G, n, C, ctx, dec, hi, acc, tested, pool_acc,
     return best_g
 
 
-@njit(cache=True)
+@compiled_callee
 def _head_fits(arrival_ms, prompt, r, n_req, next_new, n_pre_wait, waiting_pre, generated,
                start, n_run, M, budget_tokens, req, ctx, hi, bs, shift, capr):
     """Whether the next waiting request (a preempted one first) has arrived, a free slot, and its
