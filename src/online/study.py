@@ -249,9 +249,13 @@ def simulate_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
 
 
 # seconds of one core that numba takes to compile the serving engine (src/online/engine_loop.py
-# and what it calls) into an empty cache: 11.7 s on the project's 2-core machine, 2026-12-02
-# (21.0 s before the compiled functions passed one another numpy scalars, not Python literals)
-ENGINE_COMPILE_S = 12.0
+# and what it calls) into an empty cache (NUMBA_CACHE_DIR an empty folder), the figure stderr
+# gives: 20.5-23.5 s of CPU (time.process_time around compile_engine_once, default serve
+# config) on the project's 2-core x86_64 machine, numba 0.68, 2026-12-03, with the callees
+# compiled without wrappers (src/compiled_cache.py compiled_callee) and run_rows's scratch from
+# its caller; 27.2 s before both, measured side by side (the 11.7 s of 2026-12-02 was an
+# earlier engine; it grew with later changes to it, not bisected)
+ENGINE_COMPILE_S = 21.0
 
 
 def compile_engine_once(cfg: ServeConfig, prepared: Prepared, say=lambda msg: None) -> bool:
