@@ -134,3 +134,27 @@ def test_only_the_engines_entry_point_has_a_python_wrapper():
                     wrapped.add(name)
                 assert isinstance(f._cache, FunctionCache), name  # each one is in numba's cache
     assert wrapped == {"run_rows"}
+
+
+def test_no_test_calls_a_wrapperless_callee_from_python():
+    """A compiled_callee has no Python wrapper: called from Python it segfaults the test process
+    (and with it an xdist worker). A test file that imports one by name must call it through
+    python_callable (a twin), as tests/test_online_step_prices.py does."""
+    import ast
+    import importlib
+    import pathlib
+
+    bad = []
+    for path in sorted(pathlib.Path(__file__).parent.glob("test_*.py")):
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("src.")):
+                continue
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                obj = getattr(module, alias.name, None)
+                options = getattr(obj, "targetoptions", {})
+                if options.get("no_cpython_wrapper") and \
+                        f"python_callable({alias.asname or alias.name}" not in text:
+                    bad.append(f"{path.name}: {alias.name}")
+    assert not bad, bad

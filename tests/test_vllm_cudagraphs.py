@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from src.compiled_cache import python_callable
 from src.costmodel import HardwareCostModel, engine_profile
 from src.costmodel.cudagraph_sizes import (
     smallest_covering_size,
@@ -13,8 +14,12 @@ from src.costmodel.cudagraph_sizes import (
     vllm_max_capture_size,
 )
 from src.costmodel.roofline import _pnorm
-from src.online.step_prices import decode_ms, pack_prices
+from src.online.step_prices import decode_ms as _decode_ms
+from src.online.step_prices import pack_prices
 from src.online.steptime import StepTimer
+
+# the engine's callees have no Python wrappers (src/compiled_cache.py): call a twin
+decode_ms = python_callable(_decode_ms)
 
 
 def _vllm_rule(max_num_seqs, num_speculative_tokens, max_num_batched_tokens, max_size=None,
