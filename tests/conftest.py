@@ -12,13 +12,17 @@ import gc
 import pytest
 
 TORCH_FILES = {"test_measure_cli.py", "test_measure_model.py", "test_measure_timing.py"}
-LONGEST_FIRST = ["test_end_to_end.py", "test_online_cli.py", "torch", "test_failures.py",
+# the files whose tests use a Dask LocalCluster: one group, so one worker starts the cluster
+# (`dask_cluster`, about 5 s of CPU: a scheduler and two worker processes importing the project)
+DASK_FILES = {"test_executor.py", "test_plan_cli.py", "test_dask_sweeps.py"}
+LONGEST_FIRST = ["test_end_to_end.py", "dask", "test_online_cli.py", "torch", "test_failures.py",
                  "test_acceptance_cli.py", "test_online_checks.py", "test_calibration.py",
                  "test_online_engine.py", "test_hardware_study.py"]
 
 
 def group_of(item) -> str:
-    return "torch" if item.path.name in TORCH_FILES else item.path.name
+    name = item.path.name
+    return "torch" if name in TORCH_FILES else "dask" if name in DASK_FILES else name
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
@@ -60,3 +64,17 @@ def notes_as_in_a_fresh_process():
     from src.kernels import costmodel
     costmodel._NOTED.clear()
     yield
+
+
+@pytest.fixture(scope="session")
+def dask_cluster():
+    """One two-worker Dask LocalCluster on 127.0.0.1 (src/executor.py open_executor("local:2"))
+    for every test that runs work on Dask: commands reach it through its address
+    (`--dask tcp://...`, as they would a remote cluster)."""
+    from src.executor import open_executor
+
+    ex = open_executor("local:2")
+    try:
+        yield ex
+    finally:
+        ex.close()

@@ -5,42 +5,25 @@ serve read the files it keeps (the study's), simulated and rendered, and then sw
 set over the study's newer one, so the study's results.csv, CSVs and plots were gone, both exiting
 0. Here the interleaving is forced rather than timed: serve stops inside its render (after reading
 the kept files) until the study has published, or until the study says it waits for OUT's lock.
+The study is a second process, serve runs in the test's own (one interpreter start, not two).
 """
 import os
 import subprocess
 import sys
 import textwrap
+import time
+
+from tests.helpers import run_captured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-SERVE = textwrap.dedent("""
-    import os, sys, time
-    out, marks = sys.argv[1], sys.argv[2]
-    from src.online import report
-    render = report.render
-
-    def held_render(*args, **kwargs):  # the window in which the study publishes
-        open(os.path.join(marks, "serve-rendering"), "w").close()
-        study_err, end = os.path.join(marks, "study.err"), time.monotonic() + 120
-        while time.monotonic() < end and not os.path.exists(os.path.join(marks, "study-done")):
-            if "waiting for another run" in open(study_err).read():
-                break
-            time.sleep(0.05)
-        return render(*args, **kwargs)
-
-    report.render = held_render
-    import run
-    sys.exit(run.main(["serve", "--rates", "1", "--requests", "20", "--replications", "2",
-                       "--policies", "none,fixed:2", "--no-plots", "--quiet", "--out", out]))
-""")
-
 STUDY = textwrap.dedent("""
     import os, sys, time
+    import run  # before the wait: the imports overlap serve's simulation
     out, marks = sys.argv[1], sys.argv[2]
     end = time.monotonic() + 120
     while not os.path.exists(os.path.join(marks, "serve-rendering")) and time.monotonic() < end:
         time.sleep(0.05)
-    import run
     code = run.main(["--scenario", "reference", "--batch-sizes", "1", "--gammas", "1",
                      "--quality-modes", "homogeneous_good", "--serving-modes", "static_batch",
                      "--no-plots", "--quiet", "--out", out])
@@ -49,23 +32,38 @@ STUDY = textwrap.dedent("""
 """)
 
 
-def test_a_serve_run_and_a_study_run_into_one_out_keep_both_outputs(tmp_path):
+def test_a_serve_run_and_a_study_run_into_one_out_keep_both_outputs(tmp_path, monkeypatch):
+    """The study runs as a second process (the lock is between processes); serve runs in this one
+    (tests/helpers.py run_captured), held inside its render."""
+    from src.online import report
+
     out, marks = tmp_path / "D", tmp_path / "marks"
     marks.mkdir()
+    render = report.render
+
+    def held_render(*args, **kwargs):  # the window in which the study publishes
+        open(marks / "serve-rendering", "w").close()
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not (marks / "study-done").exists():
+            if "waiting for another run" in (marks / "study.err").read_text():
+                break
+            time.sleep(0.05)
+        return render(*args, **kwargs)
+
+    monkeypatch.setattr(report, "render", held_render)
     with open(marks / "study.err", "w") as study_err:
-        serve = subprocess.Popen([sys.executable, "-c", SERVE, str(out), str(marks)], cwd=ROOT,
-                                 stderr=subprocess.PIPE, text=True)
         study = subprocess.Popen([sys.executable, "-c", STUDY, str(out), str(marks)], cwd=ROOT,
                                  stderr=study_err, text=True)
         try:
-            serve_err = serve.communicate(timeout=300)[1]
+            serve = run_captured(["serve", "--rates", "1", "--requests", "20", "--replications",
+                                  "2", "--policies", "none,fixed:2", "--no-plots", "--quiet",
+                                  "--out", str(out)])
             study.wait(timeout=300)
         finally:
-            for p in (serve, study):
-                if p.poll() is None:
-                    p.kill()
+            if study.poll() is None:
+                study.kill()
     study_text = (marks / "study.err").read_text()
-    assert serve.returncode == 0 and study.returncode == 0, (serve_err, study_text)
+    assert serve.returncode == 0 and study.returncode == 0, (serve.stderr, study_text)
     results = sorted(os.listdir(out / "results"))
     # the study's files and the serve command's, whichever swapped last
     for name in ("results.csv", "verification_comparison.csv", "serving.csv", "summary.txt"):

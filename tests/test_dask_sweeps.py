@@ -1,23 +1,19 @@
 """The study's grid and serve's (policy, rate) points on a two-worker Dask LocalCluster (127.0.0.1)
-give the same bytes as the local run (plan's: tests/test_plan_cli.py). One cluster serves both
-commands through its address, as a remote cluster would (`--dask tcp://...`)."""
+give the same bytes as the local run (plan's: tests/test_plan_cli.py). One cluster
+(tests/conftest.py `dask_cluster`, shared with tests/test_executor.py and test_plan_cli.py) serves
+every command through its address, as a remote cluster would (`--dask tcp://...`)."""
 import os
 
 import pytest
 
-from src.executor import open_executor
 from tests.helpers import run_captured
 
 FAST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_study.toml")
 
 
 @pytest.fixture(scope="module")
-def address():
-    ex = open_executor("local:2")
-    try:
-        yield ex.client.scheduler.address
-    finally:
-        ex.close()
+def address(dask_cluster):
+    return dask_cluster.client.scheduler.address
 
 
 def outputs(out, names):

@@ -14,9 +14,10 @@ from src.config import ConfigError
 from src.input_files import MAX_TEXT_BYTES, MAX_TOML_BYTES, read_file_bytes, read_toml
 
 
-@pytest.fixture
-def specials(tmp_path):
+@pytest.fixture(scope="module")
+def specials(tmp_path_factory):
     """A FIFO and a symlink to /dev/zero, each under a name its reader expects."""
+    tmp_path = tmp_path_factory.mktemp("specials")
     made = {}
     for ext in ("toml", "csv", "txt"):
         fifo = tmp_path / f"fifo.{ext}"
@@ -44,7 +45,13 @@ def _options(path: str, ext: str, out: str) -> list[list[str]]:
     return [["--acceptance-from-vllm", path, *study]]
 
 
-def test_every_file_option_refuses_a_fifo_and_dev_zero_in_one_line(specials, tmp_path):
+@pytest.fixture(scope="module")
+def commands(specials, tmp_path_factory):
+    """Every command-line case of this file, run in one child (helpers.run_cases: a memory limit
+    and a timeout; one interpreter start instead of one per test): {"fifo": (cases, expected,
+    out), "presets": (argv, scenario path), "cap": (big csv, big toml), "results": {argv: (code,
+    stderr)}}."""
+    tmp_path = tmp_path_factory.mktemp("commands")
     out = str(tmp_path / "out")
     cases, expected = [], {}
     for ext, (fifo, zero) in specials.items():
@@ -53,7 +60,22 @@ def test_every_file_option_refuses_a_fifo_and_dev_zero_in_one_line(specials, tmp
             for argv in _options(path, ext, out):
                 cases.append(argv)
                 expected[tuple(argv)] = kind
-    results = run_cases(cases)
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('[scenario]\nname = "s"\ngpu = "h100-sxm"\ntarget = "llama-3.1-8b"\n'
+                        f'draft = "llama-3.2-1b"\npresets = ["{specials["toml"][0]}"]\n')
+    presets = ["--scenario", str(scenario), "--out", str(tmp_path / "o")]
+    big_csv, big_toml = tmp_path / "big.csv", tmp_path / "big.toml"
+    for path, size in ((big_csv, MAX_TEXT_BYTES + 1), (big_toml, MAX_TOML_BYTES + 1)):
+        with open(path, "wb") as f:  # sparse: no disk used
+            f.truncate(size)
+    cap = [["serve", "--trace", str(big_csv)], ["--config", str(big_toml)]]
+    return {"fifo": (cases, expected, out), "presets": presets, "cap": (big_csv, big_toml),
+            "results": run_cases(cases + [presets] + cap)}
+
+
+def test_every_file_option_refuses_a_fifo_and_dev_zero_in_one_line(specials, commands):
+    cases, expected, out = commands["fifo"]
+    results = commands["results"]
     for argv in cases:
         code, err = results[tuple(argv)]
         option = next(a for a in argv if a.startswith("--") and argv[argv.index(a) + 1]
@@ -64,26 +86,19 @@ def test_every_file_option_refuses_a_fifo_and_dev_zero_in_one_line(specials, tmp
     assert not os.path.exists(out)
 
 
-def test_a_scenario_presets_entry_that_is_a_fifo_is_refused(specials, tmp_path):
-    scenario = tmp_path / "s.toml"
-    scenario.write_text('[scenario]\nname = "s"\ngpu = "h100-sxm"\ntarget = "llama-3.1-8b"\n'
-                        f'draft = "llama-3.2-1b"\npresets = ["{specials["toml"][0]}"]\n')
-    code, err = run_cases([["--scenario", str(scenario), "--out", str(tmp_path / "o")]])[
-        ("--scenario", str(scenario), "--out", str(tmp_path / "o"))]
+def test_a_scenario_presets_entry_that_is_a_fifo_is_refused(commands):
+    code, err = commands["results"][tuple(commands["presets"])]
     assert code == 2 and err.count("\n") == 1, err
     assert "scenario.presets: " in err and "named pipe (FIFO)" in err, err
 
 
-def test_files_above_the_cap_are_refused_before_reading(tmp_path):
-    big_csv, big_toml = tmp_path / "big.csv", tmp_path / "big.toml"
-    for path, size in ((big_csv, MAX_TEXT_BYTES + 1), (big_toml, MAX_TOML_BYTES + 1)):
-        with open(path, "wb") as f:  # sparse: no disk used
-            f.truncate(size)
+def test_files_above_the_cap_are_refused_before_reading(commands):
+    big_csv, big_toml = commands["cap"]
     with pytest.raises(ConfigError, match=r"^--trace: .*big.csv is larger than 64 MiB"):
         read_file_bytes(big_csv, "--trace", "a CSV file")
     with pytest.raises(ConfigError, match=r"^--config: .*big.toml is larger than 4 MiB"):
         read_toml(big_toml, "--config")
-    results = run_cases([["serve", "--trace", str(big_csv)], ["--config", str(big_toml)]])
+    results = commands["results"]
     for argv, option in ((("serve", "--trace", str(big_csv)), "--trace"),
                          (("--config", str(big_toml)), "--config")):
         code, err = results[argv]

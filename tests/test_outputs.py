@@ -5,8 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
-import subprocess
-import sys
+import time
 
 import pytest
 
@@ -14,7 +13,6 @@ import run
 from src import outputs
 from src.reporting import write_atomic
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD = {"results/results.csv": b"old results\n", "results/stale.csv": b"from an older run\n",
        "plots/a.png": b"old a"}
 NEW = {"results/results.csv": b"new results\n", "results/summary.txt": b"new summary\n",
@@ -79,43 +77,55 @@ def test_a_failed_write_leaves_the_previous_set(old_set, monkeypatch):
     assert tree(old_set) == OLD and leftovers(old_set) == []
 
 
-KILL_AT_RENAME = """
-import os, signal, sys
-sys.path.insert(0, {root!r})
-from src import outputs
-real, calls = os.rename, []
-def rename(a, b):
-    calls.append(a)
-    if len(calls) == {n}:
-        os.kill(os.getpid(), signal.SIGKILL)
-    real(a, b)
-outputs.os.rename = rename
-outputs.publish({out!r}, {files!r})
-"""
+def killed_child(publish) -> int:
+    """The signal that ended a child forked from this process to call publish() (a real process
+    killed mid-write, SIGKILL leaving no chance to clean up; a fork, not a new interpreter:
+    src.outputs is already loaded). The child never returns into pytest."""
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            publish()
+            code = 0
+        finally:
+            os._exit(code)
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.WTERMSIG(status) if os.WIFSIGNALED(status) else -os.WEXITSTATUS(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError("the child did not end within 60 s")
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4], ids=lambda n: f"killed-at-rename-{n}")
 def test_a_run_killed_inside_the_swap_is_rolled_back_to_the_previous_set(old_set, n):
-    code = KILL_AT_RENAME.format(root=ROOT, n=n, out=str(old_set), files=NEW)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
-    assert done.returncode == -signal.SIGKILL
+    def publish():
+        real, calls = os.rename, []
+
+        def rename(a, b):
+            calls.append(a)
+            if len(calls) == n:
+                os.kill(os.getpid(), signal.SIGKILL)
+            real(a, b)
+
+        outputs.os.rename = rename  # in the child only
+        outputs.publish(str(old_set), NEW)
+
+    assert killed_child(publish) == signal.SIGKILL
     assert leftovers(old_set)  # the journal and folders of the killed run
     outputs.prepare(str(old_set))
     assert tree(old_set) == OLD and leftovers(old_set) == []
 
 
-KILL_AFTER_COMMIT = """
-import os, signal, sys
-sys.path.insert(0, {root!r})
-from src import outputs
-outputs.publish({out!r}, {files!r}, after_commit=lambda: os.kill(os.getpid(), signal.SIGKILL))
-"""
-
-
 def test_leftovers_of_a_run_killed_after_the_commit_are_removed(old_set):
-    code = KILL_AFTER_COMMIT.format(root=ROOT, out=str(old_set), files=NEW)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
-    assert done.returncode == -signal.SIGKILL, done.stderr
+    def publish():
+        outputs.publish(str(old_set), NEW,
+                        after_commit=lambda: os.kill(os.getpid(), signal.SIGKILL))
+
+    assert killed_child(publish) == signal.SIGKILL
     assert leftovers(old_set)  # the previous folders, not yet removed
     outputs.prepare(str(old_set))
     assert tree(old_set) == NEW and leftovers(old_set) == []

@@ -133,9 +133,11 @@ def test_a_rerun_reuses_every_search_and_writes_the_same_bytes(local_run):
     assert files(local_run) == before
 
 
-def test_dask_gives_the_same_bytes(local_run, tmp_path):
+def test_dask_gives_the_same_bytes(local_run, dask_cluster, tmp_path):
+    """On the shared two-worker LocalCluster (tests/conftest.py), through its address."""
     out = tmp_path / "dask"
-    done = run_captured([*CHEAP, "--dask", "local:2", "--out", str(out)])
+    done = run_captured([*CHEAP, "--dask", dask_cluster.client.scheduler.address, "--out",
+                         str(out)])
     assert done.returncode == 0, done.stderr
     assert files(out) == files(local_run)
 
