@@ -106,7 +106,8 @@ def fake_sweep(rates, policies, e2e_mean_s, tpot_ci_high=lambda p, r: 1.1):
                              output_throughput_tok_s_ci_high=np.nan, mean_batch=1.0,
                              kv_use=0.1, acceptance_rate=0.7, mean_gamma=2.0))
     t = pd.DataFrame(rows)
-    sc = SimpleNamespace(name="s", target_model_id="t", draft="d", gpu_id="g", tp=1)
+    sc = SimpleNamespace(name="s", target_model_id="t", draft="d", gpu_id="g", tp=1,
+                         study=SimpleNamespace(temperature=0.0))
     cfg = SimpleNamespace(duration_s=60.0, trace=None, requests_per_replication=None,
                           replications=2, scenario=sc, engine_profile="e", workload="w",
                           workload_source="x.", arrival=SimpleNamespace(label=lambda: "poisson"),
