@@ -18,8 +18,8 @@ PRESETS = load_presets()
 MOE = "qwen3-30b-a3b"  # GQA MoE: 32 heads, 4 KV heads, 128 experts
 
 
-def _cost(model=MOE, tp=2, ep=2, draft="ngram", gpu="h200"):
-    return HardwareCostModel.from_presets(gpu, model, tp=tp, ep=ep, engine="sglang", draft=draft)
+def _cost(model=MOE, tp=2, ep=2, draft="ngram", gpu="h200", engine="sglang"):
+    return HardwareCostModel.from_presets(gpu, model, tp=tp, ep=ep, engine=engine, draft=draft)
 
 
 def _table(model=MOE, gpu="h200", **kw):
@@ -131,8 +131,10 @@ def test_attention_dp_reads_each_ranks_own_kv():
 
 
 def test_all_to_all_closed_form():
+    """An engine without measured tables (vllm-2024) keeps the roofline all-to-all; sglang's
+    measured one is tests/test_disagg_validation.py's."""
     m = PRESETS.model("deepseek-v3")
-    w = DecodeWorker(_cost("deepseek-v3", tp=8, ep=8), PoolShape(1, 1, 8, 8))
+    w = DecodeWorker(_cost("deepseek-v3", tp=8, ep=8, engine="vllm-2024"), PoolShape(1, 1, 8, 8))
     moe_layers = m.n_layers - m.first_k_dense_replace
     values = 32 * m.experts_per_token * m.hidden_size * 7 / 8
     assert float(w.all_to_all_ms(32)) == pytest.approx(
