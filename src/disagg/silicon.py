@@ -34,7 +34,8 @@ VALIDATION_SYSTEMS = ("h200_sxm", "b200_sxm")  # issue 25 section 3
 COLUMNS = ("id", "system", "backend", "model", "engine", "isl", "osl", "concurrency",
            "prefill", "decode", "kv_link", "runnable", "refusal", "measured_tpot_ms",
            "predicted_tpot_ms", "tpot_error", "measured_ttft_ms", "predicted_ttft_ms",
-           "ttft_error", "prefill_utilisation", "decode_requests_per_worker")
+           "ttft_error", "predicted_queue_ms", "predicted_prefill_ms", "predicted_transfer_ms",
+           "prefill_utilisation", "decode_requests_per_worker")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 
 
@@ -160,7 +161,8 @@ def table_row(row, mapped, est) -> dict:
     out.update(runnable=True, predicted_tpot_ms=est.tpot_ms, predicted_ttft_ms=est.ttft_ms,
                tpot_error=relative_error(est.tpot_ms, out["measured_tpot_ms"]),
                ttft_error=relative_error(est.ttft_ms, out["measured_ttft_ms"]),
-               prefill_utilisation=est.prefill_utilisation,
+               predicted_queue_ms=est.queue_ms, predicted_prefill_ms=est.prefill_ms,
+               predicted_transfer_ms=est.transfer_ms, prefill_utilisation=est.prefill_utilisation,
                decode_requests_per_worker=est.decode_requests_per_worker)
     return out
 

@@ -27,7 +27,7 @@ connector, 1P1D Qwen3-8B across two nodes over 8 x 200 Gb/s RoCE = 200 GB/s line
 Direct RDMA): 20 MB (128 tokens) in 0.54 ms, 146 MB in 1.50 ms, 1.13 GB in 8.84 ms, 4.50 GB
 (32,768 tokens) in 31.65 ms. The line through the smallest and largest transfer has slope
 (4.50 - 0.02) GB / (31.65 - 0.54) ms = 144 GB/s = 0.72 of the line rate and intercept
-0.54 - 0.02 GB / 144 GB/s = 0.40 ms; the middle points lie within 0.1 ms of it (1.50 vs 1.41
+0.54 - 0.02 GB / 144 GB/s = 0.40 ms; the middle points lie within 0.6 ms of it (1.50 vs 1.41
 and 8.84 vs 8.25 ms). NIXL over UCX (Dynamo's and TensorRT-LLM's default) and InfiniBand are
 taken to behave alike (a doubt: no NIXL per-transfer figure of a KV handoff was found). The
 NVLink latency stays ASSUMED (0.05 ms; no published intranode KV-handoff latency was found, and
