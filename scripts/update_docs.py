@@ -16,6 +16,7 @@ import pandas as pd
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from src.disagg import silicon_report as disagg_silicon  # noqa: E402
 from src.doc_blocks import readme_hardware_headline, readme_headline, replace_block, seed_comparison  # noqa: E402
 from src.hardware import moe_validation, published_checks, validation  # noqa: E402
 from src.kernels import refit_file  # noqa: E402
@@ -58,6 +59,10 @@ def blocks(root: str = ROOT, sets: list | None = None, blog: dict | None = None,
     silicon_csv = os.path.join(root, "results", "silicon_validation.csv")
     if os.path.exists(silicon_csv):  # python run.py silicon-validate writes it
         out[("design.md", "silicon-validation")] = silicon.markdown(pd.read_csv(silicon_csv))
+    disagg_csv = os.path.join(root, "results", "silicon_disagg_validation.csv")
+    if os.path.exists(disagg_csv):  # python run.py silicon-validate-disagg writes it
+        out[("design.md", "silicon-disagg-validation")] = disagg_silicon.markdown(
+            pd.read_csv(disagg_csv))
     if validation.available(cal_dir):
         out[("design.md", "validation-shared")] = validation.shared_block(sets, cal_dir)
     return out

@@ -9,15 +9,29 @@ the worker's requests, t = gamma + 1 positions each, c = mean cached context):
     step(dp) = step_G(N, t, c)
                - attention_G(N sequences)          the TP path's attention kernel over all N
                + attention_tp(n sequences)         each rank attends only its own n (its KV)
+               - attn_gemms_G(N t tokens)          the attention projections split over G
+               + attn_gemms_tp(n t tokens)         each rank reads its own copy, split by tp
                - communication_G(N t tokens)       the TP path's all-reduces over G GPUs
                + all_reduce_tp(n t tokens) / 2     attention's all-reduce inside a rank of tp
                + all_to_all(n t tokens)            MoE dispatch + combine per MoE layer
 
+    all_to_all = L_moe x the engine's measured low-latency dispatch + combine of one layer
+        (src/disagg/a2a_table.py: AIConfigurator's DeepEP tables, EP 8 on one node) where a
+        table matches; otherwise the roofline
     all_to_all = L_moe (dispatch_bytes + combine_bytes) / link, per GPU and direction:
         tokens per GPU x k experts x h x (G - 1) / G x (1 byte FP8 dispatch, 2 bytes BF16
         combine: DeepEP's README, DeepSeek-V3/R1 setting), link = NVLink one direction
         (GPU preset / 2); no fixed latency (an underestimate at small batches; DeepEP's README
         measures 153-158 GB/s intranode on H800's ~160 GB/s: the bandwidth term is near peak)
+
+The attention projections (MLA: q_a, q_b, kv_a, kv_b, o_proj; GQA: QKV, O) are replicated across
+the DP ranks and split by the rank's tp only (src/disagg/config.py weight_bytes_per_gpu holds them
+so; SGLang's DP attention builds them at attn_tp_size = tp / dp, TensorRT-LLM's enable_attention_dp
+at tp 1): each GPU streams 1/tp of their weights per step, not 1/G. Their FLOPs per GPU are the
+same either way (n t rows x the rank's full width vs N t rows x 1/G of it), so the change is the
+weight read: DeepSeek-V3 FP8 at dp 8, tp 1 reads ~10.5 GB per step of q_b, kv_b, o_proj instead
+of ~1.3 GB (the un-split q_a, kv_a were already whole). Priced on the roofline on both sides
+(the measured-GEMM tables cover dense BF16 decoders only, src/kernels/pass_gemms.py).
 
 The ranks synchronise at every MoE layer, so the busiest rank's attention sets the step:
 requests spread evenly, n = ceil(N / dp). Routing imbalance across EP ranks is the cost
@@ -35,9 +49,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import src.costmodel.shapes as shapes
 from src.config import ConfigError
 from src.costmodel import PassLoad
-from src.costmodel.roofline import pass_coefficients, pass_components_s
+from src.costmodel.roofline import _pnorm, gemm_terms_s, pass_coefficients, pass_components_s
+from src.disagg.a2a_table import a2a_us_per_layer
 from src.disagg.config import GPUS_PER_NODE, PoolShape
 
 DISPATCH_BYTES_PER_VALUE = 1.0  # FP8 dispatch (DeepEP README, DeepSeek-V3/R1 inference setting)
@@ -82,10 +98,26 @@ class DecodeWorker:
             return np.zeros(np.shape(tokens_per_rank))
         G = s.gpus_per_worker
         per_gpu = np.asarray(tokens_per_rank, dtype=float) / s.tp
+        tables = getattr(c.engine, "kernel_tables", "") or ""
+        measured = a2a_us_per_layer(c.gpu.kernel_system or "", tables.split("/")[0], m, s.ep,
+                                    per_gpu) if tables and s.ep == G else None
+        if measured is not None:
+            return moe_layers * measured * 1e-3
         values = per_gpu * m.experts_per_token * m.hidden_size * (G - 1) / G
         link = c.gpu.interconnect_bidirectional_gb_per_s / 2.0 * 1e9
         return moe_layers * values * (DISPATCH_BYTES_PER_VALUE + COMBINE_BYTES_PER_VALUE) / link \
             * 1e3
+
+    def attention_gemms_ms(self, coeffs, tp: int, tokens) -> np.ndarray:
+        """ms of the attention projections of one pass of `tokens` rows (array) on a GPU of
+        coefficients `coeffs` (the pass at TP tp): the first GEMMs of the pass's list
+        (shapes.layer_gemms puts attention_gemms first; the plain path's QKV and O likewise)."""
+        m = self.cost.target
+        k = len(shapes.attention_gemms(m, tp, m.n_layers))
+        T = np.asarray(tokens, dtype=float)
+        rows = np.broadcast_to(T, (len(coeffs.gemm_weight_s),) + T.shape)
+        mem, comp = gemm_terms_s(coeffs, rows)
+        return _pnorm(mem[:k], comp[:k], coeffs.sharpness_p).sum(axis=0) * 1e3
 
     def step_ms(self, worker_requests: int, context_tokens: float, gamma: int) -> float:
         """ms of one decode step (target pass + gamma draft passes) of the worker holding
@@ -106,9 +138,10 @@ class DecodeWorker:
 
     def dp_correction_ms(self, worker_requests, context_sum_tokens, gamma) -> np.ndarray:
         """What attention DP changes in the TP-G target pass (module docstring), ms per row:
-        - attention_G(N) + attention_tp(n) - communication_G(N) + all_reduce_tp(n) / 2
-        + all_to_all(n t), with N = worker_requests over context_sum_tokens cached tokens ([R]
-        each, a request at the mean context), n = ceil(N / dp); 0 at dp = 1 and where N = 0."""
+        - attention_G(N) + attention_tp(n) - attn_gemms_G(N t) + attn_gemms_tp(n t)
+        - communication_G(N) + all_reduce_tp(n) / 2 + all_to_all(n t), with N = worker_requests
+        over context_sum_tokens cached tokens ([R] each, a request at the mean context),
+        n = ceil(N / dp); 0 at dp = 1 and where N = 0."""
         s = self.shape
         N = np.asarray(worker_requests, dtype=float)
         if s.dp == 1:
@@ -125,5 +158,7 @@ class DecodeWorker:
         comm_r = 0.0
         if s.tp > 1:
             comm_r = pass_components_s(self._rank_c, n, t, c_rank)["communication"] * 1e3 / 2.0
-        out = -attn_g + attn_r - comm_g + comm_r + self.all_to_all_ms(n * t)
+        proj = (self.attention_gemms_ms(self._rank_c, s.tp, n * t)
+                - self.attention_gemms_ms(tc, s.gpus_per_worker, N * t))
+        out = -attn_g + attn_r + proj - comm_g + comm_r + self.all_to_all_ms(n * t)
         return np.where(N > 0, out, 0.0)

@@ -34,7 +34,8 @@ VALIDATION_SYSTEMS = ("h200_sxm", "b200_sxm")  # issue 25 section 3
 COLUMNS = ("id", "system", "backend", "model", "engine", "isl", "osl", "concurrency",
            "prefill", "decode", "kv_link", "runnable", "refusal", "measured_tpot_ms",
            "predicted_tpot_ms", "tpot_error", "measured_ttft_ms", "predicted_ttft_ms",
-           "ttft_error", "prefill_utilisation", "decode_requests_per_worker")
+           "ttft_error", "predicted_queue_ms", "predicted_prefill_ms", "predicted_transfer_ms",
+           "prefill_utilisation", "decode_requests_per_worker")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 
 
@@ -54,8 +55,10 @@ def row_concurrency(row) -> int | None:
     return b * w * d if b and w and d else None
 
 
-def pool_table(row, pool: str) -> dict | str:
-    """The [disagg] keys of one pool of a row, or a refusal reason."""
+def pool_table(row, pool: str, moe: bool = True) -> dict | str:
+    """The [disagg] keys of one pool of a row, or a refusal reason. moe False (a dense model):
+    the moe_tp / moe_ep columns describe no layer (the CSV writes 1, 1 beside tp 4 for
+    Qwen3-32B) and are not checked; ep is 1."""
     workers = _int(row[f"{pool}_num_workers"])
     tp, dp = _int(row[f"{pool}_tp_size"]), _int(row[f"{pool}_attention_dp_size"])
     moe_tp, ep, pp = (_int(row[f"{pool}_moe_tp_size"]) or 1, _int(row[f"{pool}_moe_ep_size"]) or 1,
@@ -66,6 +69,8 @@ def pool_table(row, pool: str) -> dict | str:
         return f"bad row: {pool} tp or attention_dp missing"
     if pp not in (None, 1):
         return f"pp>1: {pool}_pp_size {pp}"
+    if not moe:
+        return {f"{pool}_workers": workers, f"{pool}_tp": tp, f"{pool}_dp": dp, f"{pool}_ep": 1}
     if moe_tp * ep != tp * dp:
         return f"bad row: {pool} moe_tp x moe_ep {moe_tp * ep} != tp x attention_dp {tp * dp}"
     if ep not in (1, tp * dp):
@@ -86,20 +91,20 @@ def map_row(row, presets):
     gq, mq = str(row["gemm_quant_mode"]), str(row["moe_quant_mode"])
     if gq not in QUANT_FORMAT or mq not in QUANT_FORMAT:
         return f"unsupported quant: gemm {gq}, moe {mq}"
+    model_id = str(row["model_path"])
+    try:
+        spec = presets.model(model_id, "model")
+    except CostModelInputError:
+        return f"unknown model: {model_id}"
     table = {}
     for pool in ("prefill", "decode"):
-        t = pool_table(row, pool)
+        t = pool_table(row, pool, moe=bool(spec.n_routed_experts))
         if isinstance(t, str):
             return t
         table.update(t)
     conc, isl, osl = row_concurrency(row), _int(row["isl"]), _int(row["osl"])
     if not conc or not isl or not osl:
         return "bad row: concurrency, isl or osl missing"
-    model_id = str(row["model_path"])
-    try:
-        spec = presets.model(model_id, "model")
-    except CostModelInputError:
-        return f"unknown model: {model_id}"
     wf, ewf = QUANT_FORMAT[gq], QUANT_FORMAT[mq] if spec.n_routed_experts else ""
     from src.costmodel.formats import runnable_weight_formats
     gpu = presets.gpu(system_gpu[system])
@@ -156,7 +161,8 @@ def table_row(row, mapped, est) -> dict:
     out.update(runnable=True, predicted_tpot_ms=est.tpot_ms, predicted_ttft_ms=est.ttft_ms,
                tpot_error=relative_error(est.tpot_ms, out["measured_tpot_ms"]),
                ttft_error=relative_error(est.ttft_ms, out["measured_ttft_ms"]),
-               prefill_utilisation=est.prefill_utilisation,
+               predicted_queue_ms=est.queue_ms, predicted_prefill_ms=est.prefill_ms,
+               predicted_transfer_ms=est.transfer_ms, prefill_utilisation=est.prefill_utilisation,
                decode_requests_per_worker=est.decode_requests_per_worker)
     return out
 

@@ -6,17 +6,15 @@
 Writes OUT/results/silicon_disagg_validation.csv (one row per disaggregated CSV row of the
 systems: the mapped pools, predicted and measured TPOT/TTFT and their errors, or the refusal)
 and prints the summary: coverage, refusals by reason, TPOT median / p90 |error|, TTFT median
-|error| (issue 25 section 3's goal: 12%, 30%, 25%). Only when run: no study writes this file.
+|error| (issue 25 section 3's goal: 12%, 30%, 25%). Only when run: no study writes this file;
+scripts/update_docs.py makes design.md's silicon-disagg-validation block from it
+(src/disagg/silicon_report.py).
 """
 from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 from src.config import ConfigError, OneLineArgumentParser
-
-GOAL = {"tpot_median": 0.12, "tpot_p90": 0.30, "ttft_median": 0.25}  # issue 25 section 3
 
 
 def make_parser():
@@ -33,19 +31,11 @@ def make_parser():
 
 
 def summary_lines(table) -> list[str]:
-    from src.validation.silicon_rows import reason_kind
-    ok = table[table.runnable.astype(bool)]
-    refused = table[~table.runnable.astype(bool)].refusal.map(reason_kind).value_counts()
-    lines = [f"disaggregated rows: {len(ok)}/{len(table)} estimated (greedy, fitted to nothing)",
-             "refused: " + (", ".join(f"{k} {v}" for k, v in refused.items()) or "none")]
-    if len(ok):
-        t, f = ok.tpot_error.astype(float), ok.ttft_error.astype(float)
-        lines.append(f"TPOT |error| median {np.nanmedian(t.abs()):.0%}, p90 "
-                     f"{np.nanpercentile(t.abs(), 90):.0%}, signed median {np.nanmedian(t):+.0%} "
-                     f"(goal {GOAL['tpot_median']:.0%}, {GOAL['tpot_p90']:.0%}); TTFT |error| "
-                     f"median {np.nanmedian(f.abs()):.0%}, signed {np.nanmedian(f):+.0%} "
-                     f"(goal {GOAL['ttft_median']:.0%})")
-    return lines
+    """The headline (coverage and errors against issue 25's goal) and the refusals by kind."""
+    from src.disagg.silicon_report import headline, refusal_counts
+    refused = refusal_counts(table)
+    return [headline(table),
+            "refused: " + (", ".join(f"{k} {v}" for k, v in refused.items()) or "none")]
 
 
 def main(argv: list[str]) -> int:

@@ -17,12 +17,21 @@ Links (per GPU, one direction):
              H100 900 GB/s, datasheets), both pools in one NVSwitch domain
     network  one ConnectX-7 NIC per GPU at 400 Gb/s = 50 GB/s (NVIDIA ConnectX-7 datasheet;
              DGX H200 and DGX B200 have eight single-port ConnectX-7 400 Gb/s, one per GPU;
-             DeepEP's README measures ~50 GB/s RDMA on a CX7 400 Gb/s card)
+             DeepEP's README measures ~50 GB/s RDMA on a CX7 400 Gb/s card), of which a KV
+             transfer achieves NETWORK_BANDWIDTH_FRACTION
     none     no transfer (the test of issue 25 section 4: zero transfer cost)
-The per-transfer latencies are ASSUMED, not measured or published figures found so far: a
-control-plane round trip (request metadata and block addresses over ZMQ/TCP in SGLang's Mooncake
-and vLLM's NIXL connectors) plus the RDMA completion, 0.5 ms over the network, 0.05 ms within a
-node. They are named constants so a sourced figure replaces them in one place.
+
+The network's per-transfer latency and achieved fraction are Mooncake's measured KV transfers
+(kvcache-ai.github.io/Mooncake/performance/vllm-v1-support-benchmark.html: vLLM v1's Mooncake
+connector, 1P1D Qwen3-8B across two nodes over 8 x 200 Gb/s RoCE = 200 GB/s line rate, GPU
+Direct RDMA): 20 MB (128 tokens) in 0.54 ms, 146 MB in 1.50 ms, 1.13 GB in 8.84 ms, 4.50 GB
+(32,768 tokens) in 31.65 ms. The line through the smallest and largest transfer has slope
+(4.50 - 0.02) GB / (31.65 - 0.54) ms = 144 GB/s = 0.72 of the line rate and intercept
+0.54 - 0.02 GB / 144 GB/s = 0.40 ms; the middle points lie within 0.6 ms of it (1.50 vs 1.41
+and 8.84 vs 8.25 ms). NIXL over UCX (Dynamo's and TensorRT-LLM's default) and InfiniBand are
+taken to behave alike (a doubt: no NIXL per-transfer figure of a KV handoff was found). The
+NVLink latency stays ASSUMED (0.05 ms; no published intranode KV-handoff latency was found, and
+no validation row runs both pools in one node).
 """
 from __future__ import annotations
 
@@ -34,7 +43,9 @@ import src.costmodel.shapes as shapes
 from src.config import ConfigError
 
 CONNECTX7_GB_PER_S = 400 / 8  # 400 Gb/s per NIC (NVIDIA ConnectX-7 datasheet)
-NETWORK_LATENCY_MS = 0.5  # ASSUMED (module docstring)
+# Mooncake's vLLM v1 KV-transfer benchmark (module docstring): the line's intercept and slope
+NETWORK_LATENCY_MS = 0.40
+NETWORK_BANDWIDTH_FRACTION = 0.72  # 144 GB/s of 200 GB/s line rate
 NVLINK_LATENCY_MS = 0.05  # ASSUMED (module docstring)
 
 
@@ -52,7 +63,8 @@ def kv_link(name: str, gpu) -> KvLink:
     if name == "none":
         return KvLink("none", np.inf, 0.0)
     if name == "network":
-        return KvLink("network", CONNECTX7_GB_PER_S, NETWORK_LATENCY_MS)
+        return KvLink("network", CONNECTX7_GB_PER_S * NETWORK_BANDWIDTH_FRACTION,
+                      NETWORK_LATENCY_MS)
     if name == "nvlink":
         bw = getattr(gpu, "interconnect_bidirectional_gb_per_s", None)
         if not bw:
