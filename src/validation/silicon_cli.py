@@ -54,7 +54,7 @@ def run(systems: set[str] | None = None, refit: bool = False, say=lambda m: None
     cases = [m for m in mapped if isinstance(m, SiliconCase)]
     fits = host_fit.read_fits()
     if refit:
-        records = host_fit.refit(cases, load_engine_profiles(), say)
+        records = host_fit.refit(cases, say)
         host_fit.write_fits(records)
         fits = host_fit.read_fits()
     out = []
