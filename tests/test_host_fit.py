@@ -99,3 +99,16 @@ def test_the_prepared_run_equals_the_serving_prediction():
     for terms in (None, {"step_cpu_fixed_ms": 3.0, "step_cpu_per_seq_ms": 0.5,
                          "cpu_overlap_decode": False}):
         assert run.predict(terms) == predict(case, terms)
+
+
+def test_a_fit_not_adopted_is_recorded_but_not_merged(tmp_path):
+    from src.costmodel import load_engine_profiles
+    path = tmp_path / "fits.toml"
+    host_fit.write_fits({"trtllm": {"step_cpu_fixed_ms": 5.0, "step_cpu_per_seq_ms": 0.2,
+                                    "rows": 3, "source": host_fit.SOURCE.format(n=3)}}, path,
+                        not_adopted={"trtllm": "worse on the held-out rows"})
+    assert host_fit.read_fits(path) == {}
+    assert "# not adopted: worse on the held-out rows" in path.read_text()
+    assert host_fit.not_adopted_of(path) == {"trtllm": "worse on the held-out rows"}
+    merged = load_engine_profiles(extra_paths=[path])["trtllm"]
+    assert merged == load_engine_profiles()["trtllm"]

@@ -105,20 +105,26 @@ def fit_engine(cases: list[SiliconCase], start: dict, predict, say=lambda m: Non
             "row_ids": sorted(c.row_id for c in keep)}
 
 
-def write_fits(fits: dict[str, dict], path: Path = HOST_FITS_PATH, notes: list[str] = ()) -> None:
+def write_fits(fits: dict[str, dict], path: Path = HOST_FITS_PATH, notes: list[str] = (),
+               not_adopted: dict[str, str] | None = None) -> None:
     """host_fits.toml: per engine an [engines."<name>"] table of the adopted EngineProfile
-    fields (the preset loader merges them over engines.toml), its record as comments."""
+    fields (the preset loader merges them over engines.toml), its record as comments. An engine
+    of `not_adopted` (engine -> why) is written as comments only: recorded, not merged."""
+    not_adopted = not_adopted or {}
     lines = ["# Engine host terms fitted to the h100_sxm rows of aiconfigurator-core 0.12.0's",
              "# systems/silicon_sample.csv (mode agg), greedy closed-loop TPOT; WRITTEN BY",
              "# `python run.py silicon-validate --refit` (src/validation/host_fit.py); rerun it",
              "# instead of editing by hand. The h200_sxm / b200_sxm / gb200 rows are the",
-             "# validation and are never fitted to. design.md, \"Engine host terms\".",
-             *[f"# {n}" for n in notes], ""]
+             "# validation and are never fitted to. design.md, \"Engine host terms fitted to the",
+             "# H100 rows\".", *[f"# {n}" for n in notes], ""]
     for engine, fit in sorted(fits.items()):
-        lines.append(f'[engines."{engine}"]')
+        off = "# " if engine in not_adopted else ""
+        lines.append(f'{off}[engines."{engine}"]')
+        if off:
+            lines.append(f"# not adopted: {not_adopted[engine]}")
         for key, value in fit.items():
             if key in TERMS or key in PROFILE_FIELDS:
-                lines.append(f"{key} = {_toml(value)}")
+                lines.append(f"{off}{key} = {_toml(value)}")
             elif key == "row_ids":
                 lines.append(f"# {key}: {len(value)} rows ({', '.join(value[:3])}, ...)")
             else:
@@ -134,6 +140,21 @@ def _toml(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value)
+
+
+def not_adopted_of(path: Path = HOST_FITS_PATH) -> dict[str, str]:
+    """engine -> why, of the engines a fit file records without merging them (a refit keeps
+    these decisions: they were taken on the validation rows, which a refit never reads)."""
+    if not path.exists():
+        return {}
+    out, engine = {}, None
+    for line in path.read_text().splitlines():
+        if line.startswith('# [engines."'):
+            engine = line.split('"')[1]
+        elif engine and line.startswith("# not adopted: "):
+            out[engine] = line[len("# not adopted: "):]
+            engine = None
+    return out
 
 
 def read_fits(path: Path = HOST_FITS_PATH) -> dict[str, dict]:

@@ -54,8 +54,9 @@ def run(systems: set[str] | None = None, refit: bool = False, say=lambda m: None
     cases = [m for m in mapped if isinstance(m, SiliconCase)]
     fits = host_fit.read_fits()
     if refit:
+        keep = host_fit.not_adopted_of()
         records = host_fit.refit(cases, say)
-        host_fit.write_fits(records)
+        host_fit.write_fits(records, not_adopted=keep)
         fits = host_fit.read_fits()
     out = []
     for i, ((_, row), m) in enumerate(zip(rows.iterrows(), mapped)):
