@@ -5,7 +5,6 @@ import math
 import pandas as pd
 import pytest
 
-from src.validation import host_fit
 from src.validation.silicon import relative_error, summary, table_row
 from src.validation.silicon_rows import SiliconCase, load_rows, map_row, reason_kind
 
@@ -56,37 +55,15 @@ def test_the_shipped_csv_has_its_agg_rows():
     assert len(rows) == 3619 and set(rows["mode"]) == {"agg"}
 
 
-def _case(system, row_id, tpot=10.0):
-    return SiliconCase(row_id=row_id, system=system, backend="vllm", gpu="h100-sxm",
-                       model="m", engine="vllm-v1", tp=1, ep=1, weight_format="fp8",
-                       expert_weight_format="", isl=1, osl=2, concurrency=1,
-                       measured_tpot_ms=tpot, measured_ttft_ms=1.0)
-
-
-def test_the_fit_reads_only_h100_rows_and_finds_the_minimum():
-    cases = [_case("h100_sxm", "a"), _case("h200_sxm", "b"), _case("b200_sxm", "c"),
-             _case("h100_sxm", "d", tpot=12.0)]
-    seen = []
-
-    def fake_predict(case, terms):  # TPOT = measured x exp(fixed - 2): zero error at fixed 2
-        seen.append(case.system)
-        return {"tpot_ms": case.measured_tpot_ms * math.exp(terms["step_cpu_fixed_ms"] - 2.0),
-                "ttft_ms": 1.0}
-
-    fit = host_fit.fit_engine(cases, {"step_cpu_fixed_ms": 0.97, "step_cpu_per_seq_ms": 0.04},
-                              fake_predict)
-    assert set(seen) == {"h100_sxm"}
-    assert fit["step_cpu_fixed_ms"] == 2.0 and fit["rows"] == 2 and fit["row_ids"] == ["a", "d"]
-    assert fit["objective_value"] == 0.0
-    assert host_fit.fit_engine([_case("h200_sxm", "b")], {}, fake_predict) == {}
-
-
-def test_fits_round_trip_through_toml(tmp_path):
-    path = tmp_path / "fits.toml"
-    host_fit.write_fits({"vllm-v1": {"step_cpu_fixed_ms": 1.5, "step_cpu_per_seq_ms": 0.01,
-                                     "rows": 3, "objective": "o", "row_ids": ["a"]}}, path)
-    assert host_fit.read_fits(path) == {"vllm-v1": {"step_cpu_fixed_ms": 1.5,
-                                                    "step_cpu_per_seq_ms": 0.01}}
+def test_empty_attention_dp_and_quant_columns_are_the_defaults():
+    # the CSV's older sources leave attention_dp_size and both quant columns empty
+    nan = float("nan")
+    case = map_row(_row(attention_dp_size=nan, gemm_quant_mode=nan, moe_quant_mode=nan,
+                        precision=nan, model_path="Qwen/Qwen3-32B"), ENGINES)
+    assert isinstance(case, SiliconCase)
+    assert (case.weight_format, case.expert_weight_format) == ("bf16", "")
+    out = map_row(_row(attention_dp_size=0.0), ENGINES)  # 0 is not empty: refused
+    assert isinstance(out, str) and reason_kind(out) == "attention DP"
 
 
 def test_error_is_predicted_over_measured_minus_one():

@@ -42,7 +42,7 @@ def run(systems: set[str] | None = None, refit: bool = False, say=lambda m: None
     """The validation table (a DataFrame in CSV order) and the fits that priced it."""
     import pandas as pd
 
-    from src.costmodel import engine_profile, load_engine_profiles
+    from src.costmodel import load_engine_profiles
     from src.costmodel.presets import load_presets
     from src.validation import host_fit
     from src.validation.silicon import COLUMNS, table_row
@@ -54,19 +54,10 @@ def run(systems: set[str] | None = None, refit: bool = False, say=lambda m: None
     cases = [m for m in mapped if isinstance(m, SiliconCase)]
     fits = host_fit.read_fits()
     if refit:
-        fits = {}
-        records = {}
-        for engine in sorted({c.engine for c in cases}):
-            mine = [c for c in cases if c.engine == engine]
-            p = engine_profile(engine)
-            start = {"step_cpu_fixed_ms": p.step_cpu_fixed_ms,
-                     "step_cpu_per_seq_ms": p.step_cpu_per_seq_ms}
-            say(f"fitting {engine}'s host terms to {len(host_fit.fit_rows(mine))} h100_sxm rows")
-            record = host_fit.fit_engine(mine, start, predict, say)
-            if record:
-                records[engine] = record
-                fits[engine] = {k: v for k, v in record.items() if k.startswith("step_cpu_")}
-        host_fit.write_fits(records)
+        keep = host_fit.not_adopted_of()
+        records = host_fit.refit(cases, say)
+        host_fit.write_fits(records, not_adopted=keep)
+        fits = host_fit.read_fits()
     out = []
     for i, ((_, row), m) in enumerate(zip(rows.iterrows(), mapped)):
         pred = None

@@ -94,6 +94,11 @@ def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
     if engine not in engines:
         return f"no engine profile: {engine} (backend {backend}) is not in engines.toml"
     pp, adp = _int(row["pp_size"]), _int(row["attention_dp_size"])
+    if adp is None and pd.isna(row["attention_dp_size"]):
+        # the CSV's older sources (aic-auto-gap-analysis rows without a gtl job, e.g. every
+        # h100_sxm sglang and trtllm row) leave the column empty: AIConfigurator's own default,
+        # attention_dp_size = 1 (aiconfigurator_core/sdk/config.py, ModelConfig)
+        adp = 1
     if pp != 1:
         return f"pp>1: pp_size {row['pp_size']}"
     if adp != 1:
@@ -103,6 +108,12 @@ def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
     if not tp or not conc or not isl or not osl:
         return "bad row: tp_size, batch_size, isl or osl missing"
     gq, mq = str(row["gemm_quant_mode"]), str(row["moe_quant_mode"])
+    # both quant columns empty (precision bf16 or empty; Llama-3.1-8B, Qwen3-32B rows of the
+    # older sources): the checkpoint's own formats
+    unquantised = (pd.isna(row["gemm_quant_mode"]) and pd.isna(row["moe_quant_mode"])
+                   and str(row["precision"]) in ("bf16", "nan"))
+    if unquantised:
+        gq = mq = "bf16"
     if gq not in QUANT_FORMAT or mq not in QUANT_FORMAT:
         return f"unsupported quant: gemm {gq}, moe {mq}"
     model = str(row["model_path"])
@@ -116,6 +127,8 @@ def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
         return f"unknown model: {model} ({str(e).splitlines()[0][:80]})"
     wf = QUANT_FORMAT[gq]
     ewf = QUANT_FORMAT[mq] if spec.n_routed_experts else ""
+    if unquantised:
+        wf, ewf = spec.weight_format, spec.expert_weight_format
     if spec.expert_weight_format == "mxfp4" and str(row["precision"]) == "fp4":
         # gpt-oss ships its experts in MXFP4 only (config.json quant_method mxfp4) and the
         # rest in BF16; the CSV labels those runs nvfp4/fp4, so the checkpoint's formats run
