@@ -26,9 +26,7 @@ BUILTIN_PRESET_FILES = (
     PRESETS_DIR / "models.toml",
     PRESETS_DIR / "costmodel_params.toml",
     PRESETS_DIR / "h200_calibration.toml",  # `python run.py calibrate` on the H200 measurements
-    # engine host terms fitted to silicon_sample.csv's h100_sxm rows (`python run.py
-    # silicon-validate --refit`, src/validation/host_fit.py), merged over engines.toml
-    PRESETS_DIR / "host_fits.toml",
+    PRESETS_DIR / "host_fits.toml",  # `silicon-validate --refit` on the h100_sxm rows only
 )
 BYTES_PER_VALUE = 2  # BF16 weights, activations and KV cache
 PRESET_TABLES = ("gpus", "models", "params", "allreduce", "attention", "engines")
