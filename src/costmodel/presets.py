@@ -22,8 +22,7 @@ from src.errors import ascii_int
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
 BUILTIN_PRESET_FILES = (
-    PRESETS_DIR / "gpus.toml",
-    PRESETS_DIR / "models.toml",
+    PRESETS_DIR / "gpus.toml", PRESETS_DIR / "models.toml",
     PRESETS_DIR / "costmodel_params.toml",
     PRESETS_DIR / "h200_calibration.toml",  # `python run.py calibrate` on the H200 measurements
     PRESETS_DIR / "host_fits.toml",  # `silicon-validate --refit` on the h100_sxm rows only
