@@ -250,7 +250,19 @@ def test_another_h200_session_is_predicted_within_the_check_bars(fitted):
 
 
 # ---------------------------------------------------------------- the command
-def test_calibrate_command_prints_the_fit_and_writes_usable_presets(tmp_path, capsys):
+def test_calibrate_command_prints_the_fit_and_writes_usable_presets(tmp_path, capsys, fitted,
+                                                                   monkeypatch):
+    # the command's fit of these two files is the module's `fitted` (command.run, the same
+    # arguments): taken from there; the report, the preset text and the write are the command's
+    real_run = command.run
+
+    def run_once(measurements, gpu_id="h200", attention_kernel="best", preset_paths=()):
+        if (list(measurements), gpu_id, attention_kernel, list(preset_paths or ())) == (
+                [str(STEPS), str(PREFILL)], "h200", "best", []):
+            return fitted[:3]
+        return real_run(measurements, gpu_id, attention_kernel, preset_paths)
+
+    monkeypatch.setattr(command, "run", run_once)
     out = tmp_path / "x.toml"
     assert command.main(["--measurements", str(STEPS), "--measurements", str(PREFILL),
                          "--out", str(out)]) == 0

@@ -58,15 +58,17 @@ def test_littles_law_mean_in_system_is_c_while_every_client_waits(clients):
         assert inside / T == pytest.approx(clients, rel=1e-12)
 
 
-@pytest.mark.parametrize("clients", [1, 4, 16])
-def test_the_compiled_engine_equals_the_numpy_engine_in_a_closed_loop(clients):
-    args = _closed(clients, limits=EngineLimits(64, 512))
+@pytest.mark.parametrize("clients, n", [(1, 10), (4, 16), (16, 40)])
+def test_the_compiled_engine_equals_the_numpy_engine_in_a_closed_loop(clients, n):
+    """n requests a row, more than the clients (a client sends again when one ends); the numpy
+    engine steps one step at a time, so one client's rows are kept short."""
+    args = _closed(clients, n=n, limits=EngineLimits(64, 512))
     compiled = Engine(*args, max_gamma=4)
     assert isinstance(compiled, CompiledEngine)
     a = compiled.run()
     _assert_same(a, Engine(*args, max_gamma=4, allow_segments=False).run())
     # the numpy engine's stretches (adaptive holds its gamma through one there: not compared)
-    args = _closed(clients, policies=POLICIES[:2], limits=EngineLimits(64, 512))
+    args = _closed(clients, n=n, policies=POLICIES[:2], limits=EngineLimits(64, 512))
     _assert_same(Engine(*args, max_gamma=4).run(), Engine(*args, max_gamma=4, compiled=False).run())
 
 

@@ -42,27 +42,29 @@ def _tree_args(policies, engine="sglang", kv_blocks=None, gpu="h100-sxm", schedu
     return rq, groups, deps, row_dep, limits
 
 
+# requests a row: the numpy engine steps one step at a time and the comparison is per step, so
+# rows are as short as keeps each case's point (preemptions, trees accepting drafts)
 TREE_CASES = {
     # trees beside chains, adaptive and no speculation, prefill chunks competing for the budget
     "mixed": dict(policies=[NoSpeculation(), FixedGamma(3), Adaptive(4), FixedTree(TREE),
-                            FixedTree(parse_shape("3:4:10"))], n=40, rate=12.0),
+                            FixedTree(parse_shape("3:4:10"))], n=24, rate=12.0),
     # a KV cache that forces preemption and recomputation
-    "preemption": dict(policies=[NoSpeculation(), FixedTree(TREE)], n=40, rate=40.0,
+    "preemption": dict(policies=[NoSpeculation(), FixedTree(TREE)], n=24, rate=40.0,
                        kv_blocks=150),
     # attention kernels fitted on the H200 (the vllm-v1 profile's, on the tree's engine rules)
-    "fitted-kernels": dict(policies=[NoSpeculation(), FixedTree(TREE)], n=30, rate=10.0,
+    "fitted-kernels": dict(policies=[NoSpeculation(), FixedTree(TREE)], n=16, rate=10.0,
                            engine="vllm-v1", gpu="h200"),
     # an engine with the path copy but no cascade attention, eager launches
     "pytorch-eager": dict(policies=[FixedGamma(4), FixedTree(TREE)], n=30, rate=6.0,
                           engine="pytorch-eager"),
     # the per-position acceptance law (EAGLE's falling rates)
-    "per-position": dict(policies=[FixedGamma(4), FixedTree(TREE)], n=30, rate=3.0,
+    "per-position": dict(policies=[FixedGamma(4), FixedTree(TREE)], n=16, rate=3.0,
                          profile=(0.79, 0.74, 0.72, 0.73, 0.67)),
     # a token budget that holds N positions of at most 8 sequences: beyond, steps of no tree
     "small-budget": dict(policies=[FixedGamma(3), FixedTree(TREE)], n=40, rate=60.0,
                          limits=EngineLimits(16, 64), prompt=(2, 6), output=(60, 200)),
     # prefill-only steps of whole prompts (vLLM v0's scheduler), with preemption
-    "prefill-first-preemption": dict(policies=[NoSpeculation(), FixedTree(TREE)], n=40,
+    "prefill-first-preemption": dict(policies=[NoSpeculation(), FixedTree(TREE)], n=24,
                                      rate=40.0, kv_blocks=150, scheduling="prefill_first"),
 }
 

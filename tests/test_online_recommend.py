@@ -95,7 +95,7 @@ def test_ngram_config_carries_prompt_lookup_max():
 
 def test_rate_mode_simulates_serving():
     p = run(*BASE, "--acceptance", "0.7", "--engine", "vllm-2024", "--rate", "1,24",
-            "--requests", "40")
+            "--requests", "20")  # -22% TPOT at 1/s with 20 (-23% with 40)
     assert p.returncode == 0, p.stderr
     assert "simulated: sharegpt lengths" in p.stdout
     rows = re.findall(r"^\s+(1|24)\s+[\d.]+\s+([+-]\d+)%", p.stdout, re.M)
@@ -146,7 +146,9 @@ def test_schedules_do_not_flip_flop_on_flat_objectives(args, blips):
     p = run(*args)
     assert p.returncode == 0, p.stderr
     ranges = schedule_ranges(p.stdout)
-    literal = schedule_ranges(run(*args, "--tolerance", "0").stdout)
+    # the per-batch best; --batch 1: the printed schedule does not depend on the batch table (the
+    # table and the tree section are what --batch sets), only that table and section shrink
+    literal = schedule_ranges(run(*args, "--tolerance", "0", "--batch", "1").stdout)
     assert len(ranges) < len(literal) and len(ranges) <= 6, (ranges, literal)
     assert sum(hi == lo for lo, hi, _ in ranges[:-1]) <= blips, ranges
     for r0, r1 in zip(ranges, ranges[1:]):

@@ -14,6 +14,7 @@ from tests.helpers import run_captured
 SIBLINGS = SiblingVector()
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAST = os.path.join(ROOT, "tests", "fast_study.toml")  # a report's shape, not its numbers
 TREE_SCENARIO = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle-trees.toml")
 
 
@@ -94,7 +95,8 @@ def test_reference_study_with_trees_writes_rows_section_and_plot(tmp_path):
     out = tmp_path / "o"
     done = run_captured(["--scenario", "reference", "--trees", "3:2:6,4:1:5", "--gammas", "2,4",
                          "--batch-sizes", "1,8", "--quality-modes", "homogeneous_good",
-                         "--serving-modes", "continuous_refill", "--out", str(out), "--quiet"])
+                         "--serving-modes", "continuous_refill", "--out", str(out), "--quiet",
+                         "--config", FAST])  # fewer, shorter replications: shapes and sections
     assert done.returncode == 0, done.stderr
     df = pd.read_csv(out / "results" / "results.csv")
     shapes = set(df[["tree_steps", "tree_topk", "tree_tokens"]].itertuples(index=False, name=None))
@@ -321,8 +323,10 @@ def test_trees_with_an_ngram_draft_are_refused():
 
 def test_serve_runs_a_tree_policy_and_refuses_it_on_vllm(tmp_path):
     eagle = os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle.toml")
-    base = ["serve", "--scenario", eagle, "--rates", "4", "--requests", "60",
-            "--replications", "2", "--quality-mode", "eagle_mtbench"]
+    # 30 requests a replication, no plots: the point is the policy runs (and beats no
+    # speculation, by ~45% TPOT) and the refusal
+    base = ["serve", "--scenario", eagle, "--rates", "4", "--requests", "30",
+            "--replications", "2", "--quality-mode", "eagle_mtbench", "--no-plots"]
     done = run_captured([*base, "--engine", "vllm-v1", "--policies", "none,tree:4:2:8",
                          "--out", str(tmp_path / "v")])
     assert done.returncode == 2 and "engine profile vllm-v1 verifies chains only" in done.stderr

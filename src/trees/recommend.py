@@ -17,10 +17,12 @@ only); _handle_page_size sets page_size 1 when unset. Other versions differ (des
 """
 from __future__ import annotations
 
+import numpy as np
+
 from src.treeshape.fit import tree_tokens
 from src.treeshape.shape import TreeShape
 from src.treeshape.siblings import SiblingVector
-from src.treesim.costs import steady_greedy_ms, steady_step_ms
+from src.treesim.costs import draft_ms, steady_greedy_ms, steady_step_ms, verify_ms
 
 TOKENS = (4, 6, 8, 12, 16, 24, 32, 48, 64)
 
@@ -33,24 +35,39 @@ def candidate_shapes(max_steps: int = 8) -> list[TreeShape]:
     return shapes
 
 
+def _steps_ms(cost, shape: TreeShape, batches, context: int) -> list:
+    """steady_step_ms at each batch (None where the batch does not fit): one array call for all
+    the batches (elementwise numpy, the same numbers as one call per batch), else one per batch
+    where some batch does not fit (the memory check raises for the whole array)."""
+    from src.costmodel import CostModelInputError
+    n = np.asarray(batches, dtype=int)
+    try:
+        ms = verify_ms(cost, shape, n, n * context) + draft_ms(cost, shape, n, n * context)
+        return [float(x) for x in ms]
+    except CostModelInputError:
+        pass
+    out = []
+    for b in batches:
+        try:
+            out.append(steady_step_ms(cost, shape, b, context))
+        except CostModelInputError:
+            out.append(None)
+    return out
+
+
 def best_shapes(cost, alpha: float, batches, context: int, max_steps: int = 8) -> list[dict]:
     """Per batch size: the best shape (tree or chain) and the best chain, with their speedups.
     A shape whose N tokens per sequence do not fit the KV cache at that batch is not a candidate
     there."""
-    from src.costmodel import CostModelInputError
     siblings = SiblingVector()
     shapes = candidate_shapes(max_steps)
     tokens = {s: tree_tokens(alpha, s, siblings) for s in shapes}
+    steps = {shape: _steps_ms(cost, shape, batches, context) for shape in shapes}
     out = []
-    for b in batches:
+    for i, b in enumerate(batches):
         greedy = steady_greedy_ms(cost, b, context)
-        table = []
-        for shape in shapes:
-            try:
-                step = steady_step_ms(cost, shape, b, context)
-            except CostModelInputError:
-                continue
-            table.append((shape, tokens[shape] * greedy / step))
+        table = [(shape, tokens[shape] * greedy / steps[shape][i]) for shape in shapes
+                 if steps[shape][i] is not None]
         best = max(table, key=lambda t: t[1])
         chain = max((t for t in table if t[0].is_chain), key=lambda t: t[1])
         out.append({"batch": int(b), "shape": best[0], "speedup": best[1],
