@@ -8,7 +8,6 @@ memory. Each refusal is one ConfigError line naming the option (or file key) tha
 """
 from __future__ import annotations
 
-import copy
 import functools
 import os
 import stat
@@ -87,13 +86,24 @@ def _parse_toml(data: bytes) -> dict:
     return tomllib.loads(data.decode("utf-8"))
 
 
+def _copied(value):
+    """A copy of a parsed TOML value: TOML's containers are dicts and lists, everything else
+    (str, int, float, bool, datetime) is immutable; ~10x faster than copy.deepcopy, which the
+    presets' many reads spent most of their time in."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value
+
+
 def read_toml(path, field_name: str, error: type[ConfigError] = ConfigError) -> dict:
     """A TOML file as a dict; error(field_name, ...) when it cannot be read (read_file_bytes, at
     most MAX_TOML_BYTES) or parsed. The one TOML reader of the project: configs, scenarios,
     presets and engine profiles all come here."""
     data = read_file_bytes(path, field_name, "a TOML file", error, MAX_TOML_BYTES)
     try:
-        return copy.deepcopy(_parse_toml(data))  # a copy: callers may change theirs
+        return _copied(_parse_toml(data))  # a copy: callers may change theirs
     except UnicodeDecodeError:
         raise error(field_name, f"{path} is not UTF-8 text; expected a TOML file") from None
     except tomllib.TOMLDecodeError as e:

@@ -130,3 +130,16 @@ def test_a_regular_file_is_read_whole_and_line_ends_normalised(tmp_path):
     link = tmp_path / "link.csv"
     link.symlink_to(path)  # a symlink to a regular file is fine
     assert read_text_file(link, "--trace", "a CSV file").startswith("a,b")
+
+
+def test_a_toml_read_is_the_callers_own_copy(tmp_path):
+    """read_toml keeps one parse per file content (_parse_toml) and hands out copies: a caller
+    changing its dict, a nested table or an array must not change the next read."""
+    from src.input_files import read_toml
+    f = tmp_path / "a.toml"
+    f.write_text('top = 1\nlist = [1, [2, 3]]\n[t]\nu = { v = "w" }\n')
+    first = read_toml(f, "f")
+    first["top"] = 9
+    first["list"][1].append(4)
+    first["t"]["u"]["v"] = "changed"
+    assert read_toml(f, "f") == {"top": 1, "list": [1, [2, 3]], "t": {"u": {"v": "w"}}}
