@@ -50,7 +50,13 @@ def test_the_expected_scenarios_exist():
 
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
 def test_every_scenario_loads_and_builds_its_cost_models(path):
-    s = load_scenario(path)
+    if "[disagg]" in path.read_text():  # serve's: its aggregated twin is checked here
+        from src.disagg.scenario import load_disagg_scenario
+        with pytest.raises(ConfigError, match="^disagg: a disaggregated deployment runs with"):
+            load_scenario(path)
+        s, _ = load_disagg_scenario(path)
+    else:
+        s = load_scenario(path)
     assert s.name == path.stem and s.description and s.acceptance_source
     assert path.read_text().startswith("#")  # comment header
     active, ctx = _batch(B=max(s.study.batch_sizes[:3]))

@@ -185,6 +185,9 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     if not isinstance(data, Mapping):
         raise ConfigError("scenario", "expected a table")
     for key in data:
+        if key == "disagg":  # src/disagg/scenario.py takes it off before it comes here
+            raise ConfigError(key, "a disaggregated deployment runs with `python run.py serve "
+                                   "--scenario FILE`; this command runs aggregated replicas only")
         if key not in ("scenario", "study", "serving"):  # [serving]: read by `run.py serve`
             raise ConfigError(key, "unknown table; allowed: scenario, study, serving")
     if "serving" in data:
