@@ -112,8 +112,9 @@ class PassAttention:
         return self._rows
 
     def one_ms(self, S, kv):
-        """(all layers' ms of the one-position kernel at S sequences, kv keys; NaN where S has no
-        row, the KV edge it was anchored to (kv itself inside the run)) by the module's rule."""
+        """(all layers' ms of the one-position kernel at S sequences, kv keys, NaN where S has no
+        row; the KV edge it was anchored to, kv itself inside the run; the measured part: the
+        row at that edge) by the module's rule."""
         S = np.asarray(S, dtype=np.int64)
         kv = np.asarray(kv, dtype=float)
         rows, lo, hi = self.rows(int(S.max(initial=0)))
@@ -129,16 +130,18 @@ class PassAttention:
         w = np.where(exact, 0.0, (kc - axis[i0]) / span)
         with np.errstate(invalid="ignore"):
             inner = (1.0 - w) * rows[S, i0] + w * rows[S, i1]
-        val = np.where(exact, rows[S, i1], inner)
+        edge = np.where(ok, np.where(exact, rows[S, i1], inner), np.nan)
         Sf = S.astype(float)
         off = kc != kv
+        val = edge
         if off.any():  # the nearest edge's row plus the roofline's increment from it
-            val = val + np.where(off, self._roof1_ms(Sf, kv) - self._roof1_ms(Sf, kc), 0.0)
-        return np.where(ok, val, np.nan), kc
+            val = edge + np.where(off, self._roof1_ms(Sf, kv) - self._roof1_ms(Sf, kc), 0.0)
+        return val, kc, edge
 
     def pass_ms(self, n_seqs, sum_ctx, t):
-        """(all layers' measured attention ms of passes of n_seqs sequences x t positions over
-        sum_ctx cached tokens, NaN where not priced from the table; the KV edge used) [N]."""
+        """(all layers' attention ms of passes of n_seqs sequences x t positions over sum_ctx
+        cached tokens, NaN where not priced from the table; the KV edge used; the part of the ms
+        from measured rows: the edge's row x the premium) [N]."""
         S = np.atleast_1d(np.asarray(n_seqs)).astype(np.int64)
         C = np.asarray(sum_ctx, dtype=float)
         t = np.asarray(t, dtype=float)
@@ -147,15 +150,17 @@ class PassAttention:
         Sf = S.astype(float)
         use = (S > 0) & (t <= MAX_DECODE_POSITIONS)
         if not self.applies or not use.any():
-            return np.full(S.size, np.nan), np.full(S.size, np.nan)
+            nan = np.full(S.size, np.nan)
+            return nan, nan.copy(), nan.copy()
         Sm = np.maximum(Sf, 1.0)
         kv = C / Sm + t
-        one, kc = self.one_ms(np.where(use, S, 0), kv)
+        one, kc, edge = self.one_ms(np.where(use, S, 0), kv)
         with np.errstate(invalid="ignore", divide="ignore"):
             r_t = np.asarray(attention_s(self.c, Sm, t, C)) * 1e3
             r_1 = np.asarray(attention_s(self.c, Sm, 1.0, C + Sm * (t - 1.0))) * 1e3
-            ms = one * (r_t / r_1)
-        return np.where(use, ms, np.nan), kc
+            premium = r_t / r_1
+            ms = one * premium
+        return np.where(use, ms, np.nan), kc, np.where(use, edge * premium, np.nan)
 
     def replace_ms(self, attention_ms, n_seqs, sum_ctx, t):
         """The cost model's attention term (HardwareCostModel._attention_pnorm_ms: without the
@@ -163,6 +168,6 @@ class PassAttention:
         prices the pass: measured - one kernel's fixed time per layer (the rest of the fixed time
         stays in the cost model's table, as pricing.py keeps it)."""
         shape = np.shape(attention_ms)
-        ms, _ = self.pass_ms(n_seqs, sum_ctx, t)
+        ms = self.pass_ms(n_seqs, sum_ctx, t)[0]
         ms = ms.reshape(shape) if shape else ms[0]
         return np.where(np.isfinite(ms), ms - self.fixed_ms, attention_ms)

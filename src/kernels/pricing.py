@@ -59,6 +59,7 @@ class MeasuredPass:
     lm_head_source: str
     attention_source: str
     notes: tuple[str, ...]  # why a term kept the roofline
+    attention_kernel: str = ""  # the table's kernel source that priced the attention, if any
 
 
 def _label(src: TableSource) -> str:
@@ -105,14 +106,14 @@ def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, para
     else:
         heads, kv_heads, head_dim = attn.heads
         kv_len = context + positions
-        ms, edge = attn.pass_ms(S, S * context, t)
+        ms, edge, from_rows = attn.pass_ms(S, S * context, t)
         if not np.isfinite(ms[0]):
             notes.append(f"decode attention batch={n_seqs} kv={kv_len} heads={heads}/{kv_heads} "
                          f"d={head_dim}: no measured row at this batch")
         else:
             roof_t = float(np.asarray(attention_s(c, S, t, S * context)).ravel()[0])
             attn_delta = float(ms[0]) - (roof_t + L * kfix) * 1e3
-            measured += float(ms[0])
+            measured += float(from_rows[0])  # beyond the edge: the roofline's increment is not
             attention_source = _label(src)
             if edge[0] != kv_len:  # off the grid: the edge's row plus the roofline's increment
                 attention_source += f"+{ROOFLINE}"
@@ -120,4 +121,5 @@ def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, para
                              f"edge kv={edge[0]:g} for this batch: the edge's measured row plus "
                              "the roofline's increment")
     return MeasuredPass(layer_delta, head_delta, attn_delta, measured, gemm_source, head_source,
-                        attention_source, tuple(notes))
+                        attention_source, tuple(notes),
+                        attn.kernel_source if attention_source != ROOFLINE else "")
