@@ -111,56 +111,62 @@ class PassAttention:
         self._rows = (rows, lo, hi)
         return self._rows
 
-    def one_ms(self, S, kv):
-        """(all layers' ms of the one-position kernel at S sequences, kv keys, NaN where S has no
-        row; the KV edge it was anchored to, kv itself inside the run; the measured part: the
-        row at that edge) by the module's rule."""
-        S = np.asarray(S, dtype=np.int64)
-        kv = np.asarray(kv, dtype=float)
+    def _edge_ms(self, S, kv):
+        """(all layers' ms of the one-position kernel of S's row at kv clipped to the row's
+        finite run, NaN where S has no row; kv so clipped: the edge, kv itself inside the run)."""
         rows, lo, hi = self.rows(int(S.max(initial=0)))
         li, hj = lo[S], hi[S]
-        ok = li >= 0
         axis = self.kv_axis
         kc = np.clip(kv, axis[np.maximum(li, 0)], axis[np.maximum(hj, 0)])
-        i1 = np.searchsorted(axis, kc, side="left")
-        i1 = np.minimum(i1, axis.size - 1)
+        i1 = np.minimum(np.searchsorted(axis, kc, side="left"), axis.size - 1)
         i0 = np.maximum(i1 - 1, 0)
         exact = axis[i1] == kc
         span = np.where(exact, 1.0, axis[i1] - axis[i0])
         w = np.where(exact, 0.0, (kc - axis[i0]) / span)
         with np.errstate(invalid="ignore"):
             inner = (1.0 - w) * rows[S, i0] + w * rows[S, i1]
-        edge = np.where(ok, np.where(exact, rows[S, i1], inner), np.nan)
-        Sf = S.astype(float)
-        off = kc != kv
-        val = edge
-        if off.any():  # the nearest edge's row plus the roofline's increment from it
-            val = edge + np.where(off, self._roof1_ms(Sf, kv) - self._roof1_ms(Sf, kc), 0.0)
-        return val, kc, edge
+        return np.where(li >= 0, np.where(exact, rows[S, i1], inner), np.nan), kc
 
-    def pass_ms(self, n_seqs, sum_ctx, t):
+    def pass_ms(self, n_seqs, sum_ctx, t, roof_t_ms=None):
         """(all layers' attention ms of passes of n_seqs sequences x t positions over sum_ctx
-        cached tokens, NaN where not priced from the table; the KV edge used; the part of the ms
-        from measured rows: the edge's row x the premium) [N]."""
+        cached tokens, NaN where not priced from the table; the KV edge used (kv itself inside
+        the table); the part of the ms from measured rows: the edge's row x the premium) [N].
+        roof_t_ms: the roofline's attention of these passes, ms, where the caller has it (the
+        cost model's _attention_pnorm_ms: attention_s to rounding); else attention_s."""
         S = np.atleast_1d(np.asarray(n_seqs)).astype(np.int64)
         C = np.asarray(sum_ctx, dtype=float)
         t = np.asarray(t, dtype=float)
-        S, C, t = np.broadcast_arrays(S, C, t)
-        S, C, t = S.ravel(), C.ravel(), t.ravel()
-        Sf = S.astype(float)
+        S, C, t = (x.ravel() for x in np.broadcast_arrays(S, C, t))
+        if roof_t_ms is not None:
+            roof_t_ms = np.broadcast_to(np.asarray(roof_t_ms, float), np.shape(S)).ravel()
         use = (S > 0) & (t <= MAX_DECODE_POSITIONS)
+        nan = np.full(S.size, np.nan)
         if not self.applies or not use.any():
-            nan = np.full(S.size, np.nan)
             return nan, nan.copy(), nan.copy()
-        Sm = np.maximum(Sf, 1.0)
+        Sm = np.maximum(S.astype(float), 1.0)
         kv = C / Sm + t
-        one, kc, edge = self.one_ms(np.where(use, S, 0), kv)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            r_t = np.asarray(attention_s(self.c, Sm, t, C)) * 1e3
-            r_1 = np.asarray(attention_s(self.c, Sm, 1.0, C + Sm * (t - 1.0))) * 1e3
-            premium = r_t / r_1
-            ms = one * premium
-        return np.where(use, ms, np.nan), kc, np.where(use, edge * premium, np.nan)
+        edge, kc = self._edge_ms(np.where(use, S, 0), kv)
+        use &= np.isfinite(edge)
+        off = use & (kc != kv)
+        multi = use & (t != 1.0)
+        # one position at the pass's last KV length (the premium's base, the increment's top):
+        # only where it is used (attention_s of fitted kernels is the costly part)
+        need = np.flatnonzero(off | multi)
+        val, premium = edge.copy(), np.ones(S.size)
+        if need.size:
+            r_1 = nan.copy()
+            r_1[need] = np.asarray(attention_s(self.c, Sm[need], 1.0, C[need] + Sm[need] * (
+                t[need] - 1.0)), float) * 1e3
+            at = np.flatnonzero(off)  # beyond the run: the edge's row + the roofline's increment
+            if at.size:
+                val[at] = edge[at] + (r_1[at] - self._roof1_ms(Sm[at], kc[at]))
+            at = np.flatnonzero(multi)
+            if at.size:
+                r_t = (np.asarray(attention_s(self.c, Sm[at], t[at], C[at]), float) * 1e3
+                       if roof_t_ms is None else roof_t_ms[at])
+                premium[at] = r_t / r_1[at]
+        return (np.where(use, val * premium, np.nan), np.where(use, kc, np.nan),
+                np.where(use, edge * premium, np.nan))
 
     def replace_ms(self, attention_ms, n_seqs, sum_ctx, t):
         """The cost model's attention term (HardwareCostModel._attention_pnorm_ms: without the
@@ -168,6 +174,6 @@ class PassAttention:
         prices the pass: measured - one kernel's fixed time per layer (the rest of the fixed time
         stays in the cost model's table, as pricing.py keeps it)."""
         shape = np.shape(attention_ms)
-        ms = self.pass_ms(n_seqs, sum_ctx, t)[0]
+        ms = self.pass_ms(n_seqs, sum_ctx, t, attention_ms)[0]
         ms = ms.reshape(shape) if shape else ms[0]
         return np.where(np.isfinite(ms), ms - self.fixed_ms, attention_ms)

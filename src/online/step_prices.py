@@ -284,12 +284,14 @@ def measured_attention_ms(pt, d, n, t, C, attention):
         i0 = i1 - 1
         w = (kc - axis[i0]) / (axis[i1] - axis[i0])
         val = (1.0 - w) * row[i0] + w * row[i1]
-    if kc != kv:  # beyond the run: the edge's row plus the roofline's increment
-        val = val + (attention_pow_s(pt, d, TARGET, S, 1.0, S * (kv - 1.0), DECODE) * 1e3
-                     - attention_pow_s(pt, d, TARGET, S, 1.0, S * (kc - 1.0), DECODE) * 1e3)
-    r_t = attention_pow_s(pt, d, TARGET, S, tf, Cf, DECODE) * 1e3
+    if kc == kv and t == 1:
+        return val - par[2]
     r_1 = attention_pow_s(pt, d, TARGET, S, 1.0, Cf + S * (tf - 1.0), DECODE) * 1e3
-    return val * (r_t / r_1) - par[2]
+    if kc != kv:  # beyond the run: the edge's row plus the roofline's increment
+        val = val + (r_1 - attention_pow_s(pt, d, TARGET, S, 1.0, S * (kc - 1.0), DECODE) * 1e3)
+    if t != 1:  # the roofline's premium of t positions (attention: the cost model's own)
+        val = val * (attention / r_1)
+    return val - par[2]
 
 
 @njit(cache=True)
