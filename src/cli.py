@@ -41,8 +41,10 @@ if TYPE_CHECKING:
 # name -> (module whose main(argv) runs it, one line for --help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "step-time": ("src.stepcalc", "forward-pass times of real GPUs and models"),
-    "serve": ("src.online.cli", "serving under load: request rates, latency percentiles, policies"),
-    "recommend": ("src.online.recommend", "whether to speculate, with vLLM and SGLang settings"),
+    "serve": ("src.disagg.serve_cli",
+              "serving under load: request rates, latency percentiles, policies"),
+    "recommend": ("src.online.recommend_all", "whether to speculate, with vLLM, SGLang and "
+                  "TensorRT-LLM settings"),
     "plan": ("src.plan.cli", "capacity planning: SLO capacity and cost of many deployments"),
     "measure": ("src.measure.cli", "time real forward steps on your GPU (needs PyTorch)"),
     "calibrate": ("src.calibration.command", "fit the cost model to measured step times of a GPU"),
@@ -264,6 +266,19 @@ def run_sibling_vector(args: argparse.Namespace, cfg: StudyConfig,
     return None if vector == tuple(SEQUOIA_VECTOR) else vector
 
 
+def check_temperature_acceptance(args: argparse.Namespace, cfg: StudyConfig,
+                                 scenario: Scenario | None, measured: bool) -> None:
+    """At temperature > 0 (--temperature, or a --config / scenario file's) the acceptance must be
+    the user's at that temperature (src/sampling_acceptance.py); ConfigError otherwise."""
+    from src.sampling_acceptance import check_study, file_states_temperature
+    temperature = max(cfg.temperature, scenario.study.temperature if scenario else 0.0)
+    if temperature <= 0:
+        return
+    files = [f for f in (args.config, args.scenario) if f not in (None, "reference")]
+    check_study(temperature, args.alpha is not None or measured
+                or any(file_states_temperature(load_toml(f), temperature) for f in files))
+
+
 def parse(argv: list[str]) -> RunPlan:
     """The command line as a RunPlan; ConfigError naming the option on bad input (argparse's own
     usage errors exit 2 with one line)."""
@@ -277,6 +292,7 @@ def parse(argv: list[str]) -> RunPlan:
         cfg = config_from_args(args, measured.modes)
         scenario = scenario_from_args(args, cfg, measured.modes)
     only_scenario = args.scenario not in (None, "reference")
+    check_temperature_acceptance(args, cfg, scenario, bool(measured.modes))
     out = args.out if args.out is not None else (os.path.join("runs", scenario.name)
                                                  if only_scenario else ".")
     from src.executor import dask_option

@@ -18,6 +18,13 @@ compiles one of these files' functions imports this one before its first `njit`.
 the parent compiles (behind a file lock, so two commands started together compile once too and
 the second loads what the first wrote) before it starts any worker, and says on stderr that it
 does and for about how long; every worker then loads the cache.
+
+`compiled_callee` compiles a function that only compiled code calls (every function of the
+serving engine but its entry point, engine_loop.run_rows): numba builds no CPython wrapper and no
+C-callable wrapper for it (the `no_cpython_wrapper` / `no_cfunc_wrapper` options its own
+`@overload`s use), which saves about a fifth of the engine's cold compile (26.9 -> 21.9 s of one
+core, 2026-12-03). Such a function cannot be called from Python (numba would jump to a wrapper
+that does not exist: a segmentation fault); `python_callable` gives a twin that can (tests).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import os
 import time
 from typing import Callable
 
+from numba import njit
 from numba.core.caching import CacheImpl, InTreeCacheLocator, UserProvidedCacheLocator
 
 _SRC = os.path.dirname(os.path.abspath(__file__))
@@ -71,6 +79,23 @@ class EngineSourcesUserLocator(_EngineSourcesStamp, UserProvidedCacheLocator):
 for _cls in (EngineSourcesLocator, EngineSourcesUserLocator):  # the user's dir first
     if _cls not in CacheImpl._locator_classes:
         CacheImpl._locator_classes.insert(0, _cls)
+
+
+def compiled_callee(py_func):
+    """njit(cache=True) without the wrappers a call from Python needs (module docstring)."""
+    return njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(py_func)
+
+
+_TWINS: dict = {}
+
+
+def python_callable(callee):
+    """A twin of a `compiled_callee` function that Python can call (compiled in this process on
+    its first call, its callees loaded from the cache; not cached itself: its machine code would
+    share the callee's cache entry, whose wrappers differ)."""
+    if callee not in _TWINS:
+        _TWINS[callee] = njit(callee.py_func)
+    return _TWINS[callee]
 
 
 def cache_is_warm(dispatcher) -> bool:

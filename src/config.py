@@ -213,6 +213,11 @@ class StudyConfig:
     seed: int = setting(20261129, "root random seed of every random stream",
                         Rule(lambda n, v, m: _integer(n, v, 0, None), "an integer >= 0"),
                         option=True)
+    temperature: float = setting(
+        0.0, "sampling temperature of the hardware scenario's requests: > 0 prices the "
+        "sampler's and rejection sampler's probability traffic per step and needs acceptance "
+        "measured at that temperature (the reference study's flat cost model has no sampler)",
+        Rule(lambda n, v, m: _bounded(n, v, 0.0, 2.0), "0..2"), option=True)
     draft_cost: float = setting(
         0.2, "cost of one draft pass in target passes (flat cost model)",
         Rule(lambda n, v, m: _bounded(n, v, 0.0, 10.0), "0..10"), option=True)

@@ -72,8 +72,11 @@ def test_beyond_the_edge_the_roofline_increment_meets_the_edge_s_row(measured):
 
 
 def test_the_compiled_engine_agrees_where_attention_is_anchored_off_the_grid(measured):
-    from src.online.step_prices import decode_ms, pack_prices
+    from src.compiled_cache import python_callable
+    from src.online import step_prices
     from src.online.steptime import StepTimer
+
+    decode_ms, pack_prices = python_callable(step_prices.decode_ms), step_prices.pack_prices
 
     timer = StepTimer(measured, True)
     rng = np.random.default_rng(11)

@@ -116,7 +116,12 @@ def test_kernels_measured_without_tables_is_one_line_exit_2(argv, tmp_path):
 
 
 def test_the_compiled_engine_agrees_with_measured_pricing():
-    from src.online.step_prices import decode_ms, pack_prices, prefill_extra_ms
+    from src.compiled_cache import python_callable
+    from src.online import step_prices
+    from src.online.step_prices import pack_prices
+
+    decode_ms = python_callable(step_prices.decode_ms)
+    prefill_extra_ms = python_callable(step_prices.prefill_extra_ms)
     from src.online.steptime import StepTimer
 
     _, cost = _pair(draft="llama-3.2-1b")

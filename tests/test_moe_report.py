@@ -82,7 +82,8 @@ def test_section_is_replaced_in_place_and_kept(tmp_path):
 def test_recommend_prints_eagle3_and_mtp_settings_the_engines_accept():
     from tests.helpers import run_captured
     base = ["recommend", "--gpu", "h100-sxm", "--target", "qwen3-30b-a3b-fp8", "--draft",
-            "qwen3-30b-a3b-eagle3", "--acceptance", "0.5", "--batch", "1,8"]
+            "qwen3-30b-a3b-eagle3", "--acceptance", "0.5", "--batch", "1,8",
+            "--engine", "vllm-v1"]  # vLLM and SGLang lines under one schedule (sglang's is off)
     rc, out, err = run_captured(base)  # the preset's public weights are the default path
     assert rc == 0 and "--speculative-draft-model-path zhuyksir/EAGLE3-Qwen3-30B-A3B" in out, err
     rc, out, err = run_captured(base + ["--draft-model-path", "org/head"])

@@ -56,13 +56,17 @@ def test_the_hazard_form_the_schedule_uses_equals_the_rates():
 
 
 def test_deepseek_v3_example_says_the_layer_is_reused():
+    """The README example (all three engines): one line under vLLM's K and one under SGLang's,
+    TensorRT-LLM's own MTP-Eagle note under its YAML."""
     p = run_captured(["recommend", *DEEPSEEK])
     assert p.returncode == 0, p.stderr
     cfg = json.loads(re.search(r"--speculative-config '(\{.*\})'", p.stdout).group(1))
     k = cfg["num_speculative_tokens"]
     assert k < 8 and "--max-gamma 16" not in p.stdout
     notes = [line for line in p.stdout.splitlines() if line.strip().startswith("MTP depth: K")]
-    assert len(notes) == 1 and f"K {k}" in notes[0] and "reuse" in notes[0]
+    assert len(notes) == 2 and all(f"K {k}" in x and "reuse" in x for x in notes)
+    trt = p.stdout.split("=== TensorRT-LLM", 1)[1]
+    assert "MTP depth: K" not in trt and "that layer reused max_draft_len times" in trt
     tree = [line for line in p.stdout.splitlines() if "these shapes take the top-1 rate" in line]
     assert len(tree) == 1 and "upper bounds" in tree[0]
     assert "num_nextn_predict_layers 1" in notes[0]
@@ -72,7 +76,8 @@ def test_deepseek_v3_example_says_the_layer_is_reused():
 
 def test_a_max_gamma_hint_past_the_depth_says_so():
     """At acceptance 0.99 the best gamma still tops out at --max-gamma 2: the hint gets its line."""
-    p = run_captured(["recommend", *DEEPSEEK[:-1], "0.99", "--max-gamma", "2", "--batch", "1"])
+    p = run_captured(["recommend", *DEEPSEEK[:-1], "0.99", "--max-gamma", "2", "--batch", "1",
+                      "--engine", "vllm-v1"])  # one engine's hint
     assert p.returncode == 0, p.stderr
     assert "try --max-gamma 4" in p.stdout
     hint = [line for line in p.stdout.splitlines() if "a --max-gamma above 1" in line]
@@ -89,7 +94,7 @@ def test_a_depth_vllm_cannot_run_is_refused_naming_the_flag(tmp_path):
     """vllm/config/speculative.py: num_speculative_tokens > n_predict must be a multiple of it."""
     target = deepseek_config(tmp_path, 3)
     args = ["recommend", "--gpu", "h200", "--target", target, "--draft", "mtp", "--tp", "8",
-            "--acceptance", "0.875", "--batch", "1"]
+            "--acceptance", "0.875", "--batch", "1", "--engine", "vllm-v1"]  # vLLM's refusal
     p = run_captured([*args, "--max-gamma", "4"])
     assert p.returncode == 2 and p.stdout == ""
     lines = p.stderr.strip().splitlines()
@@ -102,11 +107,12 @@ def test_a_depth_vllm_cannot_run_is_refused_naming_the_flag(tmp_path):
 
 
 def test_reuse_of_a_one_layer_checkpoint_is_allowed_at_any_depth_and_warned():
-    p = run_captured(["recommend", *DEEPSEEK, "--max-gamma", "5", "--batch", "1"])
+    one = ["--engine", "vllm-v1"]  # one engine's warning
+    p = run_captured(["recommend", *DEEPSEEK, "--max-gamma", "5", "--batch", "1", *one])
     assert p.returncode == 0, p.stderr
     warned = [line for line in p.stdout.splitlines() if "--max-gamma 5 asks past" in line]
     assert len(warned) == 1 and "1 MTP layer" in warned[0] and "reuse" in warned[0]
-    quiet = run_captured(["recommend", *DEEPSEEK, "--batch", "1"])  # the default 8: no warning
+    quiet = run_captured(["recommend", *DEEPSEEK, "--batch", "1", *one])  # default 8: no warning
     assert "asks past" not in quiet.stdout
 
 

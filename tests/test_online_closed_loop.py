@@ -97,6 +97,9 @@ QUICK = ["--requests", "12", "--replications", "2", "--policies", "none,fixed:2"
     (["--workload", "fixed:1e3:16"], "error: --workload: '1e3' is not a prompt length"),
     (["--workload", "fixed:64:+8"], "error: --workload: '+8' is not an output length"),
     (["--workload", "fixed:64:2000000"], "error: --workload: 2000000 is out of range"),
+    # one output token has no TPOT: every latency column would be empty (a pandas traceback)
+    (["--workload", "fixed:512:1"], "error: --workload: 1 is out of range; allowed: an output "
+                                    "length in tokens (TPOT needs at least 2), 2..1000000"),
 ])
 def test_bad_closed_loop_input_is_one_line_exit_2_nothing_written(tmp_path, args, message):
     from tests.helpers import run_captured

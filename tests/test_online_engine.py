@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from src.acceptance import hazard_profile
+from src.compiled_cache import python_callable
 from src.config import FixedLength
 from src.costmodel import HardwareCostModel
 from src.costmodel.engines import engine_profile
+from src.online import counter_rng
 from src.online.arrivals import ArrivalProcess, arrival_times
-from src.online.counter_rng import request_keys, uniform_one, uniform_open_closed
+from src.online.counter_rng import request_keys, uniform_open_closed
 from src.online.engine import (
     CompiledEngine,
     Deployment,
@@ -298,6 +300,7 @@ def test_compiled_uniforms_are_the_numpy_ones():
     keys = request_keys(rng, 2000)
     counters = rng.integers(0, 10**9, 2000)
     ref = uniform_open_closed(keys, counters)
+    uniform_one = python_callable(counter_rng.uniform_one)
     got = np.array([uniform_one(k, int(c)) for k, c in zip(keys, counters)])
     np.testing.assert_array_equal(got, ref)
 

@@ -8,17 +8,22 @@ import numpy as np
 import pytest
 
 from src.acceptance import hazard_profile
+from src.compiled_cache import python_callable
 from src.costmodel import CostModelInputError, memory_usable_bytes
+from src.online import step_prices
 from src.online.engine import CompiledEngine, Engine, EngineLimits, RowGroup
 from src.online.engine_compiled import compiled_supported
 from src.online.policies import Adaptive, FixedGamma, FixedTree, NoSpeculation
-from src.online.step_prices import pack_prices, tree_decode_ms, tree_step_fits
+from src.online.step_prices import pack_prices
 from src.treeshape.shape import parse_shape
 from src.treeshape.siblings import SiblingVector, child_probabilities
 from src.treeshape.tree import expected_tokens
 from src.treesim.serve import mode_tree
 from src.treesim.serving import tree_thresholds, tree_timer
 from tests.test_online_engine import _assert_same, _deployments, _run, _with_profile
+
+tree_decode_ms = python_callable(step_prices.tree_decode_ms)
+tree_step_fits = python_callable(step_prices.tree_step_fits)
 
 TREE = parse_shape("4:2:8")
 

@@ -22,6 +22,28 @@ def fewest_ranges(by_gamma: np.ndarray, tol: float) -> int:
     return best[n]
 
 
+def fewest_ranges_without_small_rises(by_gamma: np.ndarray, tol: float) -> int:
+    """The same programme over (batch prefix, last range's gamma), where a range whose gamma is
+    above the previous range's must be faster than it by more than tol at its first batch."""
+    s = by_gamma[:, 1:].copy()
+    s[0] = 1.0
+    ok = s * (1 + tol) >= s.max(axis=0)
+    n_gamma, n = s.shape
+    big = 10**9
+    best = np.full((n + 1, n_gamma), big)
+    for end in range(1, n + 1):
+        for start in range(end):
+            for g in np.nonzero(ok[:, start:end].all(axis=1))[0]:
+                if start == 0:
+                    best[end, g] = 1
+                    continue
+                prev = [p for p in range(n_gamma) if best[start, p] < big
+                        and (g <= p or s[g, start] >= (1 + tol) * s[p, start])]
+                if prev:
+                    best[end, g] = min(best[end, g], min(best[start, p] for p in prev) + 1)
+    return int(best[n].min())
+
+
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("tol", [0.0, 0.01, 0.03])
 def test_each_batch_within_tolerance_with_the_fewest_ranges(seed, tol):
@@ -35,7 +57,24 @@ def test_each_batch_within_tolerance_with_the_fewest_ranges(seed, tol):
     s = by_gamma.copy()
     s[0] = 1.0
     assert np.all(s[g[1:], cols] * (1 + tol) >= s[:, 1:].max(axis=0) - 1e-12)
-    assert len(compress_schedule(g).ranges) == fewest_ranges(by_gamma, tol)
+    # every rise is worth more than the tolerance where it happens (issue 24, section 6)
+    assert all(s[g1, b] >= (1 + tol) * s[g0, b] for b, g0, g1 in rises(g))
+    n = len(compress_schedule(g).ranges)
+    assert n == fewest_ranges_without_small_rises(by_gamma, tol)
+    assert n >= fewest_ranges(by_gamma, tol)
+
+
+def test_a_rise_smaller_than_the_tolerance_is_not_taken():
+    """At batch 3 gamma 2 stops being admissible; gamma 4 (2% above it) would reach farthest,
+    gamma 3 (8% above it, the best there) is the one worth rising to."""
+    by_gamma = np.array([[1, 1, 1, 1, 1, 1],
+                         [1, 1.2, 1.2, 1.2, 1.2, 1.2],
+                         [1, 1.5, 1.5, 1.30, 1.30, 1.30],
+                         [1, 1.4, 1.4, 1.40, 1.0, 1.0],
+                         [1, 1.0, 1.0, 1.33, 1.36, 1.36]], float)
+    g = tolerant_gammas(by_gamma, 0.06)
+    assert list(g[1:]) == [2, 2, 3, 4, 4]
+    assert rises(g) == [(3, 2, 3), (4, 3, 4)]  # by 7.7% and 36%; 2 -> 4 would be 2.3%
 
 
 def test_tolerance_zero_is_the_per_batch_best_and_flat_gains_do_not_switch():

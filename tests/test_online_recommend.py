@@ -76,7 +76,8 @@ def test_batch_mode_prints_a_schedule_vllm_accepts_and_sglang_flags():
 
 
 def test_low_acceptance_says_do_not_speculate_and_prints_no_config():
-    p = run(*BASE, "--acceptance", "0.15", "--batch", "1,16")
+    # one engine's verdict (the default, --engine all, gives one per engine)
+    p = run(*BASE, "--acceptance", "0.15", "--batch", "1,16", "--engine", "vllm-v1")
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("Recommendation: do not speculate")
     assert "--speculative-config" not in p.stdout
@@ -241,8 +242,9 @@ def sglang_flags_of(stdout: str) -> tuple[str, int]:
 
 @pytest.mark.parametrize("draft", ["ngram", "llama-3.2-1b"])
 def test_sglang_flags_give_a_chain_of_gamma_drafts(draft):
+    # one engine's schedule under both lines (--engine all prices SGLang with its own profile)
     p = run("--gpu", "h100-sxm", "--target", "llama-3.1-8b", "--draft", draft,
-            "--acceptance", "0.7", "--batch", "1,4")
+            "--acceptance", "0.7", "--batch", "1,4", "--engine", "vllm-v1")
     assert p.returncode == 0, p.stderr
     flags, gamma = sglang_flags_of(p.stdout)
     assert gamma == vllm_config(p.stdout)["num_speculative_tokens_per_batch_size"][0][2]

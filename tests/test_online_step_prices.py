@@ -5,15 +5,14 @@ attention kernels, to 1e-9 relative."""
 import numpy as np
 import pytest
 
+from src.compiled_cache import python_callable
 from src.costmodel import HardwareCostModel
-from src.online.step_prices import (
-    compiled_pricing_supported,
-    decode_ms,
-    pack_prices,
-    prefill_extra_ms,
-    step_fits,
-)
+from src.online import step_prices
+from src.online.step_prices import compiled_pricing_supported, pack_prices
 from src.online.steptime import StepTimer
+
+decode_ms, prefill_extra_ms, step_fits = (python_callable(f) for f in (
+    step_prices.decode_ms, step_prices.prefill_extra_ms, step_prices.step_fits))
 
 CASES = [
     ("h100-sxm", "llama-3.1-8b", "llama-3.2-1b", "vllm-v1", None),

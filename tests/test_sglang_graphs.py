@@ -10,13 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from src.compiled_cache import python_callable
 from src.costmodel import HardwareCostModel
 from src.costmodel.engines import load_engine_profiles
 from src.costmodel.presets import CostModelInputError
-from src.online.step_prices import decode_ms, pack_prices
+from src.online import step_prices
+from src.online.step_prices import pack_prices
 from src.online.steptime import StepTimer
 from src.treeshape.shape import TreeShape
 from src.treesim.costs import draft_ms, verify_ms
+
+decode_ms = python_callable(step_prices.decode_ms)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -42,6 +42,7 @@ from src.costmodel.roofline import (
     pass_time_table_ms,
     window_context_tokens,
 )
+from src.costmodel.sampling import TEMPERATURE_RANGE, sampler_traffic, sampling_ms_table
 from src.costmodel.variants import check_ep
 
 
@@ -77,6 +78,9 @@ class HardwareCostModel:
     # set by with_kernels; duck-typed): replace_ms(attention_ms, n_seqs, sum_ctx, t) is the
     # attention term with the measured kernel where its table prices the pass; None = roofline
     attention_kernels: object | None = field(default=None, compare=False)
+    # sampling temperature: > 0 adds the sampler's probability traffic to every target pass
+    # (src/costmodel/sampling.py); 0 = greedy, today's step times bit for bit
+    sampling_temperature: float = 0.0
     _target_c: PassCoefficients = field(init=False, repr=False, compare=False)
     _draft_c: PassCoefficients | None = field(init=False, repr=False, compare=False)
     _weight_bytes_gpu0: float = field(init=False, repr=False, compare=False)
@@ -87,6 +91,10 @@ class HardwareCostModel:
 
     def __post_init__(self):
         check_tp(self.target, self.tp)
+        low, high = TEMPERATURE_RANGE
+        if not low <= self.sampling_temperature <= high:
+            raise CostModelInputError("temperature", f"must be in {low:g}..{high:g}, got "
+                                                     f"{self.sampling_temperature}")
         p = self.params
         set_ = object.__setattr__
         # physics only: the engine's CPU overhead is added by _target_parts / _draft_parts; the
@@ -152,6 +160,7 @@ class HardwareCostModel:
         draft_kv_budget_tokens: int | None = None,
         ep: int = 1,
         target_formats: Mapping[str, str] | None = None,
+        temperature: float = 0.0,
     ) -> "HardwareCostModel":
         """Build from preset ids (or paths to Hugging Face config.json files). draft: a model id
         (a stand-alone draft, or an EAGLE-3 head where its preset says architecture "eagle3"),
@@ -161,7 +170,8 @@ class HardwareCostModel:
         overrides the loaded fitted parameters. engine: an EngineProfile or a profile name of
         src/presets/engines.toml (or of a preset file). target_formats: ModelSpec format fields
         (weight_format, expert_weight_format, kv_cache_format) that replace the preset's, as a
-        scenario's `weights` / `kv_cache` keys give them."""
+        scenario's `weights` / `kv_cache` keys give them. temperature: the sampling
+        temperature, 0..2 (> 0 prices the sampler's probability traffic: sampling.py)."""
         preset_paths = tuple(preset_paths)
         presets = load_presets(preset_paths)
         gpu_spec = presets.gpu(gpu)
@@ -187,7 +197,7 @@ class HardwareCostModel:
         return cls(gpu=gpu_spec, target=target_spec, tp=tp, draft=draft_spec,
                    params=presets.params if params is None else params,
                    allreduce=presets.allreduce, engine=engine, attention_fits=presets.attention,
-                   ep=ep)
+                   ep=ep, sampling_temperature=temperature)
 
     def _what(self) -> str:
         d = self.draft
@@ -254,9 +264,21 @@ class HardwareCostModel:
             if self.kernels is not None and coeffs is self._target_c:  # target (or self) network
                 S, t = np.indices(table.shape)
                 table += self.kernels.delta_ms(S * t)
+            if self.sampling_temperature > 0 and which == "target":
+                table += self._sampling_ms_table(table.shape[0] - 1, table.shape[1] - 1)
             table[0, :] = 0.0  # no active sequence, no pass
             self._tables[which] = table
         return table
+
+    def _sampling_ms_table(self, max_seqs: int, max_positions: int) -> np.ndarray:
+        """ms [S, t] of the sampler's probability traffic at sampling_temperature > 0
+        (src/costmodel/sampling.py): bytes / (peak DRAM bandwidth x the memory bandwidth
+        efficiency), over the target's full vocabulary (the sampler sees gathered logits)."""
+        bw = self.gpu.memory_bandwidth_bytes_per_s * (
+            self.gpu.memory_bandwidth_efficiency_fraction
+            or self.params.memory_bandwidth_efficiency_fraction)
+        return sampling_ms_table(sampler_traffic(self.engine.name), max_seqs, max_positions,
+                                 self.target.vocab_size, bw)
 
     @staticmethod
     def _attention_pnorm_ms(c: PassCoefficients, n_seqs, tokens, positions_per_seq, sum_ctx):

@@ -94,7 +94,6 @@ class DecodeWorker:
         if N <= 0:
             return 0.0
         c, s = self.cost, self.shape
-        t = gamma + 1
         load = PassLoad.from_totals(np.array([N]), np.array([N * context_tokens]))
         # the pool checks its own (DP-aware) memory fit: the TP-G path would replicate MLA KV
         target, draft = c.step_ms(load, np.array([gamma]), with_draft=gamma > 0,
@@ -102,14 +101,29 @@ class DecodeWorker:
         ms = float(target[0] + draft[0])
         if s.dp == 1:
             return ms
-        n = self.requests_per_rank(N)
-        tc = c._target_c
-        att = c._attention_pnorm_ms
-        attn_g = float(att(tc, N, N * t, t, N * context_tokens))
-        attn_r = float(att(self._rank_c, n, n * t, t, n * context_tokens))
-        comm_g = float(pass_components_s(tc, N, t, N * context_tokens)["communication"]) * 1e3
+        return ms + float(self.dp_correction_ms(np.array([N]), np.array([N * context_tokens]),
+                                                np.array([gamma]))[0])
+
+    def dp_correction_ms(self, worker_requests, context_sum_tokens, gamma) -> np.ndarray:
+        """What attention DP changes in the TP-G target pass (module docstring), ms per row:
+        - attention_G(N) + attention_tp(n) - communication_G(N) + all_reduce_tp(n) / 2
+        + all_to_all(n t), with N = worker_requests over context_sum_tokens cached tokens ([R]
+        each, a request at the mean context), n = ceil(N / dp); 0 at dp = 1 and where N = 0."""
+        s = self.shape
+        N = np.asarray(worker_requests, dtype=float)
+        if s.dp == 1:
+            return np.zeros(N.shape)
+        t = np.asarray(gamma) + 1.0
+        C = np.asarray(context_sum_tokens, dtype=float)
+        n = np.ceil(N / s.dp)
+        c_rank = n * C / np.maximum(N, 1.0)
+        tc = self.cost._target_c
+        att = self.cost._attention_pnorm_ms
+        attn_g = att(tc, N, N * t, t, C)
+        attn_r = att(self._rank_c, n, n * t, t, c_rank)
+        comm_g = pass_components_s(tc, N, t, C)["communication"] * 1e3
         comm_r = 0.0
         if s.tp > 1:
-            comm_r = float(pass_components_s(self._rank_c, n, t, n * context_tokens)[
-                "communication"]) * 1e3 / 2.0
-        return ms - attn_g + attn_r - comm_g + comm_r + float(self.all_to_all_ms(n * t))
+            comm_r = pass_components_s(self._rank_c, n, t, c_rank)["communication"] * 1e3 / 2.0
+        out = -attn_g + attn_r - comm_g + comm_r + self.all_to_all_ms(n * t)
+        return np.where(N > 0, out, 0.0)

@@ -17,7 +17,6 @@ from src.disagg.config import DisaggConfig, disagg_from_table
 
 def disagg_scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None):
     """(Scenario, DisaggConfig) of a parsed scenario document with a [disagg] table."""
-    from src.costmodel import load_presets
     from src.hardware.scenario import scenario_from_dict
     if not isinstance(data, Mapping) or "disagg" not in data:
         raise ConfigError("disagg", "missing [disagg] table (prefill_workers, prefill_tp, "
@@ -25,12 +24,17 @@ def disagg_scenario_from_dict(data: Mapping[str, Any], source_path: str | None =
                                     "decode_ep, decode_dp, kv_link)")
     rest = {k: v for k, v in data.items() if k != "disagg"}
     scenario = scenario_from_dict(rest, source_path)
+    return scenario, disagg_of(data["disagg"], scenario)
+
+
+def disagg_of(table: Any, scenario) -> DisaggConfig:
+    """The [disagg] table validated against the scenario's target (with its weight formats)
+    and GPU."""
+    from src.costmodel import load_presets
     presets = load_presets(scenario.preset_paths)
     target = replace(presets.model(scenario.target_model_id, "target"),
                      **scenario.target_formats())
-    disagg = disagg_from_table(data["disagg"], target, presets.gpu(scenario.gpu_id),
-                               presets.params)
-    return scenario, disagg
+    return disagg_from_table(table, target, presets.gpu(scenario.gpu_id), presets.params)
 
 
 def load_disagg_scenario(path: str | Path) -> tuple[Any, DisaggConfig]:

@@ -116,6 +116,10 @@ def summary_text(hw: dict, reference: pd.DataFrame | None) -> str:
                f"draft {draft} (draft TP {sc.draft_tp}){budget}")
     for name in engine_names:
         out.append(f"  engine       {name}: {engines[name].description}")
+    if cfg.temperature > 0:
+        out.append(f"  sampling     temperature {cfg.temperature:g}: every target pass pays the "
+                   "sampler's and rejection sampler's probability traffic (design.md, 'Sampling "
+                   "at temperature > 0'); acceptance as given at that temperature")
     tokens = sc.max_tokens_per_seq()
     largest = sc.cost_model(IDEAL_ENGINE).largest_batch_that_fits(tokens)  # memory: engine-free
     out.append(f"  memory       {gpu.memory_gb:g} GB per GPU; the largest batch whose KV cache "

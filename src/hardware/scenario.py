@@ -148,7 +148,8 @@ class Scenario:
             self.gpu_id, self.target_model_id, tp=self.tp, draft=self.draft,
             draft_tp=self.draft_tp, engine=engine, params=params,
             draft_kv_budget_tokens=self.draft_kv_budget_tokens, preset_paths=self.preset_paths,
-            ep=self.ep, target_formats=self.target_formats())
+            ep=self.ep, target_formats=self.target_formats(),
+            temperature=self.study.temperature)
         return with_kernels(cost, self.kernels, strict=False)
 
     def max_tokens_per_seq(self) -> int:

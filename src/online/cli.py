@@ -101,6 +101,10 @@ def make_parser() -> argparse.ArgumentParser:
         "--alpha", help="per-token acceptance probability of every request, 0.001..0.999"
     )
     p.add_argument(
+        "--temperature", help="sampling temperature, 0..2 (default: the scenario's, 0): > 0 "
+        "prices the sampler's probability traffic and needs acceptance measured at that "
+        "temperature (--alpha or a trace's alpha column)")
+    p.add_argument(
         "--quality-mode",
         help="acceptance mode of the scenario's [study] alpha modes (default: its first)",
     )
@@ -213,13 +217,14 @@ def _engine_default(scenario, serving: Mapping) -> str:
     return (real or list(scenario.engine_profiles))[0]
 
 
-def load_serving_scenario(path: str | None):
-    """(Scenario, [serving] table) of a scenario file, or of the default hardware scenario."""
+def load_serving_scenario(path: str | None, document: Mapping | None = None):
+    """(Scenario, [serving] table) of a scenario file (or its parsed `document`), or of the
+    default hardware scenario."""
     from src.hardware.scenario import default_hardware_scenario, scenario_from_dict
 
     if path is None:
         return default_hardware_scenario(), {}
-    data = dict(read_toml(path, "--scenario"))
+    data = dict(read_toml(path, "--scenario") if document is None else document)
     serving = data.pop("serving", {})
     check_serving_table(serving)
     try:
@@ -353,8 +358,9 @@ def drop_ignored(args: argparse.Namespace, serving: Mapping, trace) -> dict:
 
 
 
-def config_from_args(args: argparse.Namespace):
-    """ServeConfig from the command line over the scenario's [serving] table over defaults."""
+def config_from_args(args: argparse.Namespace, document: Mapping | None = None):
+    """ServeConfig from the command line over the scenario's [serving] table over defaults
+    (`document`: the scenario file as parsed, where the caller has read it)."""
     from src.config import PointAlpha, alpha_mode_label
     from src.costmodel import CostModelInputError, engine_profile
     from src.online.arrivals import parse_arrival, read_trace
@@ -363,7 +369,7 @@ def config_from_args(args: argparse.Namespace):
     from src.online.policies import parse_schedule_json
     from src.online.workloads import workload_preset
 
-    scenario, serving = load_serving_scenario(args.scenario)
+    scenario, serving = load_serving_scenario(args.scenario, document)
     trace = read_trace(args.trace) if args.trace else None
     serving = drop_ignored(args, serving, trace)
 
@@ -495,6 +501,9 @@ def config_from_args(args: argparse.Namespace):
                               f"'{alpha_mode}' is a per-position mode, but the trace gives each "
                               "request's i.i.d. alpha; drop the trace's alpha column or use an "
                               "i.i.d. mode")
+    from src.sampling_acceptance import serve_scenario
+    scenario = serve_scenario(args.temperature, args.scenario, scenario, alpha_v is not None
+                              or (trace is not None and trace.alpha is not None))
     sched_v, sched_f = pick("schedule", "schedule", None)
     schedule_json = None
     if sched_v is not None:
@@ -535,16 +544,21 @@ def config_from_args(args: argparse.Namespace):
     return cfg
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], document: Mapping | None = None, setup=None) -> int:
+    """`document`: the --scenario file as parsed; `setup(cfg) -> (cfg, Prepared)`: a deployment
+    other than one replica (src/disagg/serve_cli.py); default: study.prepare."""
     args = make_parser().parse_args(argv)
     out = "." if args.out is None else args.out
     try:
-        cfg = config_from_args(args)
+        cfg = config_from_args(args, document)
         from src.outputs import prepare as prepare_out
         prepare_out(out)
         workers = _int("--workers", args.workers, 1, 256) if args.workers is not None else None
         from src.online.study import prepare
-        prepare(cfg)  # every check that needs the cost model, before any simulation
+        # every check that needs the cost model, before any simulation
+        cfg, prepared = (cfg, prepare(cfg)) if setup is None else setup(cfg)
+        from src.online.mtp_depth import serve_notes  # a policy past the MTP depth: one line
+        sys.stderr.writelines(f"note: {line}\n" for line in serve_notes(cfg, prepared.policies))
         from src.executor import dask_option, open_executor
         dask = dask_option(args.dask)
         executor = open_executor(dask) if dask else None
@@ -556,7 +570,7 @@ def main(argv: list[str]) -> int:
     from src.outputs import existing_outputs, locked, publish
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     try:
-        result = run_serving(cfg, workers=workers, say=say, executor=executor)
+        result = run_serving(cfg, workers=workers, say=say, executor=executor, prepared=prepared)
     finally:
         if executor is not None:
             executor.close()

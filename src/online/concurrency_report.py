@@ -5,7 +5,8 @@ and plots do not apply; this section reports what `vllm bench serve --max-concur
 `sglang.bench_serving --max-concurrency` print, per policy and concurrency C: mean TTFT, mean
 TPOT, output tokens/s (per GPU: / tp) and tokens/s per user (1 / mean TPOT), each with its
 interval over replications, and the TPOT speedup over `none` at the same C,
-speedup = TPOT_mean(none) / TPOT_mean(policy).
+speedup = TPOT_mean(none) / TPOT_mean(policy). A disaggregated run's table (src/disagg/serve.py)
+adds the prefill pool's and the decode worker's utilisation.
 """
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ def concurrency_section(table: pd.DataFrame, cfg, begin: str, end: str) -> str:
         "C1. By policy and concurrency: mean TTFT (ms), mean TPOT (ms), output tokens/s per GPU, "
         "tokens/s per user (1 / mean TPOT), and the TPOT speedup over none at the same C.",
     ]
+    pools = "prefill_utilisation" in table.columns
+    if pools:
+        lines[-1] += (" Disaggregated: tokens/s per GPU over both pools' GPUs; the prefill pool's "
+                      "and the decode worker's utilisation.")
     rows = []
     none = table[table.policy == "none"].set_index("concurrency")
     for _, row in table.sort_values(["concurrency"], kind="stable").iterrows():
@@ -39,8 +44,11 @@ def concurrency_section(table: pd.DataFrame, cfg, begin: str, end: str) -> str:
         rows.append([f"{int(row.concurrency)}", row.policy, _ci(row, "ttft_mean_ms", 1),
                      _ci(row, "tpot_mean_ms", 2), _ci(row, "output_tok_s_per_gpu", 0),
                      _ci(row, "output_tok_s_per_user", 1),
-                     "-" if not np.isfinite(speedup) else f"{speedup:.2f}x"])
+                     "-" if not np.isfinite(speedup) else f"{speedup:.2f}x"]
+                    + ([f"{row.prefill_utilisation:.0%}", f"{row.decode_utilisation:.0%}"]
+                       if pools else []))
     lines.append(_table(["C", "policy", "TTFT mean ms", "TPOT mean ms", "tok/s/GPU",
-                         "tok/s/user", "speedup"], rows))
+                         "tok/s/user", "speedup"] + (["prefill", "decode"] if pools else []),
+                        rows))
     lines.append(end)
     return "\n".join(lines)

@@ -11,9 +11,8 @@ a replication's numbers do not depend on which other rows are simulated beside i
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from src import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
+from src.compiled_cache import compiled_callee  # (before the first njit: the cache's stamp)
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -66,7 +65,7 @@ def accepted_drafts(key: np.ndarray, counter: np.ndarray, alpha: np.ndarray, gam
 _G, _A, _B = (np.uint64(x) for x in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
 
 
-@njit(cache=True)
+@compiled_callee
 def uniform_one(key, counter):
     """uniform_open_closed of one (uint64 key, int counter): the same integer operations (uint64
     arithmetic wraps as numpy's does), the same float, for the compiled engine."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from src.online.engine_loop import POLICY_ADAPTIVE, POLICY_TABLE, run_rows
+from src.online.engine_loop import POLICY_ADAPTIVE, POLICY_TABLE, run_rows, scratch
 from src.online.engine_types import (
     ITL_BIN_EDGES_MS,
     Deployment,
@@ -116,7 +116,7 @@ class CompiledEngine:
                  lim.max_num_batched_tokens, lim.block_size_tokens,
                  np.zeros(0) if profile is None else np.asarray(profile, float),
                  profile is not None, self.tree_tokens, self.tree_thr, ITL_BIN_EDGES_MS,
-                 *out.values())
+                 *out.values(), *scratch(M, N, self.max_gamma))
         if progress is not None:
             progress(0, R)
         bad = np.nonzero(out["error"][:, 0])[0]

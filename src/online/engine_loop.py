@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from src import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
+from src.compiled_cache import compiled_callee  # (before the first njit: the cache's stamp)
 from src.online.counter_rng import uniform_one
 from src.online.step_prices import (
     E_BUDGET,
@@ -39,7 +39,7 @@ POLICY_TABLE, POLICY_ADAPTIVE = 0, 1
 S_STEPS, S_BUSY, S_RUN, S_KV, S_ACC, S_PROP, S_SLOTS = range(7)
 
 
-@njit(cache=True)
+@compiled_callee
 def _blocks(tokens, bs, shift):
     """ceil(tokens / bs) KV blocks; shift = log2(bs) where bs is a power of two (a shift instead
     of an integer division), else -1."""
@@ -48,7 +48,7 @@ def _blocks(tokens, bs, shift):
     return -(-tokens // bs)
 
 
-@njit(cache=True)
+@compiled_callee
 def _itl_bin(edges, gap, lo, scale):
     """np.searchsorted(edges, max(gap, edges[0]), "right") - 1, at most the last bin: a guess
     from the edges' log spacing, corrected against the edges themselves (exact for any sorted
@@ -65,7 +65,7 @@ def _itl_bin(edges, gap, lo, scale):
     return min(i, n - 2)
 
 
-@njit(cache=True)
+@compiled_callee
 def _capped(ctx, dec, hi, shift, budget):
     """sum over decoding slots of min(ctx + shift, budget) (a capped draft KV cache)."""
     s = 0.0
@@ -75,7 +75,7 @@ def _capped(ctx, dec, hi, shift, budget):
     return s
 
 
-@njit(cache=True)
+@compiled_callee
 def _price(pt, d, n, C, g, ctx, dec, hi):
     budget = pt.eng[d, E_BUDGET]
     mid = start = 0.0
@@ -85,16 +85,19 @@ def _price(pt, d, n, C, g, ctx, dec, hi):
     return decode_ms(pt, d, n, C, g, mid, start)
 
 
-@njit(cache=True)
-def _adaptive_gamma(pt, d, params, G, n, C, ctx, dec, hi, acc, tested, pool_acc, pool_tested):
+@compiled_callee
+def _adaptive_gamma(pt, d, params, G, n, C, ctx, dec, hi, acc, tested, pool_acc, pool_tested,
+                    tokens):
     """policies.Adaptive.gammas for one row: argmax over g <= G of the expected committed tokens
     per ms, each request's acceptance shrunk towards the row's pooled estimate. E[K + 1] =
-    (1 - a^(g + 1)) / (1 - a) is summed as 1 + a + ... + a^g: the policy's numbers to rounding."""
+    (1 - a^(g + 1)) / (1 - a) is summed as 1 + a + ... + a^g: the policy's numbers to rounding.
+    tokens: scratch of at least G + 1 entries."""
     if n == 0:
         return 0
     prior_alpha, prior_tokens = params[0], params[1]
     pooled = (pool_acc + prior_alpha * prior_tokens) / (pool_tested + prior_tokens)
-    tokens = np.zeros(G + 1)  # sum over decoding slots of E[K + 1] at each g
+    for g in range(G + 1):  # tokens[g]: sum over decoding slots of E[K + 1] at each g
+        tokens[g] = 0.0
     for c in range(hi):
         if dec[c]:
             a = (acc[c] + prior_tokens * pooled) / (tested[c] + prior_tokens)
@@ -113,7 +116,7 @@ def _adaptive_gamma(pt, d, params, G, n, C, ctx, dec, hi, acc, tested, pool_acc,
     return best_g
 
 
-@njit(cache=True)
+@compiled_callee
 def _head_fits(arrival_ms, prompt, r, n_req, next_new, n_pre_wait, waiting_pre, generated,
                start, n_run, M, budget_tokens, req, ctx, hi, bs, shift, capr):
     """Whether the next waiting request (a preempted one first) has arrived, a free slot, and its
@@ -139,13 +142,21 @@ def _head_fits(arrival_ms, prompt, r, n_req, next_new, n_pre_wait, waiting_pre, 
     return used + _blocks(need, bs, shift) <= capr
 
 
+def scratch(max_num_seqs: int, n_requests: int, max_gamma: int):
+    """run_rows's zeroed scratch arrays (work_i, work_f, work_b, s_thr, s_key)."""
+    W = max(max_num_seqs, n_requests, max_gamma + 1)
+    return (np.zeros((13, W), np.int64), np.zeros((4, W)), np.zeros((2, W), np.bool_),
+            np.zeros((max_num_seqs, max(max_gamma, 1))), np.zeros(max_num_seqs, np.uint64))
+
+
 @njit(cache=True)
 def run_rows(pt, arrival_ms, released, closed, prompt, output, alpha, key, n_req, row_dep, cap,
              row_group,
              group_kind, group_table, group_params, dep_prefill_first, max_gamma, max_num_seqs,
              budget_tokens,
              block_size, hazard_profile, per_position, tree_tokens, tree_thr, edges,
-             first_sched, first_token, finish, preemptions, stats, gamma_steps, itl, error):
+             first_sched, first_token, finish, preemptions, stats, gamma_steps, itl, error,
+             work_i, work_f, work_b, s_thr, s_key):
     """Simulate every row to completion; outputs (NaN-filled times in s, zeroed counts) are
     written in place. error[r] = 1: a step of row r failed the memory check (error[r, 1:] =
     n, C, gamma of it). dep_prefill_first[d]: deployment d schedules prefill-first (a step
@@ -156,40 +167,35 @@ def run_rows(pt, arrival_ms, released, closed, prompt, output, alpha, key, n_req
     its request q's accepted depth K = #{d : U < tree_thr[r, q, d]} (P(K >= d), zero-padded),
     priced by its deployment's tree tables (step_prices.tree_decode_ms). closed[r]: row r's
     requests come from closed-loop clients: a request finishing at time t sends the row's next
-    one (arrival_ms[r, released[r]] = t, in place; released[r] requests sent so far)."""
+    one (arrival_ms[r, released[r]] = t, in place; released[r] requests sent so far).
+    work_i, work_f, work_b, s_thr, s_key: zeroed scratch (`scratch`), allocated by the caller:
+    each array this function allocated was one more numba overload compiled (np.zeros and
+    np.empty per dtype and rank: about 2 s of a cold compile)."""
     R, N = arrival_ms.shape
     M = max_num_seqs
     bs = block_size
     itl_lo = np.log10(edges[0])
     itl_scale = (edges.size - 1) / (np.log10(edges[edges.size - 1]) - itl_lo)
     shift = int(np.log2(bs)) if bs & (bs - 1) == 0 else -1
-    req = np.empty(M, np.int64)
-    ctx = np.zeros(M, np.int64)
-    pf = np.zeros(M, np.int64)
-    rem = np.zeros(M, np.int64)
-    # acceptance thresholds alpha^(D_i) of the slot's request: K = #{i <= gamma: U <= thr_i}
+    req, ctx, pf, rem = work_i[0, :M], work_i[1, :M], work_i[2, :M], work_i[3, :M]
+    # acceptance thresholds alpha^(D_i) of the slot's request (s_thr [M, G1]):
+    # K = #{i <= gamma: U <= thr_i}
     G1 = max(max_gamma, 1)
-    s_thr = np.zeros((M, G1))
-    positions = np.empty(G1)  # D_i: the hazard profile (inf past its end), or i (i.i.d.)
+    positions = work_f[0, :G1]  # D_i: the hazard profile (inf past its end), or i (i.i.d.)
     for i in range(G1):
         if per_position:
             positions[i] = hazard_profile[i] if i < hazard_profile.size else np.inf
         else:
             positions[i] = i + 1.0
-    s_key = np.zeros(M, np.uint64)
-    s_steps = np.zeros(M, np.int64)
-    s_acc = np.zeros(M, np.int64)
-    s_tested = np.zeros(M, np.int64)
-    last_emit = np.zeros(M)
-    admit_seq = np.zeros(M, np.int64)
-    chunk = np.zeros(M, np.int64)
-    dec = np.zeros(M, np.bool_)
-    generated = np.zeros(N, np.int64)
-    q_steps = np.zeros(N, np.int64)
-    q_acc = np.zeros(N, np.int64)
-    q_tested = np.zeros(N, np.int64)
-    q_last_emit = np.zeros(N)
-    waiting_pre = np.zeros(N, np.bool_)
+    s_steps, s_acc, s_tested = work_i[4, :M], work_i[5, :M], work_i[6, :M]
+    last_emit = work_f[1, :M]
+    admit_seq, chunk = work_i[7, :M], work_i[8, :M]
+    dec = work_b[0, :M]
+    generated, q_steps, q_acc, q_tested = work_i[9, :N], work_i[10, :N], work_i[11, :N], \
+        work_i[12, :N]
+    q_last_emit = work_f[2, :N]
+    waiting_pre = work_b[1, :N]
+    tokens = work_f[3]
     for r in range(R):
         d = row_dep[r]
         grp = row_group[r]
@@ -239,7 +245,7 @@ def run_rows(pt, arrival_ms, released, closed, prompt, output, alpha, key, n_req
                             n0 += 1
                             C0 += ctx[c]
                     gamma = _adaptive_gamma(pt, d, group_params[grp], G_adapt, n0, C0, ctx, dec,
-                                            hi, s_acc, s_tested, pool_acc, pool_tested)
+                                            hi, s_acc, s_tested, pool_acc, pool_tested, tokens)
                 gamma = min(max(gamma, 0), max_gamma)
             start = clock
             preempted_any = False

@@ -15,6 +15,14 @@ whose admissible run reaches farthest; this greedy choice is optimal (any cover'
 no later, by induction). Among gammas that reach equally far, the one with the highest mean
 speedup over the range wins, then the smaller gamma. Every batch size so loses at most
 `tolerance` of its best modelled speedup, and no range is shorter than the objective forces.
+
+A gamma above the previous range's is a candidate only where it is faster than the previous gamma
+by more than the tolerance at the range's first batch (issue 24, section 6: a rise smaller than
+the model's stated uncertainty is not one to explain to a user). The best gamma there always
+qualifies (the previous one is not admissible there), so every batch keeps its guarantee; where
+the condition removes the farthest-reaching gamma, the schedule may have a range more than the
+fewest (the interval-cover optimum is then that of the fewest ranges without such a rise, which
+the greedy choice approximates; tests/test_online_gamma_rule.py checks it).
 """
 from __future__ import annotations
 
@@ -46,14 +54,21 @@ def tolerant_gammas(by_gamma: np.ndarray, tolerance: float = SCHEDULE_TOLERANCE)
     for b in range(n_batch - 1, -1, -1):
         run[:, b] = np.where(ok[:, b], run[:, b + 1] + 1, 0)
     out = np.zeros(n_batch + 1, np.int64)
-    b = 0
+    gammas = np.arange(n_gamma)
+    b, prev = 0, None
     while b < n_batch:
-        far = int(run[:, b].max())
-        cands = np.nonzero(run[:, b] == far)[0]
+        reach = run[:, b].copy()
+        if prev is not None:
+            # issue 24: gamma rises with batch size only where the rise is worth more than the
+            # tolerance at the batch it happens (prev is not admissible here, so the best gamma,
+            # better than prev by more than the tolerance, always qualifies)
+            reach[(gammas > prev) & (s[:, b] < (1.0 + tolerance) * s[prev, b])] = 0
+        far = int(reach.max())
+        cands = np.nonzero(reach == far)[0]
         means = s[cands, b:b + far].mean(axis=1)
         g = int(cands[np.argmax(means)])  # argmax: the first (smallest) of equal means
         out[1 + b:1 + b + far] = g
-        b += far
+        b, prev = b + far, g
     return out
 
 

@@ -7,9 +7,8 @@ one pass, as scalar numba code, on parameters `pack_kernels` reads from the cost
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from src import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
+from src.compiled_cache import compiled_callee  # (before the first njit: the cache's stamp)
 from src.costmodel.attention import ATTENTION_SHARPNESS_P, MAX_SPLITS
 
 (K_BLOCK_M, K_SPLIT_BLOCK_M, K_CTAS, K_LAYERS, K_HEADS_KV, K_GROUP, K_HEAD_DIM, K_SMS, K_FLOPS,
@@ -29,13 +28,13 @@ def pack_kernels(kernels) -> np.ndarray:
     return out
 
 
-@njit(cache=True)
+@compiled_callee
 def _block_n(head_dim):
     """attention.fa2_block_n."""
     return 256.0 if head_dim <= 64 else (128.0 if head_dim <= 128 else 64.0)
 
 
-@njit(cache=True)
+@compiled_callee
 def fa2_splits(units, n_blocks, sm_count):
     """attention.fa2_num_splits for one unit count."""
     slots = 2.0 * sm_count
@@ -61,7 +60,7 @@ def fa2_splits(units, n_blocks, sm_count):
     return 1.0
 
 
-@njit(cache=True)
+@compiled_callee
 def kernel_pass_s(k, S, t, c, prefill):
     """AttentionKernelModel.pass_s: all layers' time of one kernel (parameters k) for S
     sequences of c cached tokens each scoring t positions, s (0 where S = 0)."""
@@ -102,7 +101,7 @@ def kernel_pass_s(k, S, t, c, prefill):
     return k[K_LAYERS] * (top * ((t_mem / top) ** p + (t_comp / top) ** p) ** (1.0 / p))
 
 
-@njit(cache=True)
+@compiled_callee
 def fastest_pass_s(kernels, n_kernels, S, t, sum_ctx, prefill):
     """The fastest kernel's pass time, every sequence at the mean context sum_ctx / S, s."""
     ctx = sum_ctx / max(S, 1.0)

@@ -41,5 +41,7 @@ def parse_fixed_workload(flag: str, text: str):
     if len(parts) != 3:
         raise ConfigError(flag, f"'{text}': allowed: fixed:ISL:OSL, e.g. fixed:1024:1024")
     isl = _ascii_int(flag, parts[1], 1, MAX_FIXED_TOKENS, "a prompt length in tokens")
-    osl = _ascii_int(flag, parts[2], 1, MAX_FIXED_TOKENS, "an output length in tokens")
+    # at least 2 output tokens: TPOT and ITL are the gaps between a request's output tokens
+    osl = _ascii_int(flag, parts[2], 2, MAX_FIXED_TOKENS,
+                     "an output length in tokens (TPOT needs at least 2)")
     return FixedLength(isl), FixedLength(osl)

@@ -102,20 +102,60 @@ def depth_notes(cfg, k: int, sglang_gamma: int, hint: bool, explicit: bool) -> l
                      f"{layer}: allowed, as the engines reuse it, but the gammas past {depth} are "
                      "priced with the reuse rule's acceptance, not a measured one.")
     if k > depth:
-        lines.append(
-            f"  MTP depth: K {k} (vLLM num_speculative_tokens; SGLang --speculative-num-steps "
-            f"{sglang_gamma}) passes the checkpoint's {layer} (num_nextn_predict_layers "
-            f"{depth}): vLLM and SGLang reuse it for drafts {depth + 1}-{k}, whose acceptance is "
-            f"not the {cfg.alpha.value:g} asked but modelled to fall x{MTP_REUSE_DECAY:g} per "
-            f"reused position (design.md, 'MTP depth'); measure it per position "
-            f"({PER_POSITION_METRIC} / {DRAFTS_METRIC}) and give it to serve "
-            "--acceptance-from-vllm.")
+        lines.append("  " + reuse_line(
+            depth, k, f"K {k} (vLLM num_speculative_tokens; SGLang --speculative-num-steps "
+                      f"{sglang_gamma})",
+            f"is not the {cfg.alpha.value:g} asked but modelled to fall x{MTP_REUSE_DECAY:g} per "
+            "reused position"))
     if hint and cfg.max_gamma >= depth:
         lines.append(
             f"  MTP depth: a --max-gamma above {depth} adds only reused MTP positions, whose "
             "acceptance here is the decay rule's guess: raise it on per-position rates measured "
             f"on the engine ({PER_POSITION_METRIC}), not on this hint.")
     return lines
+
+
+def reuse_line(depth: int, k: int, what: str, acceptance: str, verb: str = "passes") -> str:
+    """The one line recommend and serve print where `what` drafts K `k` past an MTP depth:
+    the layer is reused, the reused positions' acceptance (`acceptance`, the clause after
+    'whose acceptance'), and where to measure it."""
+    layer = f"{depth} MTP layer" + ("s" if depth > 1 else "")
+    return (f"MTP depth: {what} {verb} the checkpoint's {layer} (num_nextn_predict_layers "
+            f"{depth}): vLLM and SGLang reuse it for drafts {depth + 1}-{k}, whose acceptance "
+            f"{acceptance} (design.md, 'MTP depth'); measure it per position "
+            f"({PER_POSITION_METRIC} / {DRAFTS_METRIC}) and give it to serve "
+            "--acceptance-from-vllm.")
+
+
+def policy_max_k(policy, max_gamma: int) -> int:
+    """The largest K a serve policy (src/online/policies.py, sglang_adaptive.py) can draft."""
+    if not getattr(policy, "speculative", False):
+        return 0
+    if hasattr(policy, "ranges"):  # BatchSchedule
+        return min(max(k for *_, k in policy.ranges), policy.num_speculative_tokens)
+    if getattr(policy, "table", None):  # SGLangAdaptive, resolved
+        return int(max(policy.table))
+    if hasattr(policy, "gamma"):  # FixedGamma, OffAbove, FixedTree (its S draft passes)
+        return int(policy.gamma)
+    return max_gamma  # Adaptive, and anything else up to --max-gamma
+
+
+def serve_notes(cfg, policies) -> list[str]:
+    """serve's line where a policy drafts past the checkpoint's MTP depth (recommend's line, with
+    the acceptance this run takes: the scenario's mode, as written)."""
+    depth = mtp_layers(cfg)
+    if depth is None:
+        return []
+    over = [(p.name, policy_max_k(p, cfg.max_gamma)) for p in policies]
+    over = [(name, k) for name, k in over if k > depth]
+    if not over:
+        return []
+    what = ("policy " if len(over) == 1 else "policies ") + ", ".join(f"{name} (K {k})"
+                                                                    for name, k in over)
+    return [reuse_line(depth, max(k for _, k in over), what,
+                       f"falls by the reuse rule's guess x{MTP_REUSE_DECAY:g} per reused position "
+                       f"while this run takes acceptance mode '{cfg.alpha_mode}' as written",
+                       "passes" if len(over) == 1 else "pass")]
 
 
 def tree_notes(cfg) -> list[str]:

@@ -1,4 +1,6 @@
-"""`python run.py recommend`: whether to speculate on a deployment, and the engine settings for it.
+"""`python run.py recommend --engine E`: whether to speculate on a deployment, and the engine
+settings for it, priced with one engine profile (src/online/recommend_all.py is the command's
+entry; without --engine and --rate it prints vLLM, SGLang and TensorRT-LLM side by side).
 
     python run.py recommend --gpu h100-sxm --target llama-3.1-8b --draft llama-3.2-1b \
         --acceptance 0.7 [--engine vllm-v1] [--rate 1,4,16 | --batch 1,8,64] [--context 2048]
@@ -21,6 +23,7 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,20 +36,15 @@ from src.config import (
     list_items,
 )
 from src.costmodel.cudagraph_sizes import add_capture_size_argument, capture_size_option
-from src.costmodel.hf_config import snippet_id_notes
 from src.errors import ascii_float
 from src.kernels.costmodel import add_kernels_argument, check_measured
-from src.online import mtp_depth, trtllm_snippet
-from src.online.capture_note import capture_lines
+from src.online import engine_blocks, mtp_depth, trtllm_snippet
+from src.online.engine_blocks import OLD_VLLM_PROFILES
 from src.online.gamma_notes import schedule_notes
 from src.online.gamma_rule import MAX_RANGES, SCHEDULE_TOLERANCE, capped_gammas, tops_out
-from src.treeshape.shape import TreeShape
 
 FIELD_FLAGS = {"scenario.gpu": "--gpu", "scenario.target": "--target", "scenario.draft": "--draft",
                "scenario.tp": "--tp", "scenario.draft_tp": "--draft-tp"}
-SGLANG_ALGORITHM = {"model": "STANDALONE", "eagle": "EAGLE", "ngram": "NGRAM"}
-# engine profiles of vLLM before V1: they get v0.6's command-line flags, not V1's JSON
-OLD_VLLM_PROFILES = ("vllm-2024",)
 DEFAULT_REQUESTS = 300
 
 
@@ -70,7 +68,11 @@ def make_parser() -> argparse.ArgumentParser:
                    help=f"per-token acceptance probability of the draft, {ALPHA_CLIP[0]:g}.."
                         f"{ALPHA_CLIP[1]:g} (vLLM's accepted / draft tokens is a lower bound of it "
                         "at gamma > 1)")
-    p.add_argument("--engine", help="engine profile (default vllm-v1 where it exists)")
+    p.add_argument("--engine", help="engine profile, or 'all': vLLM (vllm-v1), SGLang (sglang) "
+                                    "and TensorRT-LLM (trtllm) side by side, each priced with "
+                                    "its own profile (the default; with --rate: vllm-v1)")
+    p.add_argument("--temperature", help="sampling temperature, 0..2 (default 0); > 0 prices the "
+                   "sampler's probability traffic: give --acceptance measured at it")
     p.add_argument("--tp", default="1", help="target tensor-parallel degree (default 1)")
     p.add_argument("--draft-tp", help="draft TP degree: vLLM allows only --tp's (the default); "
                                       "not with --draft ngram")
@@ -197,6 +199,8 @@ def build(args):
         raise ConfigError("--requests", "only used with --rate")
     _check_draft(args)
     scenario, engine = _scenario(args)
+    from src.sampling_acceptance import serve_scenario  # --acceptance is the user's figure
+    scenario = serve_scenario(args.temperature, None, scenario, True)
     if engine == "trtllm":  # drafts TensorRT-LLM cannot take: one line, exit 2
         trtllm_snippet.check_draft(args.draft)
     if args.kernels is not None:
@@ -276,109 +280,34 @@ def schedule_at(cfg, context: int, context_flag: str = "--context",
             used)
 
 
-def vllm_config(cfg, schedule, draft_path: str | None) -> dict:
-    """The --speculative-config object (vllm/config/speculative.py field names)."""
-    from src.costmodel import load_presets
-    from src.hardware import moe_report
-    sc = cfg.scenario
-    out: dict = {}
-    if sc.draft == "ngram":
-        out.update(method="ngram", prompt_lookup_max=4, prompt_lookup_min=2)
-    elif (kind := moe_report.draft_kind(sc.draft, load_presets().models)) != "model":
-        out.update(method=moe_report.VLLM_METHOD[kind])  # eagle, eagle3; mtp: the target's layers
-        if kind != "mtp":
-            out["model"] = draft_path
-    else:
-        out.update(method="draft_model",
-                   model=draft_path or load_presets().models[sc.draft].hf_name)
-        if sc.draft_tp != 1:
-            out["draft_tensor_parallel_size"] = sc.draft_tp
-    out["num_speculative_tokens"] = schedule.num_speculative_tokens
-    out["num_speculative_tokens_per_batch_size"] = [list(r) for r in schedule.ranges]
-    return out
-
-
-def _kind(draft: str) -> str:
-    """The draft kind of a --draft value: ngram, or src/hardware/moe_report.draft_kind's (eagle,
-    eagle3, mtp, model)."""
-    if draft == "ngram":
-        return draft
-    from src.costmodel import load_presets
-    from src.hardware.moe_report import draft_kind
-    return draft_kind(draft, load_presets().models)
-
-
-def vllm_v06_flags(cfg, gamma: int, draft_path: str | None, off_above: int | None) -> str:
-    """The vLLM v0.6 command-line flags of one fixed gamma (vllm/engine/arg_utils.py of v0.6.x:
-    --speculative-model, with '[ngram]' for prompt lookup; --num-speculative-tokens;
-    --speculative-draft-tensor-parallel-size; --ngram-prompt-lookup-max/-min;
-    --speculative-disable-by-batch-size, which turns speculation off, for good, for the requests
-    running when the running queue holds at least that many: spec_decode_worker.py
-    `_should_disable_all_speculation`; --use-v2-block-manager). An EAGLE head runs at draft TP 1
-    (vLLM's v0 docs, features/spec_decode, 'EAGLE based draft models', which also say v0 reads
-    EAGLE checkpoints converted to its format). v0.6 has no per-batch-size schedule."""
-    sc = cfg.scenario
-    kind = _kind(sc.draft)
-    # v0.6.0 and v0.6.1 refuse speculation without the v2 block manager; later v0.6 releases
-    # make it the default and still accept the flag
-    if kind == "ngram":
-        flags = ["--speculative-model '[ngram]'", f"--num-speculative-tokens {gamma}",
-                 "--ngram-prompt-lookup-max 4", "--ngram-prompt-lookup-min 2"]
-    else:
-        from src.costmodel import load_presets
-        path = draft_path or load_presets().models[sc.draft].hf_name
-        flags = [f"--speculative-model {path}", f"--num-speculative-tokens {gamma}"]
-        if kind == "model" and sc.draft_tp != 1:
-            flags.append(f"--speculative-draft-tensor-parallel-size {sc.draft_tp}")
-        elif kind != "model" and sc.tp != 1:  # v0 runs EAGLE heads without TP (vLLM docs)
-            flags.append("--speculative-draft-tensor-parallel-size 1")
-    flags.append("--use-v2-block-manager")
-    if off_above is not None:
-        flags.append(f"--speculative-disable-by-batch-size {off_above + 1}")
-    return " ".join(flags)
-
-
-def _sglang_kind(cfg) -> str:
-    from src.costmodel import load_presets
-    from src.hardware.moe_report import draft_kind
-    sc = cfg.scenario
-    return "ngram" if sc.draft == "ngram" else draft_kind(sc.draft, load_presets().models)
-
-
-def sglang_draft_flags(cfg, draft_path: str | None) -> str:
-    """SGLang's algorithm and draft flags of a model draft (not n-gram), before the shape's."""
-    from src.costmodel import load_presets
-    from src.hardware.moe_report import sglang_draft_flags as eagle_family_flags
-    kind = _sglang_kind(cfg)
-    if kind in ("eagle3", "mtp"):  # EAGLE3 with the head; DeepSeek MTP: EAGLE, no draft path
-        return eagle_family_flags(kind, draft_path)
-    path = draft_path or load_presets().models[cfg.scenario.draft].hf_name
-    return f"--speculative-algorithm {SGLANG_ALGORITHM[kind]} --speculative-draft-model-path {path}"
-
-
-def sglang_flags(cfg, gamma: int, draft_path: str | None) -> str:
-    kind = _sglang_kind(cfg)
-    if kind != "ngram":
-        # EAGLE/STANDALONE with topk 1: server_args sets num_draft_tokens = num_steps + 1, a chain.
-        return f"{sglang_draft_flags(cfg, draft_path)} {TreeShape.chain(gamma).sglang_flags}"
-    # SGLang's NGRAM handler sets speculative_eagle_topk = speculative_ngram_max_bfs_breadth
-    # (default 10: a BFS tree) and never reads num-steps for drafting; the n-gram cache proposes
-    # num_draft_tokens - 1 tokens after the last verified one. Breadth 1 (= the default min
-    # breadth) expands one continuation per level: gamma drafts, gamma + 1 verified positions
-    # (design.md, `recommend`).
-    return (f"--speculative-algorithm {SGLANG_ALGORITHM[kind]} "
-            f"--speculative-ngram-max-bfs-breadth 1 --speculative-num-draft-tokens {gamma + 1}")
-
-
 def _pct(x: float) -> str:
     return f"{100 * x:+.0f}%"
 
 
-def report(args) -> str:
-    from src.costmodel import load_presets
+class Steady(NamedTuple):
+    """One engine's validated inputs and steady-state schedule (`steady`)."""
+    cfg: object  # ServeConfig
+    batches: list | None
+    rates: list | None
+    context: int
+    alpha: float
+    tolerance: float  # the one the schedule used (widened past --tolerance for MAX_RANGES)
+    schedule: object  # BatchSchedule
+    gammas: np.ndarray  # the schedule's gamma per batch size (index 0 unused)
+    speedups: np.ndarray  # its steady-state speedup per batch size
+    kv: int  # KV-cache tokens of the speculative deployment
+    best: np.ndarray  # the untolerated best gamma per batch size
+    fits: int  # sequences at `context` that the KV cache holds (capped at max_num_seqs)
+    last_on: int  # the last batch size before the schedule's first K 0 (max_num_seqs: none)
+    sglang_gamma: int  # the schedule's gamma at batch 1 (1 where it is 0)
+    draft_path: str | None  # --draft-model-path, or the head preset's repository build() took
+
+
+def steady(args) -> Steady:
+    """build(args) and the schedule at its context (--context, the workload's mean with --rate,
+    else 2048); --batch defaults to the powers of 2 that fit, and one that does not fit is
+    refused."""
     cfg, batches, rates, context, alpha = build(args)
-    sc = cfg.scenario
-    presets = load_presets()
     context_flag = "--context"
     if rates is not None and context is None:
         from src.online.workloads import mean_length
@@ -392,23 +321,31 @@ def report(args) -> str:
         print(f"note: --tolerance: {tolerance:g} gave more than {MAX_RANGES} ranges; the "
               f"schedule uses {used:.3g}, the smallest tolerance (x 1.25 steps) with at most "
               f"{MAX_RANGES}", file=sys.stderr)
-        tolerance = used
     fits = max(1, min(cfg.limits.max_num_seqs, kv // (context + cfg.max_gamma + 1)))
     if batches is None and rates is None:
         batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if b <= fits]
+    over = [b for b in batches or () if b > fits]
+    if over:
+        raise ConfigError("--batch", f"batch {over[0]} at {context} tokens per sequence "
+                                     f"does not fit the KV cache ({kv} tokens); allowed: up "
+                                     f"to {fits}")
+    off = np.nonzero(gammas[1:] == 0)[0]
+    last_on = int(off[0]) if off.size else cfg.limits.max_num_seqs
+    return Steady(cfg, batches, rates, context, alpha, used, schedule, gammas, speedups, kv, best,
+                  fits, last_on, int(gammas[1]) or 1, args.draft_model_path)
+
+
+def report(args) -> str:
+    from src.costmodel import load_presets
+    (cfg, batches, rates, context, alpha, tolerance, schedule, gammas, speedups, kv, best, fits,
+     last_on, sglang_gamma, _) = steady(args)
+    sc = cfg.scenario
+    presets = load_presets()
     lines = []
     head = (f"{presets.gpus[sc.gpu_id].name}, {sc.target_model_id} (tp {sc.tp}) with draft "
             f"{sc.draft}, engine profile {cfg.engine_profile}, acceptance {alpha:g} per token")
-    off = np.nonzero(gammas[1:] == 0)[0]
-    last_on = int(off[0]) if off.size else cfg.limits.max_num_seqs
-    sglang_gamma = int(gammas[1]) or 1
     rows, changes = [], []
     if batches is not None:
-        over = [b for b in batches if b > fits]
-        if over:
-            raise ConfigError("--batch", f"batch {over[0]} at {context} tokens per sequence "
-                                         f"does not fit the KV cache ({kv} tokens); allowed: up "
-                                         f"to {fits}")
         for b in batches:
             g, s = int(gammas[b]), float(speedups[b])
             rows.append([str(b), str(g), _pct(1 / s - 1) if g else "0%",
@@ -485,68 +422,14 @@ def report(args) -> str:
                                    tops_out(best[1:], cfg.max_gamma),
                                    explicit=args.max_gamma is not None)
     lines.append("")
-    if speculate:
-        model = presets.models[sc.target_model_id].hf_name
-        id_notes = snippet_id_notes(sc.target_model_id, sc.draft, presets.models,
-                                    args.draft_model_path)
-        if cfg.engine_profile == "trtllm":  # src/online/trtllm_snippet.py
-            lines += trtllm_snippet.trtllm_lines(sc.draft, schedule.ranges,
-                                                 args.draft_model_path, model, sc.tp,
-                                                 cfg.limits.max_num_seqs) + id_notes + [""]
-        tp_flag = f" --tensor-parallel-size {sc.tp}" if sc.tp > 1 else ""
-        if cfg.engine_profile in OLD_VLLM_PROFILES and _kind(sc.draft) in ("eagle3", "mtp"):
-            lines.append(f"vLLM v0.6 (the engine the {cfg.engine_profile} profile models) has no "
-                         f"{_kind(sc.draft)} method; --engine vllm-v1 prices the engine that "
-                         "has and prints its configuration.")
-        elif cfg.engine_profile in OLD_VLLM_PROFILES:
-            off = last_on if last_on < cfg.limits.max_num_seqs else None
-            lines.append(f"vLLM v0.6 (the engine the {cfg.engine_profile} profile models: one "
-                         f"draft length for every batch, gamma {sglang_gamma}, the schedule's at "
-                         "batch 1; it has no per-batch-size schedule"
-                         + (f"; speculation off while more than {last_on} requests run" if off
-                            else "") + "):")
-            lines.append(f"  vllm serve {model}{tp_flag} "
-                         f"{vllm_v06_flags(cfg, sglang_gamma, args.draft_model_path, off)}")
-            lines.append("  (vLLM V1 takes a gamma per batch size: --engine vllm-v1 prices that "
-                         "engine and prints its configuration)")
-        else:
-            spec_cfg = vllm_config(cfg, schedule, args.draft_model_path)
-            lines.append("vLLM (V1 dynamic speculative decoding; gamma by the number of "
-                         "scheduled requests):")
-            lines.append(f"  vllm serve {model}{tp_flag} --speculative-config "
-                         f"'{json.dumps(spec_cfg)}'")
-            lines += capture_lines(cfg, schedule)
-        lines += id_notes
-        lines.append("")
-        lines.append(f"SGLang (one draft length for every batch: gamma {sglang_gamma}, the "
-                     "schedule's at batch 1):")
-        tp_flag = f" --tp {sc.tp}" if sc.tp > 1 else ""
-        lines.append(f"  python -m sglang.launch_server --model-path {model}{tp_flag} "
-                     f"{sglang_flags(cfg, sglang_gamma, args.draft_model_path)}")
-        lines += id_notes
-        from src.hardware.moe_report import draft_kind  # an EAGLE head: SGLang picks its class
-        if draft_kind(sc.draft, load_presets().models) in ("eagle", "eagle3"):  # by config.json
-            lines.append("  (the head's config.json must name LlamaForCausalLMEagle or -Eagle3: "
-                         "SGLang loads a LlamaForCausalLM one, as yuhuili/EAGLE-* heads name, "
-                         "as a plain Llama; its docs use the lmsys/sglang-EAGLE-* copies)")
-        if last_on < cfg.limits.max_num_seqs:
-            lines.append(f"  (with these static flags SGLang does not switch speculation off by "
-                         f"load: above {last_on} "
-                         "running sequences it costs throughput; SGLang caps running requests at "
-                         "48 with speculation unless --max-running-requests is set.)")
-        from src.online.sglang_adaptive_config import adaptive_lines  # its per-batch-size form
-        kind = _sglang_kind(cfg)
-        lines += adaptive_lines(kind, schedule.ranges, None if kind == "ngram" else
-                                f"python -m sglang.launch_server --model-path {model}{tp_flag} "
-                                + sglang_draft_flags(cfg, args.draft_model_path))
-        lines.append("")
-        if sc.draft != "ngram":  # token trees: src/trees/recommend.py
-            from src.trees.recommend import recommend_lines
-            launch = (f"python -m sglang.launch_server --model-path {model}{tp_flag} "
-                      + sglang_draft_flags(cfg, args.draft_model_path))
-            lines += recommend_lines(sc, alpha, batches or [1, 2, 4, 8, 16, 32, 64], context,
-                                     launch, rates=None if batches else rate_batches)
-            lines += mtp_depth.tree_notes(cfg) + [""]
+    if speculate:  # each engine's printer: src/online/engine_blocks.py
+        path = args.draft_model_path
+        if cfg.engine_profile == "trtllm":
+            lines += engine_blocks.trtllm_block(cfg, schedule, path) + [""]
+        lines += engine_blocks.vllm_block(cfg, schedule, path, last_on, sglang_gamma) + [""]
+        trees = (alpha, batches, context, None if batches is not None else rate_batches)
+        lines += engine_blocks.sglang_block(cfg, schedule, path, last_on, sglang_gamma,
+                                            trees) + [""]
     lines.append("Assumptions:")
     lines += [
         mtp_depth.acceptance_assumption(cfg) or
@@ -560,6 +443,10 @@ def report(args) -> str:
         "  - KV cache: GPU memory minus weights (target and draft) minus the 10% reserve of "
         "vLLM's gpu_memory_utilization 0.9",
     ]
+    if sc.study.temperature > 0:
+        lines.append(f"  - sampling at temperature {sc.study.temperature:g}: {alpha:g} must be "
+                     "measured at it (vLLM issue #31483: ~80% at T=0, ~30% at T=1); steps pay "
+                     "the sampler's probability traffic (design.md)")
     if rates is not None:
         lines.append(f"  - traffic: {cfg.workload} lengths ({cfg.workload_source.split('.')[0]}), "
                      f"max_num_seqs {cfg.limits.max_num_seqs}, chunked prefill, "
@@ -578,13 +465,3 @@ def report(args) -> str:
                      "> 1")
     return "\n".join(lines)
 
-
-def main(argv: list[str]) -> int:
-    args = make_parser().parse_args(argv)
-    try:
-        text = report(args)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(text)  # a reader that stops early (`| head`) is run.py's to handle
-    return 0

@@ -135,7 +135,10 @@ def summary_section(result: dict, cfg) -> str:
     lines = [
         SECTION_BEGIN,
         f"Deployment: {sc.name} ({sc.target_model_id} + draft {sc.draft} on {sc.gpu_id}, tp "
-        f"{sc.tp}), engine profile {cfg.engine_profile}.",
+        f"{sc.tp}), engine profile {cfg.engine_profile}"
+        + (f", sampling at temperature {sc.study.temperature:g} (every step pays the sampler's "
+           "probability traffic; acceptance as given at that temperature)."
+           if sc.study.temperature > 0 else "."),
         f"Workload: {cfg.workload} ("
         + (cfg.workload_source.rstrip(".") if cfg.trace is not None  # a file name has dots
            else cfg.workload_source.split(".")[0])

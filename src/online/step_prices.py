@@ -25,9 +25,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
-from src import compiled_cache  # noqa: F401  (before the first njit: the cache's stamp)
+from src.compiled_cache import compiled_callee  # (before the first njit: the cache's stamp)
 from src.costmodel.drafts import STATEFUL_DRAFT_KINDS, kind_listed
 from src.costmodel.memory import memory_usable_bytes
 from src.costmodel.roofline import _pnorm, gemm_terms_s
@@ -218,12 +217,12 @@ def _pack_measured_attention(timers, max_seqs: int):
     return rows, kv, edge, par
 
 
-@njit(cache=True)
+@compiled_callee
 def _pnorm2(a, b, p):
     return (a**p + b**p) ** (1.0 / p)
 
 
-@njit(cache=True)
+@compiled_callee
 def attention_exp_ms(pt, d, net, n, tokens, t, sum_ctx):
     """HardwareCostModel._attention_pnorm_ms of one pass, ms: the fastest fitted kernel, else
     the roofline."""
@@ -244,7 +243,7 @@ def attention_exp_ms(pt, d, net, n, tokens, t, sum_ctx):
     return memory * np.exp(np.log1p(np.exp(p * np.log(ratio))) * (1.0 / p))
 
 
-@njit(cache=True)
+@compiled_callee
 def attention_pow_s(pt, d, net, S, t, C, prefill):
     """roofline.attention_s of one pass, s: the fastest fitted kernel, else the roofline pnorm
     of attention_terms_s."""
@@ -261,7 +260,7 @@ def attention_pow_s(pt, d, net, S, t, C, prefill):
     return _pnorm2(memory, compute, c[N_P])
 
 
-@njit(cache=True)
+@compiled_callee
 def measured_attention_ms(pt, d, n, t, C, attention):
     """PassAttention.replace_ms of one target pass (HardwareCostModel._target_parts): the
     measured kernel in place of `attention` (ms, without the fixed time) where tabled."""
@@ -294,7 +293,7 @@ def measured_attention_ms(pt, d, n, t, C, attention):
     return val - par[2]
 
 
-@njit(cache=True)
+@compiled_callee
 def launch_ms(c, gpu_ms, t, n):
     """roofline.launch_overhead_s of a pass of gpu_ms GPU time over n sequences x t positions,
     in ms."""
@@ -309,7 +308,7 @@ def launch_ms(c, gpu_ms, t, n):
     return (total - gpu_s) * 1e3
 
 
-@njit(cache=True)
+@compiled_callee
 def draft_cpu_ms(e, c, n, g):
     """HardwareCostModel._draft_cpu_ms (c: the draft network's row)."""
     if c[N_PRESENT] == 0.0:
@@ -321,7 +320,7 @@ def draft_cpu_ms(e, c, n, g):
     return g * ((e[E_DRAFT_CPU_FIXED] if n > 0 else 0.0) + e[E_DRAFT_CPU_PER_SEQ] * n)
 
 
-@njit(cache=True)
+@compiled_callee
 def draft_parts(pt, d, n, C, g, capped_mid, capped_start):
     """(physics, cpu, gpu) ms of gamma draft passes (HardwareCostModel._draft_parts); capped_mid
     / capped_start: sum_i min(ctx_i + (g - 1) / 2, b) and sum_i min(ctx_i, b) (budget b >= 0)."""
@@ -349,7 +348,7 @@ def draft_parts(pt, d, n, C, g, capped_mid, capped_start):
     return physics, cpu, gpu
 
 
-@njit(cache=True)
+@compiled_callee
 def step_fits(pt, d, n, C, g):
     """The cost model's memory check of a step (check_step_fits): weights + KV fit the GPU."""
     e = pt.eng[d]
@@ -357,7 +356,7 @@ def step_fits(pt, d, n, C, g):
     return need <= e[E_USABLE_B]
 
 
-@njit(cache=True)
+@compiled_callee
 def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     """(target_ms, draft_ms) of a step verifying gamma = g drafts of n decoding sequences over C
     cached tokens: HardwareCostModel.step_ms (StepTimer.decode_ms_totals) for one row."""
@@ -409,7 +408,7 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     return target, d_phys + (d_cpu + d_gpu)
 
 
-@njit(cache=True)
+@compiled_callee
 def tree_step_fits(pt, d, n, C, g):
     """A token tree's step at g > 0 (TreeStepTimer): the memory checks of the chain step at g, of
     the verification of N positions and of the S draft passes (a draft network's), in that
@@ -425,7 +424,7 @@ def tree_step_fits(pt, d, n, C, g):
     return -1
 
 
-@njit(cache=True)
+@compiled_callee
 def tree_decode_ms(pt, d, n, C):
     """(target_ms, draft_ms) of a token tree's speculative step (src/treesim/costs.py: verify_ms,
     draft_ms; no draft KV budget): the target pass of N positions (the chain's at gamma N - 1)
@@ -445,7 +444,7 @@ def tree_decode_ms(pt, d, n, C):
     return target, draft
 
 
-@njit(cache=True)
+@compiled_callee
 def mixed_ms(pt, d, net, S, t, C, P, N, Cp, Lp, dec_attention_s):
     """prefill._mixed_ms of one row: GPU ms of a pass of S sequences x t positions over C cached
     tokens plus P prompt chunks of N positions over Cp cached tokens, Lp of them ending their
@@ -478,7 +477,7 @@ def mixed_ms(pt, d, net, S, t, C, P, N, Cp, Lp, dec_attention_s):
     return total * 1e3
 
 
-@njit(cache=True)
+@compiled_callee
 def prefill_extra_ms(pt, d, n, g, C, P, N, Cp, Lp):
     """StepTimer.prefill_extra_ms of one row: what the P prompt chunks (N positions over Cp
     cached tokens, Lp completing their prompt) add to a step of n sequences verifying g drafts

@@ -49,6 +49,12 @@ class Prepared:
     mean_context_tokens: float
     # the per-position mode's hazard profile D_1..D_max_gamma (None: i.i.d. acceptance)
     hazard_profile: np.ndarray | None = None
+    # a deployment other than one replica (src/disagg/serve.py): the engine's factory (called as
+    # Engine is; None: Engine), per-row metrics it adds (result, rows) -> {name: [rows]} and the
+    # GPUs that per-GPU throughput divides by (None: the scenario's tp)
+    make_engine: object | None = None
+    extra_metrics: object | None = None
+    gpus: int | None = None
 
 
 def deployments(cfg: ServeConfig) -> tuple[Deployment, Deployment]:
@@ -98,10 +104,11 @@ def check_tree_policies(cfg: ServeConfig) -> None:
     check_engines_verify(trees, (cfg.engine_profile,), "--policies")
 
 
-def prepare(cfg: ServeConfig) -> Prepared:
-    """Deployments, policies, the default schedule; ConfigError where a request cannot fit."""
+def prepare(cfg: ServeConfig, deps: tuple[Deployment, Deployment] | None = None) -> Prepared:
+    """Deployments (`deps`, default deployments(cfg)), policies, the default schedule;
+    ConfigError where a request cannot fit."""
     check_tree_policies(cfg)
-    deps = deployments(cfg)
+    deps = deployments(cfg) if deps is None else deps
     bs = cfg.limits.block_size_tokens
     need_tokens = longest_request_tokens(cfg) + cfg.max_gamma + 1
     for dep, what in zip(deps, ("without", "with")):
@@ -242,9 +249,13 @@ def simulate_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
 
 
 # seconds of one core that numba takes to compile the serving engine (src/online/engine_loop.py
-# and what it calls) into an empty cache: 11.7 s on the project's 2-core machine, 2026-12-02
-# (21.0 s before the compiled functions passed one another numpy scalars, not Python literals)
-ENGINE_COMPILE_S = 12.0
+# and what it calls) into an empty cache (NUMBA_CACHE_DIR an empty folder), the figure stderr
+# gives: 20.5-23.5 s of CPU (time.process_time around compile_engine_once, default serve
+# config) on the project's 2-core x86_64 machine, numba 0.68, 2026-12-03, with the callees
+# compiled without wrappers (src/compiled_cache.py compiled_callee) and run_rows's scratch from
+# its caller; 27.2 s before both, measured side by side (the 11.7 s of 2026-12-02 was an
+# earlier engine; it grew with later changes to it, not bisected)
+ENGINE_COMPILE_S = 21.0
 
 
 def compile_engine_once(cfg: ServeConfig, prepared: Prepared, say=lambda msg: None) -> bool:
@@ -277,7 +288,8 @@ def _engine_at_rate(cfg: ServeConfig, prepared: Prepared, rate: float):
             from src.treesim.serving import tree_timer
             deps.append(replace(deps[1], timer=tree_timer(deps[1].timer, p.shape)))
             row_dep[i * R:(i + 1) * R] = len(deps) - 1
-    return Engine(requests, groups, deps, row_dep, cfg.limits, cfg.max_gamma), groups
+    make = prepared.make_engine or Engine
+    return make(requests, groups, deps, row_dep, cfg.limits, cfg.max_gamma), groups
 
 
 def _rate_rows(cfg: ServeConfig, prepared: Prepared, rate: float) -> tuple[list[dict], dict]:
@@ -285,9 +297,12 @@ def _rate_rows(cfg: ServeConfig, prepared: Prepared, rate: float) -> tuple[list[
     result, groups, wall = simulate_rate(cfg, prepared, rate)
     per_rep = {
         g.policy.name: metrics.per_replication(result, g.rows, cfg.slo_ttft_s, cfg.slo_tpot_s,
-                                               cfg.scenario.tp)
+                                               prepared.gpus or cfg.scenario.tp)
         for g in groups
     }
+    if prepared.extra_metrics is not None:
+        for g in groups:
+            per_rep[g.policy.name].update(prepared.extra_metrics(result, g.rows))
     base = per_rep["none"]
     rows = []
     for g in groups:
@@ -329,10 +344,11 @@ def rate_work(cfg: ServeConfig, rate: float) -> float:
 
 
 def run_serving(cfg: ServeConfig, workers: int | None = None, say=lambda msg: None,
-                executor=None) -> dict:
+                executor=None, prepared: Prepared | None = None) -> dict:
     """Simulate every (policy, rate): {"table": DataFrame, "prepared", "per_rep", "speed"}.
-    `executor` (src/executor.py; default: `workers` local processes) runs the shares of rates."""
-    prepared = prepare(cfg)
+    `executor` (src/executor.py; default: `workers` local processes) runs the shares of rates;
+    `prepared`: prepare(cfg)'s result where the caller has it (default: prepared here)."""
+    prepared = prepare(cfg) if prepared is None else prepared
     rates = list(cfg.rates_per_s)
     workers = min(executor.workers if executor is not None else workers or os.cpu_count() or 1,
                   len(rates))

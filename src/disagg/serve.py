@@ -1,0 +1,81 @@
+"""`serve` on a disaggregated deployment: the serving sweep of src/online/study.py with the
+decode worker as the replica and the prefill pool as its own queue in front.
+
+`disagg_setup(table)` returns the setup src/online/cli.py main calls in place of study.prepare:
+
+    decode worker   the scenario at tp = decode_tp x decode_dp, ep = decode_ep, priced by
+                    DecodePoolTimer (src/disagg/pool_timer.py: no prefill in its batches, the
+                    attention-DP step), greedy and with the scenario's draft, every serve
+                    policy on it (study.prepare: schedules, default gamma, adaptive rules)
+    token budget    max_num_seqs x (longest request + max_gamma + 1): a prompt whose KV arrived
+                    is not chunked through a prefill budget, so every waiting request that has a
+                    slot and KV blocks joins at the next step
+    prefill pool    src/disagg/prefill_front.py: FCFS over prefill_workers x prefill_dp servers,
+                    then the KV transfer; the engine that runs the rows
+    serving.csv     prefill_utilisation and decode_utilisation (each with its interval) after the
+                    metrics; per-GPU throughput over every GPU of both pools
+
+serve runs one decode worker: decode_workers > 1 (how requests are routed between workers and
+the prefill pool shared by them) is refused, and so are token-tree policies (their step pricing,
+src/treesim/serving.py, is not the decode pool's).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from src.config import ConfigError
+from src.disagg.config import DisaggConfig
+from src.disagg.pool_timer import DecodePoolTimer, decode_capacity_tokens
+from src.disagg.prefill_front import PrefillPool, pool_utilisation
+from src.disagg.scenario import disagg_of
+from src.disagg.transfer import kv_link
+
+
+def _plain(scenario):
+    return replace(scenario, draft="ngram", draft_tp=1, draft_kv_budget_tokens=None)
+
+
+def check_servable(disagg: DisaggConfig, policies: str) -> None:
+    if disagg.decode.workers != 1:
+        raise ConfigError("disagg.decode_workers",
+                          f"{disagg.decode.workers}: serve simulates one decode worker (routing "
+                          "between decode workers is not modelled); allowed: 1")
+    trees = [p.strip() for p in policies.split(",") if p.strip().startswith("tree")]
+    if trees:
+        raise ConfigError("--policies", f"{trees[0]}: token trees are not priced on a "
+                                        "disaggregated decode pool; allowed: none, fixed[:G], "
+                                        "schedule, adaptive, off-above[:N[:G]], "
+                                        "sglang-adaptive[:ema|:throughput_aware]")
+
+
+def disaggregated(cfg, disagg: DisaggConfig):
+    """(the decode worker's ServeConfig, its Prepared) for the serving sweep (module
+    docstring)."""
+    from src.online.engine import Deployment
+    from src.online.study import longest_request_tokens, prepare
+    check_servable(disagg, cfg.policies)
+    pre, dec = disagg.prefill, disagg.decode
+    scenario = replace(cfg.scenario, tp=dec.gpus_per_worker, ep=dec.ep)
+    lim = cfg.limits
+    budget = lim.max_num_seqs * (longest_request_tokens(cfg) + cfg.max_gamma + 1)
+    dcfg = replace(cfg, scenario=scenario, limits=replace(lim, max_num_batched_tokens=budget))
+    deps = []
+    for sc, spec in ((_plain(scenario), False), (scenario, True)):
+        cost = sc.cost_model(cfg.engine_profile)
+        blocks = decode_capacity_tokens(cost, dec, lim.max_num_seqs) // lim.block_size_tokens
+        deps.append(Deployment(DecodePoolTimer(cost, spec, dec), blocks))
+    prefill_cost = replace(_plain(cfg.scenario), tp=pre.gpus_per_worker, ep=pre.ep).cost_model(
+        cfg.engine_profile)
+    pool = PrefillPool(prefill_cost=prefill_cost, prefill_dp=pre.dp, servers=pre.workers * pre.dp,
+                       model=prefill_cost.target, link=kv_link(disagg.link(), prefill_cost.gpu),
+                       prefill_tp=pre.tp, decode_tp=dec.tp)
+    prepared = prepare(dcfg, deps=tuple(deps))
+    return dcfg, replace(prepared, make_engine=pool, extra_metrics=pool_utilisation,
+                         gpus=disagg.gpus)
+
+
+def disagg_setup(table):
+    """The setup src/online/cli.py main runs for a scenario whose [disagg] table is `table`."""
+    def setup(cfg):
+        return disaggregated(cfg, disagg_of(table, cfg.scenario))
+    return setup
