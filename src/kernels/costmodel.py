@@ -114,16 +114,19 @@ def with_kernels(cost, mode: str | None = None, strict: bool = True):
     from src.kernels.pass_gemms import PassGemms
 
     gemms = PassGemms(kernels, cost._target_c, cost.target, cost.tp, cost.gpu, cost.params)
+    # decode attention depends on the head shape and the KV dtype, not on the weights' format:
+    # an FP8/FP4 or MoE target with full GQA attention takes it from the table too
+    attention = PassAttention(kernels, cost._target_c, cost.target, cost.tp, cost.gpu,
+                              cost.params)
+    attention = attention if attention.applies else None
     if not gemms.applies:
         why = f"{cost.target.model_id}: measured GEMMs price dense BF16 decoders so far"
         if mode == "measured" and strict:
             raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
         if mode == "measured":  # the default stays quiet: summaries say which layers are measured
             note_once(f"note: --kernels: {why}; priced from the roofline")
-        return cost
-    attention = PassAttention(kernels, cost._target_c, cost.target, cost.tp, cost.gpu,
-                              cost.params)
-    return replace(cost, kernels=gemms, attention_kernels=attention if attention.applies else None)
+        return cost if attention is None else replace(cost, attention_kernels=attention)
+    return replace(cost, kernels=gemms, attention_kernels=attention)
 
 
 def measured_where() -> str:
