@@ -221,7 +221,8 @@ def _rows(args) -> tuple[list[dict], object, str]:
                 r = _with_measured(r, m)
                 extra = {"measured_ms": m.measured_ms, "gemm_source": m.gemm_source,
                          "attention_source": m.attention_source,
-                         "lm_head_source": m.lm_head_source, "notes": m.notes}
+                         "lm_head_source": m.lm_head_source, "notes": m.notes,
+                         "attention_kernel": m.attention_kernel}
             overhead = r.overhead_ms + r.launch_ms
             if engine is not None:  # the profile's overhead of this target pass (with launches)
                 overhead = float(engine.target_pass_parts(
@@ -271,8 +272,10 @@ def kernels_footer(kernels, rows: list[dict]) -> str:
     src = kernels.src
     grid, rejected = kernels.gemm_grid("bfloat16")
     gemm_kernels = ", ".join(grid.kernel_sources) if grid else "-"
+    attention = sorted({r["attention_kernel"] for r in rows if r.get("attention_kernel")})
     lines = [f"kernels: measured where named, from {src.label} tables of aiconfigurator-core "
-             f"{package_version()} (GEMM bfloat16: {gemm_kernels})"]
+             f"{package_version()} (GEMM bfloat16: {gemm_kernels}; decode attention: "
+             f"{', '.join(attention) or '-'})"]
     lines += [f"  rejected: {x.rows} rows of {x.table}: {x.rule}" for x in rejected]
     notes = []
     for r in rows:

@@ -37,7 +37,7 @@ def test_a_lookup_at_a_grid_point_is_the_table_s_row():
 
 @pytest.mark.parametrize("batch,positions,context", [(64, 1, 512), (64, 8, 1000), (3, 5, 0),
                                                      (200, 4, 2000), (1, 16, 7)])
-def test_the_cost_model_adds_price_pass_s_gemm_delta(batch, positions, context):
+def test_the_cost_model_adds_price_pass_s_gemm_and_attention_delta(batch, positions, context):
     roof, meas = _pair()
     pr = load_presets(())
     active, ctx = np.ones((1, batch), bool), np.full((1, batch), context)
@@ -48,8 +48,10 @@ def test_the_cost_model_adds_price_pass_s_gemm_delta(batch, positions, context):
     mp = price_pass(meas.kernels.kernels, c, roof.gpu, pr.params, roof.target, 1, batch,
                     positions, context)
     assert mp.gemm_source == "vllm-0.24.0" and mp.layers_delta_ms != 0.0
-    np.testing.assert_allclose(p1 - p0, mp.layers_delta_ms + mp.lm_head_delta_ms,
-                               rtol=0, atol=1e-9 * p1)
+    assert mp.attention_source.startswith("vllm-0.24.0") and mp.attention_delta_ms != 0.0
+    np.testing.assert_allclose(
+        p1 - p0, mp.layers_delta_ms + mp.lm_head_delta_ms + mp.attention_delta_ms,
+        rtol=0, atol=1e-9 * p1)
 
 
 def test_the_roofline_anchored_to_the_table_s_edge_meets_it():

@@ -74,6 +74,10 @@ class HardwareCostModel:
     # src/kernels/costmodel.py with_kernels; duck-typed: costmodel sits below kernels): an object
     # whose delta_ms(T) is the ms they add to a pass of T rows; None = the roofline, bit for bit
     kernels: object | None = field(default=None, compare=False)
+    # measured decode attention of the target pass (src/kernels/pass_attention.py PassAttention,
+    # set by with_kernels; duck-typed): replace_ms(attention_ms, n_seqs, sum_ctx, t) is the
+    # attention term with the measured kernel where its table prices the pass; None = roofline
+    attention_kernels: object | None = field(default=None, compare=False)
     # sampling temperature: > 0 adds the sampler's probability traffic to every target pass
     # (src/costmodel/sampling.py); 0 = greedy, today's step times bit for bit
     sampling_temperature: float = 0.0
@@ -313,6 +317,8 @@ class HardwareCostModel:
             self._check_fits(sum_ctx + tokens, n_seqs)
         table = self._table_ms("target", load.max_seqs, int(t.max()))
         attention = self._attention_pnorm_ms(self._target_c, n_seqs, tokens, t, sum_ctx)
+        if self.attention_kernels is not None:  # measured decode attention where tabled
+            attention = self.attention_kernels.replace_ms(attention, n_seqs, sum_ctx, t)
         physics = table.ravel().take(n_seqs * table.shape[1] + t) + attention
         e = self.engine
         verify = t > 1

@@ -1,7 +1,9 @@
 """`--kernels measured|roofline` for every command that builds a HardwareCostModel.
 
 with_kernels(cost, mode) returns the cost model with the measured GEMMs of its engine profile on
-its GPU (src/kernels/pass_gemms.py) set as `kernels`, or the cost model unchanged:
+its GPU (src/kernels/pass_gemms.py) set as `kernels` and its measured decode attention
+(src/kernels/pass_attention.py, where the table has the target's head shape) as
+`attention_kernels`, or the cost model unchanged:
 - mode "roofline": unchanged (the roofline, bit for bit);
 - mode None: DEFAULT_KERNELS (AUTO);
 - mode AUTO: measured where table_source(gpu, engine) finds tables, else
@@ -102,22 +104,29 @@ def with_kernels(cost, mode: str | None = None, strict: bool = True):
     command has run check_measured over all its profiles)."""
     mode = check_kernels_mode(mode)
     if (mode or DEFAULT_KERNELS) == "roofline":
-        return cost if cost.kernels is None else replace(cost, kernels=None)
+        return cost if cost.kernels is None and cost.attention_kernels is None else replace(
+            cost, kernels=None, attention_kernels=None)
     kernels, note = measured_kernels(cost.gpu, cost.engine, mode, strict)
     if kernels is None:
         note_once(note)
         return cost
+    from src.kernels.pass_attention import PassAttention
     from src.kernels.pass_gemms import PassGemms
 
     gemms = PassGemms(kernels, cost._target_c, cost.target, cost.tp, cost.gpu, cost.params)
+    # decode attention depends on the head shape and the KV dtype, not on the weights' format:
+    # an FP8/FP4 or MoE target with full GQA attention takes it from the table too
+    attention = PassAttention(kernels, cost._target_c, cost.target, cost.tp, cost.gpu,
+                              cost.params)
+    attention = attention if attention.applies else None
     if not gemms.applies:
         why = f"{cost.target.model_id}: measured GEMMs price dense BF16 decoders so far"
         if mode == "measured" and strict:
             raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
         if mode == "measured":  # the default stays quiet: summaries say which layers are measured
             note_once(f"note: --kernels: {why}; priced from the roofline")
-        return cost
-    return replace(cost, kernels=gemms)
+        return cost if attention is None else replace(cost, attention_kernels=attention)
+    return replace(cost, kernels=gemms, attention_kernels=attention)
 
 
 def measured_where() -> str:
@@ -133,10 +142,10 @@ def measured_where() -> str:
 
 def kernels_help() -> str:
     """--kernels' help."""
-    return ("price the target's GEMMs from the engine's measured kernels (NVIDIA "
-            f"AIConfigurator's tables, src/kernels/: {measured_where()}, where the GPU's system "
-            "holds the profile's version) or from the roofline (default: measured where the "
-            "engine profile has tables on the GPU, else the roofline)")
+    return ("price the target's GEMMs and decode attention from the engine's measured kernels "
+            f"(NVIDIA AIConfigurator's tables, src/kernels/: {measured_where()}, where the GPU's "
+            "system holds the profile's version) or from the roofline (default: measured where "
+            "the engine profile has tables on the GPU, else the roofline)")
 
 
 def add_kernels_argument(parser) -> None:

@@ -6,16 +6,16 @@ the table covers it (design.md, "Measured kernels"):
 
 - each GEMM g of the pass (plain dense BF16 decoders: QKV, O, gate/up, down per layer, the LM
   head once): roofline pnorm_g + one kernel's fixed time -> measured gemm_ms(T, N_g, K_g);
-- decode attention, per full-attention layer: roofline attention_s / L + one kernel's fixed
-  time -> measured(S, ctx + t) x [attention_s(S, t, S ctx) / attention_s(S, 1, S (ctx + t - 1))]:
-  the table times one new position per sequence (generation attention), so a verification of
-  t > 1 positions takes the measured kernel at the last position's KV length times the
-  roofline's premium of t positions over one at that length (1 at t = 1), for t up to
-  MAX_DECODE_POSITIONS (a verification; a wider pass is a prompt chunk, whose kernel is context
-  attention, a later table).
+- decode attention: roofline attention_s + one kernel's fixed time per layer -> the measured
+  kernel by src/kernels/pass_attention.py's rule (linear in batch and KV length inside the
+  table, the edge's row plus the roofline's increment beyond it, the roofline's t-position
+  premium for a verification of t <= MAX_DECODE_POSITIONS; a wider pass is a prompt chunk,
+  whose kernel is context attention, a later table): the same PassAttention the cost model and
+  the compiled serving engine price from. attention_source says "<label>+roofline" where the
+  KV length is beyond the table's edge for that batch.
 
-Anything the table does not cover (off the grid, a rejected row, a model other than a dense
-BF16 GQA decoder, sliding-window attention) keeps its roofline price and says so.
+Anything the table does not cover (a GEMM off the grid, a rejected row, a model other than a
+dense BF16 GQA decoder, sliding-window attention) keeps its roofline price and says so.
 """
 from __future__ import annotations
 
@@ -30,13 +30,13 @@ from src.costmodel.roofline import (
     kernel_fixed_s,
 )
 from src.kernels.measured import MeasuredKernels
+from src.kernels.pass_attention import MAX_DECODE_POSITIONS, PassAttention
 from src.kernels.pass_gemms import PassGemms
 from src.kernels.physics import Peaks
 from src.kernels.sources import TableSource
-from src.kernels.tables import KV_DTYPE_OF_FORMAT
 
 ROOFLINE = "roofline"
-MAX_DECODE_POSITIONS = 16  # widest pass whose attention is priced from the decode-attention table
+__all__ = ["MAX_DECODE_POSITIONS", "MeasuredPass", "gpu_peaks", "price_pass"]
 
 
 def gpu_peaks(gpu: GpuSpec) -> Peaks:
@@ -59,6 +59,7 @@ class MeasuredPass:
     lm_head_source: str
     attention_source: str
     notes: tuple[str, ...]  # why a term kept the roofline
+    attention_kernel: str = ""  # the table's kernel source that priced the attention, if any
 
 
 def _label(src: TableSource) -> str:
@@ -96,28 +97,29 @@ def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, para
         notes.append(f"{model.model_id}: GEMMs from the roofline (measured GEMMs price dense BF16 "
                      "decoders so far)")
     attention_source = ROOFLINE
-    kv_dtype = KV_DTYPE_OF_FORMAT.get(model.kv_cache_format)
+    attn = PassAttention(kernels, c, model, tp, gpu, params)
     if positions > MAX_DECODE_POSITIONS:
         notes.append(f"attention of {positions} positions per sequence: a prompt chunk (the "
                      f"decode-attention table prices up to {MAX_DECODE_POSITIONS})")
-    elif (model.attention == "gqa" and not model.sliding_window_layers and kv_dtype
-            and model.n_heads % tp == 0 and model.n_kv_heads % tp == 0):
-        heads, kv_heads = model.n_heads // tp, model.n_kv_heads // tp
+    elif not attn.applies:
+        notes.append(attn.why)
+    else:
+        heads, kv_heads, head_dim = attn.heads
         kv_len = context + positions
-        one = kernels.decode_attention_ms(S, kv_len, heads, kv_heads, model.head_dim, kv_dtype)
-        if one is None:
+        ms, edge, from_rows = attn.pass_ms(S, S * context, t)
+        if not np.isfinite(ms[0]):
             notes.append(f"decode attention batch={n_seqs} kv={kv_len} heads={heads}/{kv_heads} "
-                         f"d={model.head_dim}: off the table's grid or rejected")
+                         f"d={head_dim}: no measured row at this batch")
         else:
             roof_t = float(np.asarray(attention_s(c, S, t, S * context)).ravel()[0])
-            roof_1 = float(np.asarray(attention_s(c, S, 1.0, S * (kv_len - 1))).ravel()[0])
-            premium = roof_t / roof_1 if roof_1 > 0 else 1.0
-            ms = L * one * premium
-            attn_delta = ms - (roof_t + L * kfix) * 1e3
-            measured += ms
+            attn_delta = float(ms[0]) - (roof_t + L * kfix) * 1e3
+            measured += float(from_rows[0])  # beyond the edge: the roofline's increment is not
             attention_source = _label(src)
-    else:
-        notes.append(f"{model.model_id}: attention from the roofline (measured decode attention "
-                     "prices full GQA attention with a BF16/FP8 cache so far)")
+            if edge[0] != kv_len:  # off the grid: the edge's row plus the roofline's increment
+                attention_source += f"+{ROOFLINE}"
+                notes.append(f"decode attention batch={n_seqs} kv={kv_len}: beyond the table's "
+                             f"edge kv={edge[0]:g} for this batch: the edge's measured row plus "
+                             "the roofline's increment")
     return MeasuredPass(layer_delta, head_delta, attn_delta, measured, gemm_source, head_source,
-                        attention_source, tuple(notes))
+                        attention_source, tuple(notes),
+                        attn.kernel_source if attention_source != ROOFLINE else "")

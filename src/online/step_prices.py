@@ -64,6 +64,11 @@ class PriceTables(NamedTuple):
     comm: np.ndarray  # [D, 2, T + 1] all-reduce s of a pass of that many tokens
     kernels: np.ndarray  # [D, 2, K, N_KERNEL] fitted attention kernels (N_KERNELS_FITTED each)
     tree_extra: np.ndarray  # [D, S + 1] a token tree's verification extras by sequences (ms)
+    # measured decode attention of the target (src/kernels/pass_attention.py PassAttention.rows)
+    mattn: np.ndarray  # [D, S + 1, J] all layers' ms of the one-position kernel on the KV grid
+    mattn_kv: np.ndarray  # [D, J] the KV grid
+    mattn_edge: np.ndarray  # [D, S + 1, 2] (lo, hi) run of grid lines each S prices inside
+    mattn_par: np.ndarray  # [D, 3] (tabled?, widest pass priced, one kernel's fixed ms x layers)
 
 
 def compiled_pricing_supported(timer) -> bool:
@@ -186,7 +191,30 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
         for n in range(2):
             kernels[d, n, : kerns[d][n].shape[0]] = kerns[d][n]
     return PriceTables(np.array(nets), np.array(engs), table, gemm, select, np.array(comms),
-                       kernels, tree_extra)
+                       kernels, tree_extra, *_pack_measured_attention(timers, max_seqs))
+
+
+def _pack_measured_attention(timers, max_seqs: int):
+    """(mattn, mattn_kv, mattn_edge, mattn_par) of PriceTables: each deployment's
+    PassAttention.rows (HardwareCostModel.attention_kernels), zeros where it has none."""
+    got = []
+    for timer in timers:
+        a = getattr(timer.cost, "attention_kernels", None)
+        got.append(None if a is None else (a, *a.rows(max_seqs)))
+    J = max([x[0].kv_axis.size for x in got if x is not None] + [1])
+    D = len(timers)
+    rows, kv = np.zeros((D, max_seqs + 1, J)), np.ones((D, J))
+    edge, par = np.full((D, max_seqs + 1, 2), -1.0), np.zeros((D, 3))
+    for d, x in enumerate(got):
+        if x is None:
+            continue
+        a, r, lo, hi = x
+        j = a.kv_axis.size
+        rows[d, :, :j] = r[: max_seqs + 1]
+        kv[d, :j] = a.kv_axis
+        edge[d, :, 0], edge[d, :, 1] = lo[: max_seqs + 1], hi[: max_seqs + 1]
+        par[d] = (1.0, a.max_positions, a.fixed_ms)
+    return rows, kv, edge, par
 
 
 @compiled_callee
@@ -230,6 +258,39 @@ def attention_pow_s(pt, d, net, S, t, C, prefill):
         memory = memory + c[N_WINDOW_READ] * (window_ctx + T)
         compute = compute + c[N_WINDOW_PAIR] * (t * window_ctx + S * (t * (t + 1) / 2))
     return _pnorm2(memory, compute, c[N_P])
+
+
+@compiled_callee
+def measured_attention_ms(pt, d, n, t, C, attention):
+    """PassAttention.replace_ms of one target pass (HardwareCostModel._target_parts): the
+    measured kernel in place of `attention` (ms, without the fixed time) where tabled."""
+    par = pt.mattn_par[d]
+    if par[0] == 0.0 or n <= 0 or t > par[1]:
+        return attention
+    lo, hi = int(pt.mattn_edge[d, n, 0]), int(pt.mattn_edge[d, n, 1])
+    if lo < 0:
+        return attention
+    axis, row = pt.mattn_kv[d], pt.mattn[d, n]
+    S, Cf, tf = float(n), float(C), float(t)
+    kv = Cf / S + tf
+    kc = min(max(kv, axis[lo]), axis[hi])
+    i1 = lo
+    while i1 < hi and axis[i1] < kc:
+        i1 += 1
+    if axis[i1] == kc:
+        val = row[i1]
+    else:
+        i0 = i1 - 1
+        w = (kc - axis[i0]) / (axis[i1] - axis[i0])
+        val = (1.0 - w) * row[i0] + w * row[i1]
+    if kc == kv and t == 1:
+        return val - par[2]
+    r_1 = attention_pow_s(pt, d, TARGET, S, 1.0, Cf + S * (tf - 1.0), DECODE) * 1e3
+    if kc != kv:  # beyond the run: the edge's row plus the roofline's increment
+        val = val + (r_1 - attention_pow_s(pt, d, TARGET, S, 1.0, S * (kc - 1.0), DECODE) * 1e3)
+    if t != 1:  # the roofline's premium of t positions (attention: the cost model's own)
+        val = val * (attention / r_1)
+    return val - par[2]
 
 
 @compiled_callee
@@ -304,6 +365,7 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     t = g + 1
     tokens = n * t
     attention = attention_exp_ms(pt, d, TARGET, n, tokens, t, float(C))
+    attention = measured_attention_ms(pt, d, n, t, C, attention)
     physics = pt.table[d, TARGET, n, t] + attention
     verify = t > 1
     per_seq = e[E_CPU_PER_SEQ]
