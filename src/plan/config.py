@@ -13,6 +13,12 @@
     source = "where the prices come from, dated"
     l40s = 0.86
 
+    [disagg]                                   # optional: xPyD shapes searched beside the
+    prefill_workers = [1, 2]                   # aggregated replicas (src/plan/disagg_config.py)
+    prefill = ["tp8 ep8"]
+    decode_workers = [1]
+    decode = ["dp8 ep8"]
+
 Options (`--gpus l40s,h100-sxm`, `--prices l40s=0.86,h100-sxm=2.99`, ...) override the file,
 which overrides the defaults. Every bad value raises ConfigError naming the key or option and
 what is allowed, before anything is simulated.
@@ -206,7 +212,8 @@ def parse_prices(flag: str, value: Any, gpus: tuple[str, ...]) -> tuple[tuple[st
 
 
 def read_plan_file(path: str) -> dict:
-    """The plan file as {"plan": {...}, "prices": {...}}; ConfigError on --plan."""
+    """The plan file as {"plan": {...}, "prices": {...}[, "disagg": DisaggPlan]}; ConfigError on
+    --plan (or naming the bad key)."""
     data = read_toml(path, "--plan")  # the project's TOML reader: at most MAX_TOML_BYTES
     for key in data:
         if key not in ("plan", "prices", "disagg"):

@@ -38,8 +38,9 @@ class WorkerShape:
     ep: int = 1
 
     def label(self) -> str:
-        return f"tp{self.tp}" + (f" dp{self.dp}" if self.dp > 1 else "") + (
-            f" ep{self.ep}" if self.ep > 1 else "")
+        words = [f"tp{self.tp}" if self.tp > 1 or self.dp == 1 else "",
+                 f"dp{self.dp}" if self.dp > 1 else "", f"ep{self.ep}" if self.ep > 1 else ""]
+        return " ".join(w for w in words if w)
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ def disagg_lines(plan, table: pd.DataFrame, agg: pd.DataFrame, skipped) -> list[
         a, b = _cheapest(agg, spec), _cheapest(table, spec)
         left = "none" if a is None else (f"aggregated {a.target}+{a.draft} tp{a.tp} {a.gpu} "
                                          f"{a.policy}: {_r(a.cost_per_mtok)}")
-        right = "none" if b is None else (f"disaggregated {b.shape} {b.gpu} {b.policy}: "
+        right = "none" if b is None else (f"disaggregated {b['shape']} {b.gpu} {b.policy}: "
                                           f"{_r(b.cost_per_mtok)}")
         verdict = ""
         if a is not None and b is not None:
