@@ -103,8 +103,8 @@ def test_the_capacity_rule_in_closed_form(planned):
         assert r.decode_workers_for_target == math.ceil(10 / r.decode_capacity_per_worker_per_s)
     one = dis[(dis["shape"] == "1P(tp1)+1D(tp1)")]
     two = dis[(dis["shape"] == "2P(tp1)+1D(tp1)")]
-    # one prefill server at ~1000-token prompts on an L4 binds below the decode worker
-    assert (one.bound_by == "prefill").all()
+    # one prefill server at ~1000-token prompts on an L4 binds below a greedy decode worker
+    assert (one[one.policy == "none"].bound_by == "prefill").all()
     assert (two.prefill_capacity_per_s.to_numpy() > one.prefill_capacity_per_s.to_numpy()).all()
 
 
@@ -144,3 +144,41 @@ def test_bad_disagg_tables_are_one_line(tmp_path):
     assert line == "error: disagg.decode: expected a non-empty TOML list, got 'tp1'"
     line = refused(tmp_path, head + 'prefill = ["tp1"]\ndecode = ["tp1"]\nkv_link = "ib"\n')
     assert line.startswith("error: disagg.kv_link: unknown 'ib'; allowed: auto, nvlink")
+
+
+def test_a_decode_shape_that_does_not_fit_names_the_smallest_that_does():
+    """DeepSeek-V3 on H200: a decode worker of TP 4 holds 168 GB of weights per GPU; the reason
+    names decode_tp 1, decode_dp 8, decode_ep 8; a DP worker over 8 GPUs spans nodes."""
+    from src.plan.disagg_config import DisaggCandidate, WorkerShape
+    from src.plan.disagg_search import candidate_check
+    from src.plan.search import Deployment, SearchTask
+
+    d = Deployment("h200", 1, "deepseek-v3", "mtp", "sglang", "alpaca")
+    base = SearchTask(d, "none", 2.0, 0.05, 0.9, 0.8, None, 10.0, 2, 0.1, 2.0, 1, 8)
+    prefill = WorkerShape(8, 1, 8)
+    why = candidate_check(base, DisaggCandidate(1, prefill, 1, WorkerShape(4, 1, 4), "auto"))
+    assert why.startswith("disagg.decode_tp: deepseek-v3 at decode_tp 4, decode_dp 1 holds")
+    assert why.endswith("allowed: decode_tp 1, decode_dp 8, decode_ep 8 (the smallest shape "
+                        "that fits, 97.4 GB per GPU)")
+    assert candidate_check(base, DisaggCandidate(1, prefill, 1, WorkerShape(1, 8, 8),
+                                                 "auto")) is None
+    why = candidate_check(base, DisaggCandidate(1, prefill, 1, WorkerShape(2, 8, 16), "auto"))
+    assert why == ("disagg.decode: a worker of 16 GPUs spans nodes (its all-to-all over the "
+                   "network is not modelled); allowed: tp x dp <= 8")
+
+
+def test_an_oversized_disagg_table_is_counted_and_refused(tmp_path):
+    """The pool searches count towards plan's limit: 10 prefill x 40 decode shapes x (2 policies
+    + 64 prefill counts) = 26,400 on top of the 2 aggregated searches."""
+    from src.plan.cli import MAX_SEARCHES
+
+    prefill = ", ".join(f'"tp1 dp{k}"' for k in range(1, 11))
+    decode = ", ".join(f'"tp1 dp{k}"' for k in range(1, 41))
+    line = refused(tmp_path, '[plan]\ngpus = ["l4"]\npairs = ["llama-3.1-8b+llama-3.2-1b"]\n'
+                             'policies = ["fixed:3"]\n[disagg]\n'
+                             f'prefill_workers = {list(range(1, 65))}\nprefill = [{prefill}]\n'
+                             f'decode = [{decode}]\n')
+    assert line == ("error: --plan: 1 deployments (1 GPUs x 1 tp sizes x 1 pairs x 1 engines x "
+                    "1 workloads) x 2 policies + the [disagg] table's pool searches = 26,402 "
+                    f"searches; allowed: at most {MAX_SEARCHES:,} searches a plan (list fewer, "
+                    "or split it into several plans)")

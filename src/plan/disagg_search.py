@@ -176,14 +176,20 @@ def candidate_check(base: SearchTask, cand, policies: str = "none") -> str | Non
     """None where the candidate can run (the shapes suit the model, both pools' weights fit,
     the decode worker's KV cache holds the workload's longest request and `policies` run on a
     decode pool), else why not, one line."""
-    from src.costmodel import CostModelInputError
-    from src.disagg.config import GPUS_PER_NODE
+    from src.costmodel import CostModelInputError, load_presets
+    from src.disagg.config import GPUS_PER_NODE, disagg_from_table
     from src.disagg.pool_timer import decode_capacity_tokens
     from src.disagg.serve import check_servable
     from src.online.study import longest_request_tokens
 
     tasks = pool_tasks(base, cand)
+    d = base.deployment
     try:
+        # the shapes first, so a bad one is named as disagg.FIELD (plan's scenarios carry no
+        # weight formats: this is disagg_of's check)
+        presets = load_presets()
+        disagg_from_table(cand.table(), presets.model(d.target, "target"), presets.gpu(d.gpu),
+                          presets.params)
         cfg = serve_config(tasks["decode"].base)
         disagg = _disagg(tasks["decode"], cfg)
         check_servable(disagg, policies)
