@@ -37,7 +37,7 @@ def test_unknown_gpu_and_model_are_refused(tmp_path):
     line = refused(tmp_path, "--gpus", "h100-sxm", "--pairs", "llama-9b+llama-3.2-1b")
     assert "--pairs: unknown target model 'llama-9b'" in line
     line = refused(tmp_path, "--gpus", "h100-sxm", "--pairs", "llama-3.1-8b+tiny")
-    assert "--pairs: unknown draft 'tiny'; allowed: eagle, ngram" in line
+    assert "--pairs: unknown draft 'tiny'; allowed: eagle, mtp, ngram" in line
     line = refused(tmp_path, "--gpus", "h100-sxm", *base, "--engines", "vllm-9")
     assert "--engines: unknown engine profile 'vllm-9'" in line
     line = refused(tmp_path, "--gpus", "h100-sxm", *base, "--policies", "fixed:99")

@@ -48,13 +48,24 @@ def check_servable(disagg: DisaggConfig, policies: str) -> None:
                                         "sglang-adaptive[:ema|:throughput_aware]")
 
 
+def prefill_pool(cfg, disagg: DisaggConfig) -> PrefillPool:
+    """The prefill pool and KV link of `disagg` for serve config `cfg` (its scenario's target
+    without the draft, at the prefill worker's tp x dp GPUs and ep)."""
+    pre, dec = disagg.prefill, disagg.decode
+    prefill_cost = replace(_plain(cfg.scenario), tp=pre.gpus_per_worker, ep=pre.ep).cost_model(
+        cfg.engine_profile)
+    return PrefillPool(prefill_cost=prefill_cost, prefill_dp=pre.dp, servers=pre.workers * pre.dp,
+                       model=prefill_cost.target, link=kv_link(disagg.link(), prefill_cost.gpu),
+                       prefill_tp=pre.tp, decode_tp=dec.tp)
+
+
 def disaggregated(cfg, disagg: DisaggConfig):
     """(the decode worker's ServeConfig, its Prepared) for the serving sweep (module
     docstring)."""
     from src.online.engine import Deployment
     from src.online.study import longest_request_tokens, prepare
     check_servable(disagg, cfg.policies)
-    pre, dec = disagg.prefill, disagg.decode
+    dec = disagg.decode
     scenario = replace(cfg.scenario, tp=dec.gpus_per_worker, ep=dec.ep)
     lim = cfg.limits
     budget = lim.max_num_seqs * (longest_request_tokens(cfg) + cfg.max_gamma + 1)
@@ -64,11 +75,7 @@ def disaggregated(cfg, disagg: DisaggConfig):
         cost = sc.cost_model(cfg.engine_profile)
         blocks = decode_capacity_tokens(cost, dec, lim.max_num_seqs) // lim.block_size_tokens
         deps.append(Deployment(DecodePoolTimer(cost, spec, dec), blocks))
-    prefill_cost = replace(_plain(cfg.scenario), tp=pre.gpus_per_worker, ep=pre.ep).cost_model(
-        cfg.engine_profile)
-    pool = PrefillPool(prefill_cost=prefill_cost, prefill_dp=pre.dp, servers=pre.workers * pre.dp,
-                       model=prefill_cost.target, link=kv_link(disagg.link(), prefill_cost.gpu),
-                       prefill_tp=pre.tp, decode_tp=dec.tp)
+    pool = prefill_pool(cfg, disagg)
     prepared = prepare(dcfg, deps=tuple(deps))
     return dcfg, replace(prepared, make_engine=pool, extra_metrics=pool_utilisation,
                          gpus=disagg.gpus)

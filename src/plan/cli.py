@@ -86,10 +86,13 @@ FIT_CHUNK = 64  # deployments per memory-check call on the executor (~14 ms each
 
 
 def plan_size(plan) -> tuple[int, int]:
-    """(deployments, searches) of a plan, counted before any is built."""
+    """(aggregated deployments, searches) of a plan, counted before any is built: the
+    aggregated searches and the [disagg] table's pool searches (src/plan/disagg_plan.py)."""
+    from src.plan.disagg_plan import disagg_searches
+
     n = (len(plan.gpus) * len(plan.tp_sizes) * len(plan.pairs) * len(plan.engines)
          * len(plan.workloads))
-    return n, n * len(plan.policies)
+    return n, n * len(plan.policies) + disagg_searches(plan)
 
 
 def check_size(plan, flag: str) -> None:
@@ -99,28 +102,35 @@ def check_size(plan, flag: str) -> None:
         raise ConfigError(flag, f"{deployments:,} deployments ({len(plan.gpus)} GPUs x "
                                 f"{len(plan.tp_sizes)} tp sizes x {len(plan.pairs)} pairs x "
                                 f"{len(plan.engines)} engines x {len(plan.workloads)} workloads)"
-                                f" x {len(plan.policies)} policies = {searches:,} searches; "
+                                f" x {len(plan.policies)} policies"
+                                + (" + the [disagg] table's pool searches" if plan.disagg
+                                   else "") + f" = {searches:,} searches; "
                                 f"allowed: at most {MAX_SEARCHES:,} searches a plan (list fewer, "
                                 "or split it into several plans)")
 
 
 def tasks_of(plan):
     """[(Deployment, [SearchTask per policy])] in plan order."""
-    from src.plan.search import Deployment, SearchTask
+    from src.plan.search import Deployment
 
-    files = dict(plan.model_files)
     out = []
     for gpu, tp, (target, draft), engine, workload in itertools.product(
             plan.gpus, plan.tp_sizes, plan.pairs, plan.engines, plan.workloads):
         d = Deployment(gpu, tp, target, draft, engine, workload)
-        mine = tuple((m, files[m]) for m in dict.fromkeys((target, draft)) if m in files)
-        out.append((d, [SearchTask(d, policy, plan.slo_ttft_s, plan.slo_tpot_s,
-                                   plan.slo_attainment_target, plan.alpha, plan.quality_mode,
-                                   plan.duration_s, plan.replications, plan.tolerance,
-                                   plan.start_rate_per_s, plan.seed, plan.max_gamma, mine,
-                                   plan.kernels)
-                        for policy in plan.policies]))
+        out.append((d, [task_of(plan, d, policy) for policy in plan.policies]))
     return out
+
+
+def task_of(plan, d, policy: str):
+    """The SearchTask of deployment `d` and `policy` with the plan's settings."""
+    from src.plan.search import SearchTask
+
+    files = dict(plan.model_files)
+    mine = tuple((m, files[m]) for m in dict.fromkeys((d.target, d.draft)) if m in files)
+    return SearchTask(d, policy, plan.slo_ttft_s, plan.slo_tpot_s, plan.slo_attainment_target,
+                      plan.alpha, plan.quality_mode, plan.duration_s, plan.replications,
+                      plan.tolerance, plan.start_rate_per_s, plan.seed, plan.max_gamma, mine,
+                      plan.kernels)
 
 
 def nothing_fits(plan, skipped) -> str:
@@ -215,7 +225,8 @@ def run(args, say) -> int:
     from src.plan import report
     from src.plan.cache import SearchCache, code_version
     from src.plan.config import build_plan
-    from src.plan.search import capacity_search
+    from src.plan.disagg_plan import disagg_entries, entry_tasks
+    from src.plan.disagg_search import any_search
 
     options = {name: getattr(args, name) for name in OPTIONS}
     plan = build_plan(options, args.plan)
@@ -241,18 +252,24 @@ def run(args, say) -> int:
 
         with deferred_notes():  # a plan nothing of which fits is one line, no --kernels note
             fitting, skipped = fit_all(tasks_of(plan), executor, say)
-            if not fitting:
+            entries, disagg_skipped = disagg_entries(plan, lambda d, p: task_of(plan, d, p))
+            if not fitting and not entries:
                 raise ConfigError("--plan" if args.plan else "--pairs",
                                   nothing_fits(plan, skipped))
         cache = SearchCache(None if args.no_cache else os.path.join(out, "runs", "plan-cache"),
                             code_version())
-        todo = [t for _, tasks in fitting for t in tasks]
+        todo = [t for _, tasks in fitting for t in tasks] + entry_tasks(entries)
         results = {t: cache.get(t) for t in todo}
         missing = [t for t in todo if results[t] is None]
         for d, why in skipped:
             say(f"plan: skipped {d.label}: {why}")
-        say(f"plan: {len(fitting)} deployments x {len(plan.policies)} policies = {len(todo)} "
-            f"searches, {len(todo) - len(missing)} reused from {cache.folder or 'no cache'}, "
+        for d, cand, why in disagg_skipped:
+            say(f"plan: skipped {d.label.replace(' tp1', '')} {cand.label()}: {why}")
+        pools = f" + {len(todo) - len(fitting) * len(plan.policies)} disaggregated pool" \
+            if entries else ""
+        say(f"plan: {len(fitting)} deployments x {len(plan.policies)} policies{pools} = "
+            f"{len(todo)} searches, {len(todo) - len(missing)} reused from "
+            f"{cache.folder or 'no cache'}, "
             f"{len(missing)} to run on {executor.label}")
         progress = _progress(say, len(missing), len(todo) - len(missing), len(fitting),
                              len(plan.policies), executor.workers)
@@ -264,11 +281,18 @@ def run(args, say) -> int:
             cache.put(task, result)
             progress(task, n_done)
 
-        executor.map(capacity_search, [(t,) for t in missing], on_done=done)
+        executor.map(any_search, [(t,) for t in missing], on_done=done)
     searches = [(d, t.policy, results[t]) for d, tasks in fitting for t in tasks]
     table = report.plan_table(plan, searches)
-    section = report.summary_section(plan, table, skipped)
+    extra = []
     new = {report.CSV_PATH: report.csv_bytes(table)}
+    if plan.disagg is not None:
+        from src.plan import disagg_report
+
+        dtable = disagg_report.disagg_table(plan, entries, results)
+        extra = disagg_report.disagg_lines(plan, dtable, table, disagg_skipped)
+        new[disagg_report.DISAGG_CSV_PATH] = disagg_report.csv_bytes(dtable)
+    section = report.summary_section(plan, table, skipped, extra)
     if not args.no_plots:
         new[report.PLOT_PATH] = report.plot_capacity(plan, table)
     try:

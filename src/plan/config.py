@@ -13,6 +13,12 @@
     source = "where the prices come from, dated"
     l40s = 0.86
 
+    [disagg]                                   # optional: xPyD shapes searched beside the
+    prefill_workers = [1, 2]                   # aggregated replicas (src/plan/disagg_config.py)
+    prefill = ["tp8 ep8"]
+    decode_workers = [1]
+    decode = ["dp8 ep8"]
+
 Options (`--gpus l40s,h100-sxm`, `--prices l40s=0.86,h100-sxm=2.99`, ...) override the file,
 which overrides the defaults. Every bad value raises ConfigError naming the key or option and
 what is allowed, before anything is simulated.
@@ -35,7 +41,9 @@ PLAN_KEYS = ("gpus", "tp", "pairs", "engines", "policies", "workloads", "slo", "
              "seed", "max_gamma")
 LIST_KEYS = {"gpus": '"l40s", "h100-sxm"', "tp": "1, 2", "pairs": '"llama-3.1-8b+llama-3.2-1b"',
              "engines": '"vllm-v1"', "policies": '"fixed:3"', "workloads": '"sharegpt"'}
-SPECIAL_DRAFTS = ("eagle", "ngram")
+# drafts that are not a model preset: an EAGLE head, n-gram lookup, the target's own MTP module
+# (src/hardware/scenario.py SPECIAL_DRAFTS; an mtp pair needs a target with mtp_layers)
+SPECIAL_DRAFTS = ("eagle", "mtp", "ngram")
 TP_SIZES = (1, 2, 4, 8)
 
 
@@ -67,6 +75,7 @@ class PlanConfig:
     # (path, SHA-256 of its bytes) of every config.json model: part of each search's cache key
     model_files: tuple[tuple[str, str], ...] = ()
     kernels: str | None = None  # --kernels (src/kernels/costmodel.py); None: measured where found
+    disagg: object | None = None  # the plan file's [disagg] table (src/plan/disagg_config.py)
 
     def price(self, gpu: str) -> float | None:
         return dict(self.prices_usd_per_gpu_hour).get(gpu)
@@ -203,11 +212,12 @@ def parse_prices(flag: str, value: Any, gpus: tuple[str, ...]) -> tuple[tuple[st
 
 
 def read_plan_file(path: str) -> dict:
-    """The plan file as {"plan": {...}, "prices": {...}}; ConfigError on --plan."""
+    """The plan file as {"plan": {...}, "prices": {...}[, "disagg": DisaggPlan]}; ConfigError on
+    --plan (or naming the bad key)."""
     data = read_toml(path, "--plan")  # the project's TOML reader: at most MAX_TOML_BYTES
     for key in data:
-        if key not in ("plan", "prices"):
-            raise ConfigError(key, "unknown table; allowed: plan, prices")
+        if key not in ("plan", "prices", "disagg"):
+            raise ConfigError(key, "unknown table; allowed: plan, prices, disagg")
     plan = data.get("plan")
     if not isinstance(plan, Mapping):
         raise ConfigError("--plan", f"{path} has no [plan] table")
@@ -217,7 +227,11 @@ def read_plan_file(path: str) -> dict:
     prices = data.get("prices", {})
     if not isinstance(prices, Mapping):
         raise ConfigError("prices", "expected a table of GPU = USD per GPU-hour")
-    return {"plan": dict(plan), "prices": dict(prices)}
+    out = {"plan": dict(plan), "prices": dict(prices)}
+    if "disagg" in data:
+        from src.plan.disagg_config import parse_disagg_plan
+        out["disagg"] = parse_disagg_plan(data["disagg"])
+    return out
 
 
 def build_plan(options: Mapping[str, Any], path: str | None) -> PlanConfig:
@@ -311,7 +325,7 @@ def build_plan(options: Mapping[str, Any], path: str | None) -> PlanConfig:
         prices_usd_per_gpu_hour=parsed_prices, price_source=source, alpha=alpha,
         quality_mode=None if mode_v is None else str(mode_v), duration_s=duration,
         replications=replications, tolerance=tolerance, start_rate_per_s=start, seed=seed,
-        max_gamma=max_gamma, source=path or "options", model_files=tuple(
+        max_gamma=max_gamma, source=path or "options", disagg=data.get("disagg"), model_files=tuple(
             (m, hashlib.sha256(read_file_bytes(m, "--pairs", "a Hugging Face config.json"))
              .hexdigest()) for m in dict.fromkeys(m for pair in pairs for m in pair)
             if looks_like_config_path(m)))

@@ -108,7 +108,8 @@ def _table(header, rows, indent="  ") -> str:
     return "\n".join([fmt(header)] + [fmt(r) for r in rows])
 
 
-def summary_section(plan, table: pd.DataFrame, skipped: list[tuple]) -> str:
+def summary_section(plan, table: pd.DataFrame, skipped: list[tuple],
+                    extra: list[str] = ()) -> str:
     """The plan's section of summary.txt (P1 cheapest at the target rate, P2 best policy per
     deployment, P3 where speculation raises or lowers capacity)."""
     usd = bool(plan.prices_usd_per_gpu_hour)
@@ -200,6 +201,8 @@ def summary_section(plan, table: pd.DataFrame, skipped: list[tuple]) -> str:
                      f"[{_rate(r.capacity_gain_low)}-{_rate(r.capacity_gain_high)}]"])
     lines.append(_table(["deployment", "policy", "capacity", "gain", "range"], rows)
                  if rows else "  (no speculation policy in the plan)")
+    if extra:  # the disaggregated rows, src/plan/disagg_report.py
+        lines += ["", *extra]
     lines.append(SECTION_END)
     return "\n".join(lines)
 

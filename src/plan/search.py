@@ -158,7 +158,7 @@ def fit_check(task: SearchTask) -> str | None:
     models = load_presets().models
     try:
         check_tp(models[d.target], d.tp)
-        if d.draft not in ("eagle", "ngram") and models[d.draft].architecture != "eagle3":
+        if d.draft not in ("eagle", "mtp", "ngram") and models[d.draft].architecture != "eagle3":
             check_tp(models[d.draft], d.draft_tp, "draft_tp")
     except CostModelInputError as e:
         return f"cannot run at tp {d.tp}: {e.allowed}"
@@ -199,17 +199,23 @@ class Prober:
     def __init__(self, task: SearchTask, runs: dict | None = None):
         """`runs`: engine runs by (rate, window) to share between Probers of tasks that differ
         only in their SLO (the SLO classifies a run; it does not change it)."""
-        from src.online.study import prepare
-
         self.task, self.runs = task, ({} if runs is None else runs)
-        self.cfg = serve_config(task)
-        prepared = prepare(self.cfg)
+        self.cfg, prepared = self.setup(task)
         policy = [p for p in prepared.policies if p.name == task.policy]
         if not policy:  # a bare "fixed" is named fixed:G after parsing
             policy = [p for p in prepared.policies if p.name != "none"] or list(prepared.policies)
         self.policy_name = policy[0].name
         self.prepared = replace(prepared, policies=(policy[0],))
         self.probes: dict[float, dict] = {}
+
+    @staticmethod
+    def setup(task):
+        """(ServeConfig, Prepared) of the task's probes: an aggregated replica's (src/plan/
+        disagg_search.py prices a disaggregated deployment's decode worker instead)."""
+        from src.online.study import prepare
+
+        cfg = serve_config(task)
+        return cfg, prepare(cfg)
 
     def _run(self, rate: float, duration_s: float) -> dict:
         from src.online import metrics
@@ -309,7 +315,11 @@ def capacity_search(task: SearchTask, runs: dict | None = None) -> dict:
     its mean E2E latencies, a lower bound; else NaN), "policy" (as parsed), "at_capacity" (the
     probe at the capacity, or None), "probes" (every probe, by rate)}. first_miss_per_s: the
     lowest probed miss above the capacity (NaN where none)."""
-    p = Prober(task, runs)
+    return search_result(Prober(task, runs), task)
+
+
+def search_result(p, task) -> dict:
+    """capacity_search's result of a prober `p` (.meet(rate), .probes, .policy_name)."""
     bound, lo, hi = bracket_and_bisect(p.meet, task.start_rate_per_s, task.tolerance)
     unknown = hi is not None and p.probes[hi]["verdict"] == "unknown"
     floor = -math.inf if lo is None else lo
