@@ -31,7 +31,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from src.config import ConfigError
-from src.plan.search import Prober, SearchTask, capacity_search, search_result, serve_config
+from src.plan.search import (
+    Prober,
+    SearchTask,
+    capacity_search,
+    probe_verdict,
+    search_result,
+    serve_config,
+)
 
 UNBOUNDED_PREFILL_WORKERS = 256  # enough servers that no prompt waits at plan's rates (<= 1e4/s)
 
@@ -100,7 +107,6 @@ class PrefillProber(Prober):
         self.probes: dict[float, dict] = {}
 
     def _run(self, rate: float, duration_s: float) -> dict:
-        from src.online.serving_rules import STEADY_WINDOW_E2E, duration_to_steady_s
         from src.online.study import _requests_for_rate
 
         cfg = replace(self.cfg, duration_s=duration_s)
@@ -119,12 +125,7 @@ class PrefillProber(Prober):
         row = {"slo_attainment": float(np.mean(att)), "e2e_mean_s": float(np.mean(means)),
                "ttft_p50_s": float(np.mean(p50)), "ttft_p90_s": float(np.mean(p90)),
                "prefill_utilisation": float(np.mean(util))}
-        steady = bool(duration_s >= STEADY_WINDOW_E2E * row["e2e_mean_s"])
-        attained = bool(row["slo_attainment"] >= cfg.slo_attainment_target)
-        verdict = "miss" if not attained else ("meet" if steady else "unknown")
-        return {"rate_per_s": rate, "window_s": duration_s, "steady": steady,
-                "attained": attained, "meet": steady and attained, "verdict": verdict,
-                "window_to_steady_s": duration_to_steady_s(row["e2e_mean_s"]), **row}
+        return probe_verdict(row, rate, duration_s, cfg.slo_attainment_target)
 
 
 def fcfs_latency_s(arrival_s, service_s, after_s, servers: int):

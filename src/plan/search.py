@@ -193,6 +193,20 @@ def max_window_s(task: SearchTask) -> float:
     return MAX_WINDOW_FACTOR * task.duration_s
 
 
+def probe_verdict(row: dict, rate: float, duration_s: float, attainment_target: float) -> dict:
+    """A probe's row with its verdict: 'miss' where the SLO is not attained, 'meet' where it is
+    and the window holds STEADY_WINDOW_E2E mean end-to-end latencies, else 'unknown' (needs a
+    longer window: never a miss; issue 26 section 1)."""
+    from src.online.serving_rules import STEADY_WINDOW_E2E, duration_to_steady_s
+
+    steady = bool(duration_s >= STEADY_WINDOW_E2E * row["e2e_mean_s"])
+    attained = bool(row["slo_attainment"] >= attainment_target)
+    verdict = "miss" if not attained else ("meet" if steady else "unknown")
+    return {"rate_per_s": rate, "window_s": duration_s, "steady": steady,
+            "attained": attained, "meet": steady and attained, "verdict": verdict,
+            "window_to_steady_s": duration_to_steady_s(row["e2e_mean_s"]), **row}
+
+
 class Prober:
     """meet(rate) of one task, each rate simulated once (a dict of probes by rate)."""
 
@@ -219,7 +233,6 @@ class Prober:
 
     def _run(self, rate: float, duration_s: float) -> dict:
         from src.online import metrics
-        from src.online.serving_rules import STEADY_WINDOW_E2E, duration_to_steady_s
         from src.online.study import simulate_rate
 
         cfg = replace(self.cfg, duration_s=duration_s)
@@ -241,12 +254,7 @@ class Prober:
             if np.isfinite(row.get(f"{k}_ci_low", math.nan)):
                 row[f"{k}_ci_low"] = float(np.clip(row[f"{k}_ci_low"], 0.0, top))
                 row[f"{k}_ci_high"] = float(np.clip(row[f"{k}_ci_high"], 0.0, top))
-        steady = bool(duration_s >= STEADY_WINDOW_E2E * row["e2e_mean_s"])
-        attained = bool(row["slo_attainment"] >= cfg.slo_attainment_target)
-        verdict = "miss" if not attained else ("meet" if steady else "unknown")
-        return {"rate_per_s": rate, "window_s": duration_s, "steady": steady,
-                "attained": attained, "meet": steady and attained, "verdict": verdict,
-                "window_to_steady_s": duration_to_steady_s(row["e2e_mean_s"]), **row}
+        return probe_verdict(row, rate, duration_s, cfg.slo_attainment_target)
 
     def probe(self, rate: float) -> dict:
         """The probe at `rate`: first over the task's window; a rate that meets the SLO but is
