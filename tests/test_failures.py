@@ -128,7 +128,10 @@ class Run:
                     break
         raise AssertionError(f"never saw {text!r}: {''.join(self.stderr)[-2000:]}")
 
-    def finish(self, timeout: float = 20) -> tuple[int, str]:
+    def finish(self, timeout: float = 60) -> tuple[int, str]:
+        # 60 s, a bound on a hang rather than a timing assert: a fresh-clone CI run of 2026-12-03
+        # (two xdist workers) did not exit within the 20 s this was, while every local try, cold
+        # caches and a busy core included, exits within ~1 s; the cause is not found yet
         rc = self.proc.wait(timeout=timeout)
         # the reader ends at the end of stderr: every line is taken (a fixed pause could miss the
         # last one on a loaded machine); a worker still holding stderr open keeps it from ending,
