@@ -21,6 +21,7 @@ delivered); TPOT and ITL come from the decode worker's steps alone.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +29,30 @@ import numpy as np
 from src.disagg.transfer import KvLink, transfer_ms
 from src.online.engine_numpy import NumpyEngine
 from src.online.engine_types import EngineResult
+
+
+class FcfsServers:
+    """`servers` first-come-first-served servers taking requests in the order they are sent:
+    done = max(sent, the earliest free server's time) + service (module docstring)."""
+
+    def __init__(self, servers: int):
+        self._free = [0.0] * servers  # a heap of the times the servers are next free
+
+    def serve(self, sent: float, service: float) -> float:
+        """The completion time of a request sent at `sent` needing `service`."""
+        start = max(sent, heapq.heappop(self._free))
+        heapq.heappush(self._free, start + service)
+        return start + service
+
+
+def fcfs_latency_s(arrival_s, service_s, after_s, servers: int):
+    """(queue + service + after per request, total service, last completion) of requests in
+    arrival order at `servers` FcfsServers (the prefill pool alone, as plan searches it)."""
+    queue = FcfsServers(servers)
+    done = np.array([queue.serve(a, s) for a, s in zip(np.asarray(arrival_s).tolist(),
+                                                       np.asarray(service_s).tolist())])
+    return (done - np.asarray(arrival_s) + np.asarray(after_s), float(np.sum(service_s)),
+            float(done.max(initial=0.0)))
 
 
 @dataclass
@@ -77,7 +102,7 @@ class DisaggEngine(NumpyEngine):
         self.pool = pool
         self.service_ms = np.where(valid, pool.prefill_ms(prompts), 0.0)
         self.after_ms = np.where(valid, pool.transfer_ms(prompts), 0.0)
-        self.free_ms = np.zeros((self.R, pool.servers))
+        self.queues = [FcfsServers(pool.servers) for _ in range(self.R)]
         self.send_ms = np.full(self.arrival_ms.shape, np.nan)
         self.prefill_busy_ms = np.zeros(self.R)
         for r in range(self.R):  # what is sent at the start (all of an open-loop row's)
@@ -87,9 +112,7 @@ class DisaggEngine(NumpyEngine):
     def _front(self, r: int, k: int, sent_ms: float) -> float:
         """Request k of row r sent at sent_ms: its arrival at the decode worker, ms."""
         self.send_ms[r, k] = sent_ms
-        j = int(np.argmin(self.free_ms[r]))
-        done = max(sent_ms, self.free_ms[r, j]) + self.service_ms[r, k]
-        self.free_ms[r, j] = done
+        done = self.queues[r].serve(sent_ms, float(self.service_ms[r, k]))
         self.prefill_busy_ms[r] += self.service_ms[r, k]
         return done + self.after_ms[r, k]
 

@@ -25,7 +25,6 @@ together: joint_capacity_search) is in tests/test_disagg_plan.py.
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -107,6 +106,7 @@ class PrefillProber(Prober):
         self.probes: dict[float, dict] = {}
 
     def _run(self, rate: float, duration_s: float) -> dict:
+        from src.disagg.prefill_front import fcfs_latency_s
         from src.online.study import _requests_for_rate
 
         cfg = replace(self.cfg, duration_s=duration_s)
@@ -126,21 +126,6 @@ class PrefillProber(Prober):
                "ttft_p50_s": float(np.mean(p50)), "ttft_p90_s": float(np.mean(p90)),
                "prefill_utilisation": float(np.mean(util))}
         return probe_verdict(row, rate, duration_s, cfg.slo_attainment_target)
-
-
-def fcfs_latency_s(arrival_s, service_s, after_s, servers: int):
-    """(queue + service + after per request, total service, last completion) of requests in
-    arrival order at `servers` first-come-first-served servers (prefill_front.py's _front)."""
-    free = [0.0] * servers
-    out = np.empty(len(arrival_s))
-    end = 0.0
-    for i, (a, s) in enumerate(zip(np.asarray(arrival_s).tolist(),
-                                   np.asarray(service_s).tolist())):
-        start = max(a, heapq.heappop(free))
-        heapq.heappush(free, start + s)
-        out[i] = start + s - a
-        end = max(end, start + s)
-    return out + np.asarray(after_s), float(np.sum(service_s)), end
 
 
 def pool_search(task: PoolTask, runs: dict | None = None) -> dict:
