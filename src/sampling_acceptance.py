@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from src.config import ConfigError
 from src.costmodel.sampling import TEMPERATURE_RANGE
+from src.errors import ascii_float
 
 ISSUE = "acceptance falls with temperature: ~80% at T=0, ~30% at T=1 in vLLM issue #31483"
 
@@ -33,10 +34,11 @@ SERVE_SOURCES = ("--alpha (or serving.alpha), a --trace with an alpha column, or
 
 
 def parse_temperature(flag: str, value) -> float:
-    """A temperature in TEMPERATURE_RANGE (0..2), else ConfigError naming `flag`."""
+    """A temperature in TEMPERATURE_RANGE (0..2), else ConfigError naming `flag`; read by
+    ascii_float, the project's number reader (float() alone takes other scripts' digits)."""
     low, high = TEMPERATURE_RANGE
     try:
-        t = float(str(value))
+        t = ascii_float(str(value))
     except ValueError:
         t = float("nan")
     if not low <= t <= high:  # NaN fails too

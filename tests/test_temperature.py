@@ -102,6 +102,7 @@ def test_compiled_step_prices_equal_the_cost_model_at_temperature_one():
     ["--temperature", "-0.5", "--alpha", "0.5"],
     ["serve", "--temperature", "2.5", "--alpha", "0.5"],
     ["serve", "--temperature", "hot", "--alpha", "0.5"],
+    ["serve", "--temperature", "\u0661", "--alpha", "0.5"],  # an Arabic-Indic 1: ASCII only
     ["recommend", "--gpu", GPU, "--target", TARGET, "--draft", "ngram", "--acceptance", "0.5",
      "--temperature", "nan"],
 ])
