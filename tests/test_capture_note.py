@@ -82,6 +82,8 @@ def test_the_flag_is_resolved_onto_vllms_grid():
 
 def test_bad_capture_sizes_are_one_line_errors():
     for value, words in (("x", "is not an integer 1..1048576"), ("0", "is not an integer"),
+                         ("\u0665\u0661\u0662", "is not an integer"),  # Arabic-Indic 512
+                         ("1_024", "is not an integer"),
                          ("64", "have no token capture limit")):
         extra = ["--engine", "sglang"] if value == "64" else []
         done = run_captured([*BASE, *extra, "--max-cudagraph-capture-size", value])

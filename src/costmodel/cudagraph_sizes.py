@@ -93,11 +93,12 @@ def capture_size_option(args, engines: Sequence[str], preset_paths: Sequence[str
     1..CAPTURE_SIZE_LIMIT, for engines of which at least one has a token capture limit."""
     from src.config import ConfigError
     from src.costmodel.engines import engine_profile
+    from src.errors import ascii_int
     text = getattr(args, "max_cudagraph_capture_size", None)
     if text is None:
         return None
     try:
-        value = int(str(text), 10)
+        value = ascii_int(str(text))  # int() takes other scripts' digits and '_'
     except ValueError:
         value = 0
     if not 1 <= value <= CAPTURE_SIZE_LIMIT:
