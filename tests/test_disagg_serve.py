@@ -91,17 +91,35 @@ def test_ttft_carries_the_transfer_which_scales_with_the_prompt(tmp_path):
 
 @pytest.mark.parametrize("servers, waits", [(1, 2.5), (2, 1.5), (4, 1.0)])
 def test_the_prefill_pool_is_a_first_come_first_served_queue(tmp_path, servers, waits):
-    """Four clients send at 0 to c prefill servers (no transfer): prompt k of the first wave is
-    done at ceil(k / c) s, and the decode worker (idle between them: a 2-token request decodes
-    one step, shorter than s) takes each in as it lands, at no cost, so mean TTFT = s x (1 + 2 +
-    3 + 4) / 4 = 2.5 s at c = 1, (1 + 1 + 2 + 2) / 4 = 1.5 s at c = 2, s at c = 4."""
+    """Four clients send at 0 to c prefill servers (no transfer) whose token budget (1023) holds
+    one 512-token prompt a pass: prompt k of the first wave is done at ceil(k / c) s, and the
+    decode worker (idle between them: a 2-token request decodes one step, shorter than s) takes
+    each in as it lands, at no cost, so mean TTFT = s x (1 + 2 + 3 + 4) / 4 = 2.5 s at c = 1,
+    (1 + 1 + 2 + 2) / 4 = 1.5 s at c = 2, s at c = 4."""
     cost = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", tp=1, engine="vllm-v1",
                                           draft="ngram")
     s = float(cost.prefill_time(1, 512)) * 1e-3
     t = _serve(tmp_path, _scenario(tmp_path, f'prefill_workers = {servers}\nkv_link = "none"\n'),
-               "--concurrency", "4", "--workload", "fixed:512:2", "--policies", "none")
+               "--concurrency", "4", "--workload", "fixed:512:2", "--policies", "none",
+               "--max-num-batched-tokens", "1023", "--max-num-seqs", "1023")
     assert t.ttft_mean_s[0] == pytest.approx(waits * s, rel=1e-5)
     assert t.tpot_mean_s[0] < s
+
+
+@pytest.mark.parametrize("servers", [1, 2, 4])
+def test_the_prefill_pool_batches_prompts_sent_together(tmp_path, servers):
+    """The same four clients at vLLM's default budget (8192 tokens): each request sent while a
+    server is idle starts a pass of its own, the rest join the newest pass (src/disagg/
+    prefill_front.py): one server runs one pass of four (TTFT s4 for all), two run one of one
+    and one of three ((s1 + 3 s3) / 4), four one each (s1); s_n = prefill_time(n, 512)."""
+    cost = HardwareCostModel.from_presets("h100-sxm", "llama-3.1-8b", tp=1, engine="vllm-v1",
+                                          draft="ngram")
+    s = {n: float(cost.prefill_time(n, 512)) * 1e-3 for n in (1, 3, 4)}
+    want = {1: s[4], 2: (s[1] + 3 * s[3]) / 4, 4: s[1]}[servers]
+    t = _serve(tmp_path, _scenario(tmp_path, f'prefill_workers = {servers}\nkv_link = "none"\n'),
+               "--concurrency", "4", "--workload", "fixed:512:2", "--policies", "none")
+    assert t.ttft_mean_s[0] == pytest.approx(want, rel=1e-5)
+    assert s[4] < 4 * s[1]  # the batch reads the weights once: cheaper than four passes
 
 
 def _timers(shape, draft="eagle3", model="qwen3-30b-a3b"):

@@ -2,20 +2,40 @@
 deployment): its own first-come-first-served queue, then the KV transfer.
 
 A request sent at time a (an open-loop arrival, or a closed-loop client's next request when its
-last one finished on the decode worker) waits for the first free prefill server, c =
-prefill_workers x prefill_dp servers (an attention-DP rank prefills one prompt at a time), and
-is prefilled in s(P) = prefill_time(prefill_dp prompts of P tokens) on the prefill worker's cost
-model (tp x dp GPUs; prefill is compute-bound, so dp prompts over the worker cost what each
-rank's one costs; src/disagg/closed_loop.py prices it the same way). Its KV cache then moves to
-the decode worker in transfer_ms(P) (src/disagg/transfer.py):
+last one finished on the decode worker) waits for a prefill server, c = prefill_workers x
+prefill_dp servers (an attention-DP rank schedules its own prompts), and its KV cache then moves
+to the decode worker in transfer_ms(P) (src/disagg/transfer.py).
 
-    start = max(a, earliest free server);  done = start + s(P);  arrival at decode = done + xfer
+Batched prefill (FcfsServers): a server that frees at time f starts one forward pass at
+max(f, the next waiting request's send time) holding every request waiting by its start, in
+send order, while their prompt tokens fit the server's token budget B (src/disagg/
+prefill_budget.py: SGLang's chunked_prefill_size per DP rank, vLLM's max_num_batched_tokens); the
+first request is always taken whole (a prompt longer than B runs alone in one pass: the prompt is
+not chunked), and the first that does not fit waits for the next pass (strict FCFS: no later
+request overtakes it). Taken in send order: a request joins the newest pass if that pass starts
+no earlier than the request is sent and has room, else opens a new pass on the earliest-free
+server; a request sent while a server is idle starts a pass of its own on it at once (so
+requests sent together spread over idle servers first: four at once on two idle servers run
+as one pass of one and one of three, on one server as one pass of four). A pass of prompts
+P_1..P_n (T tokens) costs
 
-taken in the order requests are sent (FCFS with c servers, exact for that order). The decode
-worker (the engine, src/online/engine_numpy.py) takes requests in send order too: where a
-later-sent request's KV lands first (c > 1 with different prompt lengths), it waits behind the
+    s = prefill_time(dp n prompts of T / n tokens)                 GEMMs over T rows: weights
+        + sum_i attn(dp prompts of P_i) - attn(dp n prompts of T / n)  read once; attention per
+                                                                     prompt (causal within it)
+
+on the prefill worker's cost model (tp x dp GPUs; its dp ranks priced as all running passes of
+the same make-up, as for one prompt), attn the cost model's attention kernel time
+(src/costmodel/roofline.py attention_s); one prompt costs s(P) = prefill_time(dp prompts of P)
+exactly as before batching. Every request of a pass finishes at its end:
+
+    done = start + s(the pass);  arrival at decode = done + xfer(P)
+
+A request that joins a pass lengthens it, so the pass's earlier requests' completions move too
+(they are not yet at the decode worker: the pass has not started when the request is sent).
+The decode worker (the engine, src/online/engine_numpy.py) takes requests in send order: where
+a later-sent request's KV lands first (c > 1 with different prompt lengths), it waits behind the
 earlier one (a head-of-line wait the fixed-length benchmarks never meet). The result's arrival
-is the send time, so TTFT = prefill queue + s(P) + transfer + the decode worker's wait for a
+is the send time, so TTFT = prefill queue + pass + transfer + the decode worker's wait for a
 slot and the step that takes the request in (when the prefill's first token is counted as
 delivered); TPOT and ITL come from the decode worker's steps alone.
 """
@@ -26,33 +46,64 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from src.costmodel.roofline import attention_s
 from src.disagg.transfer import KvLink, transfer_ms
 from src.online.engine_numpy import NumpyEngine
 from src.online.engine_types import EngineResult
 
 
 class FcfsServers:
-    """`servers` first-come-first-served servers taking requests in the order they are sent:
-    done = max(sent, the earliest free server's time) + service (module docstring)."""
+    """`servers` first-come-first-served prefill servers batching waiting prompts into one pass
+    up to `budget_tokens` (module docstring), taking requests in the order they are sent.
+    price_ms(prompt tokens of a pass of two or more) -> the pass's service; a pass of one costs
+    the `alone` its request brings (so a budget that holds one prompt is the one-at-a-time
+    queue, float for float)."""
 
-    def __init__(self, servers: int):
-        self._free = [0.0] * servers  # a heap of the times the servers are next free
+    def __init__(self, servers: int, budget_tokens: int = 0, price_ms=None):
+        self._free = [0.0] * servers  # a heap of the servers' next free times, but the open pass's
+        self.budget_tokens = budget_tokens
+        self.price_ms = price_ms
+        self._open = None  # the newest pass: [start, service, tokens, keys, prompts]
+        self.pass_service: list[float] = []  # every pass's service, in the order they start
 
-    def serve(self, sent: float, service: float) -> float:
-        """The completion time of a request sent at `sent` needing `service`."""
-        start = max(sent, heapq.heappop(self._free))
-        heapq.heappush(self._free, start + service)
-        return start + service
+    def serve(self, sent: float, prompt_tokens: int, alone: float, key=None):
+        """([(key, done)] of every request of the pass the request sent at `sent` joins (its
+        own last), done the pass's end (module docstring); what the pool's busy time grew by)."""
+        p = self._open
+        idle = bool(self._free) and self._free[0] <= sent  # a server with nothing to do
+        if (not idle and p is not None and p[0] >= sent
+                and p[2] + prompt_tokens <= self.budget_tokens):
+            p[3].append(key)
+            p[4].append(prompt_tokens)
+            p[2] += prompt_tokens
+            before, p[1] = p[1], float(self.price_ms(p[4]))
+            self.pass_service[-1] = p[1]
+            added = p[1] - before
+        else:
+            if p is not None:
+                heapq.heappush(self._free, p[0] + p[1])
+            start = max(sent, heapq.heappop(self._free))
+            p = self._open = [start, alone, prompt_tokens, [key], [prompt_tokens]]
+            self.pass_service.append(alone)
+            added = alone
+        done = p[0] + p[1]
+        return [(k, done) for k in p[3]], added
 
 
-def fcfs_latency_s(arrival_s, service_s, after_s, servers: int):
-    """(queue + service + after per request, total service, last completion) of requests in
-    arrival order at `servers` FcfsServers (the prefill pool alone, as plan searches it)."""
-    queue = FcfsServers(servers)
-    done = np.array([queue.serve(a, s) for a, s in zip(np.asarray(arrival_s).tolist(),
-                                                       np.asarray(service_s).tolist())])
-    return (done - np.asarray(arrival_s) + np.asarray(after_s), float(np.sum(service_s)),
-            float(done.max(initial=0.0)))
+def fcfs_latency_s(arrival_s, prompt_tokens, pool: "PrefillPool"):
+    """(queue + pass + transfer per request, total pass time, last completion), seconds, of
+    requests in arrival order at the pool's FcfsServers (the prefill pool alone, as plan
+    searches it)."""
+    arrival = np.asarray(arrival_s, float)
+    prompts = np.asarray(prompt_tokens)
+    alone_s = pool.prefill_ms(prompts) * 1e-3
+    queue = pool.queue(scale=1e-3)
+    done = np.zeros(arrival.shape)
+    for k, (a, p, s) in enumerate(zip(arrival.tolist(), prompts.tolist(), alone_s.tolist())):
+        for j, d in queue.serve(a, p, s, k)[0]:
+            done[j] = d
+    return (done - arrival + pool.transfer_ms(prompts) * 1e-3,
+            float(np.sum(queue.pass_service)), float(done.max(initial=0.0)))
 
 
 @dataclass
@@ -75,6 +126,31 @@ class PrefillPool:
     link: KvLink
     prefill_tp: int
     decode_tp: int
+    budget_tokens: int = 0  # prompt tokens per pass per server (src/disagg/prefill_budget.py)
+
+    def batch_ms(self, prompt_tokens) -> float:
+        """One pass of prompts prompt_tokens on a server (module docstring), ms."""
+        p = np.asarray(prompt_tokens, float)
+        n, dp = p.size, self.prefill_dp
+        ms = float(self.prefill_cost.prefill_time(dp * n, p.sum() / n))
+        if np.all(p == p[0]):
+            return ms
+        c = self.prefill_cost._target_c
+        each = attention_s(c, np.full(n, dp), p, np.zeros(n), prefill=True)
+        return ms + 1e3 * float(np.sum(each) - attention_s(c, dp * n, p.sum() / n, 0.0,
+                                                          prefill=True))
+
+    def queue(self, scale: float = 1.0) -> FcfsServers:
+        """The pool's FcfsServers in units of scale x ms (1e-3: seconds); batch prices cached
+        per pass make-up."""
+        cache: dict[tuple, float] = {}
+
+        def price(prompts) -> float:
+            key = tuple(sorted(prompts))
+            if key not in cache:
+                cache[key] = self.batch_ms(key) * scale
+            return cache[key]
+        return FcfsServers(self.servers, self.budget_tokens, price)
 
     def prefill_ms(self, prompt_tokens) -> np.ndarray:
         p = np.asarray(prompt_tokens)
@@ -100,9 +176,10 @@ class DisaggEngine(NumpyEngine):
         valid = np.isfinite(requests.arrival_s)
         prompts = np.where(valid, requests.prompt_tokens, 1)
         self.pool = pool
+        self.prompts = prompts
         self.service_ms = np.where(valid, pool.prefill_ms(prompts), 0.0)
         self.after_ms = np.where(valid, pool.transfer_ms(prompts), 0.0)
-        self.queues = [FcfsServers(pool.servers) for _ in range(self.R)]
+        self.queues = [pool.queue() for _ in range(self.R)]
         self.send_ms = np.full(self.arrival_ms.shape, np.nan)
         self.prefill_busy_ms = np.zeros(self.R)
         for r in range(self.R):  # what is sent at the start (all of an open-loop row's)
@@ -112,9 +189,12 @@ class DisaggEngine(NumpyEngine):
     def _front(self, r: int, k: int, sent_ms: float) -> float:
         """Request k of row r sent at sent_ms: its arrival at the decode worker, ms."""
         self.send_ms[r, k] = sent_ms
-        done = self.queues[r].serve(sent_ms, float(self.service_ms[r, k]))
-        self.prefill_busy_ms[r] += self.service_ms[r, k]
-        return done + self.after_ms[r, k]
+        passed, added = self.queues[r].serve(sent_ms, int(self.prompts[r, k]),
+                                             float(self.service_ms[r, k]), k)
+        self.prefill_busy_ms[r] += added
+        for j, done in passed:  # the pass's earlier requests finish with it, later now
+            self.arrival_ms[r, j] = done + self.after_ms[r, j]
+        return self.arrival_ms[r, k]
 
     def release(self, rows, end_ms) -> None:
         """A closed-loop client's next request goes to the prefill pool first."""

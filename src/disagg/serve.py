@@ -11,7 +11,9 @@ decode worker as the replica and the prefill pool as its own queue in front.
                     is not chunked through a prefill budget, so every waiting request that has a
                     slot and KV blocks joins at the next step
     prefill pool    src/disagg/prefill_front.py: FCFS over prefill_workers x prefill_dp servers,
-                    then the KV transfer; the engine that runs the rows
+                    each batching waiting prompts into one pass up to the engine's prefill token
+                    budget (src/disagg/prefill_budget.py), then the KV transfer; the engine that
+                    runs the rows
     serving.csv     prefill_utilisation and decode_utilisation (each with its interval) after the
                     metrics; per-GPU throughput over every GPU of both pools
 
@@ -26,6 +28,7 @@ from dataclasses import replace
 from src.config import ConfigError
 from src.disagg.config import DisaggConfig
 from src.disagg.pool_timer import DecodePoolTimer, decode_capacity_tokens
+from src.disagg.prefill_budget import prefill_token_budget
 from src.disagg.prefill_front import PrefillPool, pool_utilisation
 from src.disagg.scenario import disagg_of
 from src.disagg.transfer import kv_link
@@ -54,9 +57,11 @@ def prefill_pool(cfg, disagg: DisaggConfig) -> PrefillPool:
     pre, dec = disagg.prefill, disagg.decode
     prefill_cost = replace(_plain(cfg.scenario), tp=pre.gpus_per_worker, ep=pre.ep).cost_model(
         cfg.engine_profile)
+    budget = prefill_token_budget(cfg.engine_profile, prefill_cost.gpu, pre.dp,
+                                  cfg.limits.max_num_batched_tokens)
     return PrefillPool(prefill_cost=prefill_cost, prefill_dp=pre.dp, servers=pre.workers * pre.dp,
                        model=prefill_cost.target, link=kv_link(disagg.link(), prefill_cost.gpu),
-                       prefill_tp=pre.tp, decode_tp=dec.tp)
+                       prefill_tp=pre.tp, decode_tp=dec.tp, budget_tokens=budget)
 
 
 def disaggregated(cfg, disagg: DisaggConfig):

@@ -11,10 +11,12 @@ C_decode  serve's disaggregated simulator (src/disagg/serve.py: the decode worke
           an unsteady probe is "unknown", never a miss) and the bracket are search.py's. y
           workers carry y x C_decode: requests spread evenly over them (serve simulates one
           decode worker; routing between several is not simulated).
-C_prefill the prefill pool alone: x workers x prefill_dp servers, first come first served, the
-          prefill time and KV transfer of src/disagg/prefill_front.py, on the arrivals and
-          prompt lengths serve's probes draw; a rate meets the SLO when at least the attainment
-          target of requests have queue + prefill + transfer <= the TTFT SLO, and is steady when
+C_prefill the prefill pool alone: x workers x prefill_dp servers, first come first served, each
+          batching waiting prompts up to the engine's prefill token budget, the batched
+          prefill pass and KV transfer of src/disagg/prefill_front.py (one rule with serve's),
+          on the arrivals and prompt lengths serve's probes draw; a rate meets the SLO when at
+          least the attainment target of requests have queue + prefill + transfer <= the TTFT
+          SLO, and is steady when
           the window holds STEADY_WINDOW_E2E of those latencies (longer windows where not, as
           search.py). Independent of the speculation policy (the decode pool runs it).
 
@@ -114,9 +116,8 @@ class PrefillProber(Prober):
         att, means, p50, p90, util = [], [], [], [], []
         for r in range(req.arrival_s.shape[0]):
             ok = np.isfinite(req.arrival_s[r])
-            latency, busy, end = fcfs_latency_s(
-                req.arrival_s[r][ok], self.pool.prefill_ms(req.prompt_tokens[r][ok]) * 1e-3,
-                self.pool.transfer_ms(req.prompt_tokens[r][ok]) * 1e-3, self.pool.servers)
+            latency, busy, end = fcfs_latency_s(req.arrival_s[r][ok], req.prompt_tokens[r][ok],
+                                                self.pool)
             att.append(float(np.mean(latency <= cfg.slo_ttft_s)))
             means.append(float(np.mean(latency)))
             p50.append(float(np.percentile(latency, 50)))
