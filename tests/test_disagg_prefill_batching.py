@@ -33,10 +33,9 @@ def test_prompts_sent_together_finish_in_ceil_passes(n, length, budget):
     at j x price(m prompts), the last at the price of what is left."""
     price = lambda prompts: 1.0 + 0.01 * sum(prompts)  # noqa: E731  (weights once, per token)
     q = FcfsServers(1, budget, price)
-    done = {}
     for k in range(n):
-        for j, d in q.serve(0.0, length, price([length]), k)[0]:
-            done[j] = d
+        q.serve(0.0, length, price([length]), k)
+    done = dict(q.settle())
     m = budget // length
     passes = math.ceil(n / m)
     assert len(set(done.values())) == passes
@@ -46,6 +45,7 @@ def test_prompts_sent_together_finish_in_ceil_passes(n, length, budget):
         j = k // m
         last = min(m, n - j * m)
         assert done[k] == pytest.approx(j * price([length] * m) + price([length] * last))
+    assert q.busy == pytest.approx(sum(q.pass_service))
     assert sum(q.pass_service) == pytest.approx(
         (n // m) * price([length] * m) + (price([length] * (n % m)) if n % m else 0.0))
 
@@ -111,3 +111,20 @@ def test_the_budget_is_the_engines():
     assert prefill_token_budget("sglang", h200, 8, 4096) == 1024
     assert prefill_token_budget("sglang", b200, 1, 4096) == 16384
     assert prefill_token_budget("vllm-v1", h200, 8, 4096) == 4096
+
+
+def test_a_request_joining_a_pass_moves_its_earlier_requests_and_settle_reports_them():
+    """Server busy until 10 (a first pass); requests sent at 1 and 2 wait and share the next pass
+    (start 10): settled after the first, it ends at 10 + price of one; after the second, both
+    end at 10 + price of two; a request sent at 30 (server idle) runs alone."""
+    price = lambda prompts: 5.0 + len(prompts)  # noqa: E731
+    q = FcfsServers(1, 1000, price)
+    q.serve(0.0, 10, 10.0, "a")
+    assert q.settle() == [("a", 10.0)]
+    q.serve(1.0, 10, price([10]), "b")
+    assert q.settle() == [("a", 10.0), ("b", 16.0)]
+    q.serve(2.0, 10, price([10]), "c")
+    assert q.settle() == [("b", 17.0), ("c", 17.0)]
+    q.serve(30.0, 10, price([10]), "d")
+    assert q.settle() == [("b", 17.0), ("c", 17.0), ("d", 36.0)]
+    assert q.pass_service == [10.0, 7.0, 6.0] and q.busy == 23.0

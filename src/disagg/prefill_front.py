@@ -63,12 +63,15 @@ class FcfsServers:
         self._free = [0.0] * servers  # a heap of the servers' next free times, but the open pass's
         self.budget_tokens = budget_tokens
         self.price_ms = price_ms
-        self._open = None  # the newest pass: [start, service, tokens, keys, prompts]
+        # the newest pass: [start, service, tokens, keys, prompts, repriced, index]
+        self._open = None
+        self._closed: list[list] = []  # passes closed since the last settle
         self.pass_service: list[float] = []  # every pass's service, in the order they start
+        self.busy = 0.0  # their sum, added up as the passes come and grow
 
-    def serve(self, sent: float, prompt_tokens: int, alone: float, key=None):
-        """([(key, done)] of every request of the pass the request sent at `sent` joins (its
-        own last), done the pass's end (module docstring); what the pool's busy time grew by)."""
+    def serve(self, sent: float, prompt_tokens: int, alone: float, key=None) -> None:
+        """The request sent at `sent` joins a pass (module docstring); `alone` is its pass's
+        service should it run alone. Its completion comes from settle()."""
         p = self._open
         idle = bool(self._free) and self._free[0] <= sent  # a server with nothing to do
         if (not idle and p is not None and p[0] >= sent
@@ -76,18 +79,36 @@ class FcfsServers:
             p[3].append(key)
             p[4].append(prompt_tokens)
             p[2] += prompt_tokens
-            before, p[1] = p[1], float(self.price_ms(p[4]))
-            self.pass_service[-1] = p[1]
-            added = p[1] - before
-        else:
-            if p is not None:
-                heapq.heappush(self._free, p[0] + p[1])
-            start = max(sent, heapq.heappop(self._free))
-            p = self._open = [start, alone, prompt_tokens, [key], [prompt_tokens]]
-            self.pass_service.append(alone)
-            added = alone
-        done = p[0] + p[1]
-        return [(k, done) for k in p[3]], added
+            p[5] = True  # priced when it closes or settles: one price per pass, not per join
+            return
+        if p is not None:
+            self._price(p)
+            heapq.heappush(self._free, p[0] + p[1])
+            self._closed.append(p)
+        start = max(sent, heapq.heappop(self._free))
+        self._open = [start, alone, prompt_tokens, [key], [prompt_tokens], False,
+                      len(self.pass_service)]
+        self.pass_service.append(alone)
+        self.busy += alone
+
+    def _price(self, p: list) -> None:
+        if p[5]:
+            new = float(self.price_ms(p[4]))
+            self.busy += new - p[1]
+            p[1] = self.pass_service[p[6]] = new
+            p[5] = False
+
+    def settle(self) -> list:
+        """[(key, done)] of every request of the passes closed since the last settle and of the
+        newest pass, done its pass's end as it stands (a request joining the newest pass later
+        moves it: settle again)."""
+        out = []
+        passes = self._closed + ([self._open] if self._open is not None else [])
+        for p in passes:
+            self._price(p)
+            out.extend((k, p[0] + p[1]) for k in p[3])
+        self._closed = []
+        return out
 
 
 def fcfs_latency_s(arrival_s, prompt_tokens, pool: "PrefillPool"):
@@ -100,8 +121,9 @@ def fcfs_latency_s(arrival_s, prompt_tokens, pool: "PrefillPool"):
     queue = pool.queue(scale=1e-3)
     done = np.zeros(arrival.shape)
     for k, (a, p, s) in enumerate(zip(arrival.tolist(), prompts.tolist(), alone_s.tolist())):
-        for j, d in queue.serve(a, p, s, k)[0]:
-            done[j] = d
+        queue.serve(a, p, s, k)
+    for j, d in queue.settle():
+        done[j] = d
     return (done - arrival + pool.transfer_ms(prompts) * 1e-3,
             float(np.sum(queue.pass_service)), float(done.max(initial=0.0)))
 
@@ -184,25 +206,33 @@ class DisaggEngine(NumpyEngine):
         self.prefill_busy_ms = np.zeros(self.R)
         for r in range(self.R):  # what is sent at the start (all of an open-loop row's)
             for k in range(int(self.released[r])):
-                self.arrival_ms[r, k] = self._front(r, k, float(self.arrival_ms[r, k]))
+                self._front(r, k, float(self.arrival_ms[r, k]))
+            self._settle(r)
 
-    def _front(self, r: int, k: int, sent_ms: float) -> float:
-        """Request k of row r sent at sent_ms: its arrival at the decode worker, ms."""
+    def _front(self, r: int, k: int, sent_ms: float) -> None:
+        """Request k of row r sent at sent_ms goes to the row's prefill queue."""
         self.send_ms[r, k] = sent_ms
-        passed, added = self.queues[r].serve(sent_ms, int(self.prompts[r, k]),
-                                             float(self.service_ms[r, k]), k)
-        self.prefill_busy_ms[r] += added
-        for j, done in passed:  # the pass's earlier requests finish with it, later now
+        self.queues[r].serve(sent_ms, int(self.prompts[r, k]), float(self.service_ms[r, k]), k)
+
+    def _settle(self, r: int) -> None:
+        """Row r's requests whose pass changed: their arrival at the decode worker, ms (a pass
+        that grew has not started, so none of its requests has reached the decode worker)."""
+        q = self.queues[r]
+        for j, done in q.settle():
             self.arrival_ms[r, j] = done + self.after_ms[r, j]
-        return self.arrival_ms[r, k]
+        self.prefill_busy_ms[r] = q.busy
 
     def release(self, rows, end_ms) -> None:
         """A closed-loop client's next request goes to the prefill pool first."""
+        sent = set()
         for r, t in zip(np.asarray(rows).tolist(), np.asarray(end_ms).tolist()):
             k = self.released[r]
             if self.closed[r] and k < self.n_req[r]:
-                self.arrival_ms[r, k] = self._front(r, k, t)
+                self._front(r, k, t)
                 self.released[r] = k + 1
+                sent.add(r)
+        for r in sent:
+            self._settle(r)
 
     def _result(self) -> DisaggResult:
         res = super()._result()
