@@ -72,6 +72,14 @@ def vllm_lines(st, shape) -> list[str]:
     cfg = st.cfg
     model, notes = engine_blocks.model_and_notes(cfg, st.draft_path)
     spec = engine_blocks.vllm_config(cfg, st.schedule, st.draft_path)
+    if "draft_tensor_parallel_size" in spec or spec.get("method") == "draft_model":
+        # vLLM runs a draft model at each DP rank's --tensor-parallel-size (DraftModelProposer
+        # refuses another), not at the worker's tp x dp the cost model's TP-G path prices it at
+        spec = {k: v for k, v in spec.items() if k != "draft_tensor_parallel_size"}
+        if shape.tp > 1:  # after "model", where the aggregated printer puts it
+            items = list(spec.items())
+            at = [k for k, _ in items].index("model") + 1
+            spec = dict(items[:at] + [("draft_tensor_parallel_size", shape.tp)] + items[at:])
     lines = [f"vLLM decode worker ({VLLM_DECODE_VERSION}; gamma by the number of scheduled "
              "requests):",
              f"  vllm serve {model} {' '.join(vllm_decode_flags(shape))} --speculative-config "

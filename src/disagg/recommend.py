@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
+
 from src.config import ConfigError, list_items, read_toml
 from src.online import recommend_all
 from src.online.recommend import make_parser as recommend_parser
