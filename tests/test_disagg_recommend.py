@@ -203,3 +203,8 @@ def test_a_scenario_without_disagg_and_missing_flags_are_refused():
     done = run_captured(["recommend", "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b",
                          "--acceptance", "0.7", "--disagg", "decode_tp=1"])
     assert done.returncode == 2 and done.stderr.startswith("error: --gpu: required")
+    done = run_captured(["recommend", "--gpu", "h100-sxm", "--target", "llama-3.1-8b",
+                         "--draft", "llama-3.2-1b", "--acceptance", "0.7", "--tp", "2",
+                         "--disagg", "decode_tp=1"])
+    assert done.returncode == 2 and done.stderr.startswith("error: --tp: a disaggregated")
+    assert done.stderr.count("\n") == 1

@@ -96,6 +96,9 @@ def deployment(args):
         for dest in FROM_SCENARIO:
             if getattr(args, dest) is None:
                 raise ConfigError(f"--{dest}", "required (or --scenario)")
+        if args.tp != "1":
+            raise ConfigError("--tp", "a disaggregated deployment's decode worker has "
+                                      "--disagg decode_tp and decode_dp; allowed: --tp absent")
     if args.disagg is not None:
         if not isinstance(table, dict):
             raise ConfigError("disagg", "expected a table")
