@@ -43,7 +43,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "step-time": ("src.stepcalc", "forward-pass times of real GPUs and models"),
     "serve": ("src.disagg.serve_cli",
               "serving under load: request rates, latency percentiles, policies"),
-    "recommend": ("src.online.recommend_all", "whether to speculate, with vLLM, SGLang and "
+    "recommend": ("src.disagg.recommend", "whether to speculate, with vLLM, SGLang and "
                   "TensorRT-LLM settings"),
     "plan": ("src.plan.cli", "capacity planning: SLO capacity and cost of many deployments"),
     "measure": ("src.measure.cli", "time real forward steps on your GPU (needs PyTorch)"),

@@ -64,10 +64,24 @@ def prefill_pool(cfg, disagg: DisaggConfig) -> PrefillPool:
                        prefill_tp=pre.tp, decode_tp=dec.tp, budget_tokens=budget)
 
 
+def decode_deployments(dcfg, dec):
+    """(greedy, speculative) Deployments of one decode worker of shape `dec` (PoolShape) for the
+    serve config `dcfg` whose scenario is already at tp = dec.tp x dec.dp, ep = dec.ep: each
+    priced by DecodePoolTimer and holding decode_capacity_tokens (serve's engine and recommend's
+    steady state, src/disagg/recommend.py, price the same worker)."""
+    from src.online.engine import Deployment
+    lim, scenario = dcfg.limits, dcfg.scenario
+    deps = []
+    for sc, spec in ((_plain(scenario), False), (scenario, True)):
+        cost = sc.cost_model(dcfg.engine_profile)
+        blocks = decode_capacity_tokens(cost, dec, lim.max_num_seqs) // lim.block_size_tokens
+        deps.append(Deployment(DecodePoolTimer(cost, spec, dec), blocks))
+    return tuple(deps)
+
+
 def disaggregated(cfg, disagg: DisaggConfig):
     """(the decode worker's ServeConfig, its Prepared) for the serving sweep (module
     docstring)."""
-    from src.online.engine import Deployment
     from src.online.study import longest_request_tokens, prepare
     check_servable(disagg, cfg.policies)
     dec = disagg.decode
@@ -75,13 +89,8 @@ def disaggregated(cfg, disagg: DisaggConfig):
     lim = cfg.limits
     budget = lim.max_num_seqs * (longest_request_tokens(cfg) + cfg.max_gamma + 1)
     dcfg = replace(cfg, scenario=scenario, limits=replace(lim, max_num_batched_tokens=budget))
-    deps = []
-    for sc, spec in ((_plain(scenario), False), (scenario, True)):
-        cost = sc.cost_model(cfg.engine_profile)
-        blocks = decode_capacity_tokens(cost, dec, lim.max_num_seqs) // lim.block_size_tokens
-        deps.append(Deployment(DecodePoolTimer(cost, spec, dec), blocks))
     pool = prefill_pool(cfg, disagg)
-    prepared = prepare(dcfg, deps=tuple(deps))
+    prepared = prepare(dcfg, deps=decode_deployments(dcfg, dec))
     return dcfg, replace(prepared, make_engine=pool, extra_metrics=pool_utilisation,
                          gpus=disagg.gpus)
 

@@ -132,7 +132,10 @@ def _scenario(args):
                                       f"{', '.join(sorted(profiles))}")
     from src.online.cli import _int
     tp = _int("--tp", args.tp, 1, 64)
-    table = {"scenario": {"name": "recommend", "gpu": args.gpu, "target": args.target,
+    # a disaggregated decode worker (src/disagg/recommend.py) brings its scenario file's other
+    # [scenario] keys (weight formats, ...) and its ep
+    base = dict(getattr(args, "scenario_table", None) or {})
+    table = {"scenario": {**base, "name": "recommend", "gpu": args.gpu, "target": args.target,
                           "draft": args.draft, "tp": tp, "engine_profiles": [engine]},
              "study": {"batch_sizes": [1], "prompt_len": {"kind": "fixed", "tokens": 16},
                        "output_len": {"kind": "fixed", "tokens": 16}}}
@@ -251,15 +254,17 @@ def _head_example(args, models) -> str:
 
 
 def schedule_at(cfg, context: int, context_flag: str = "--context",
-                tolerance: float = SCHEDULE_TOLERANCE):
+                tolerance: float = SCHEDULE_TOLERANCE, make_deps=None):
     """(schedule, gamma per batch, speedup per batch, KV tokens, best gamma per batch) at one
     context: the schedule's gamma per batch size by src/online/gamma_rule.py (a switch only where
-    the gain exceeds `tolerance`), its speedup, and the untolerated best gamma. A context that
+    the gain exceeds `tolerance`), its speedup, and the untolerated best gamma; `make_deps(cfg)`
+    (default study.deployments: the aggregated replica) gives the (greedy, speculative)
+    deployments priced, e.g. a disaggregated decode worker's. A context that
     does not fit one sequence (plus max_gamma + 1 speculative slots) in the KV cache of the
     speculative deployment is refused naming `context_flag`."""
     from src.online.policies import compress_schedule, steady_state_gammas
     from src.online.study import deployments
-    deps = deployments(cfg)
+    deps = (make_deps or deployments)(cfg)
     kv = min(d.kv_capacity_blocks for d in deps) * cfg.limits.block_size_tokens
     if context + cfg.max_gamma + 1 > kv:
         sc = cfg.scenario
@@ -315,8 +320,8 @@ def steady(args) -> Steady:
         context_flag = "--workload"  # the context is the workload's mean
     context = context or 2048
     tolerance = _tolerance(args.tolerance)
-    schedule, gammas, speedups, kv, best, used = schedule_at(cfg, context, context_flag,
-                                                             tolerance)
+    schedule, gammas, speedups, kv, best, used = schedule_at(
+        cfg, context, context_flag, tolerance, getattr(args, "make_deps", None))
     if used != tolerance:
         print(f"note: --tolerance: {tolerance:g} gave more than {MAX_RANGES} ranges; the "
               f"schedule uses {used:.3g}, the smallest tolerance (x 1.25 steps) with at most "

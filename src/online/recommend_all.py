@@ -119,9 +119,11 @@ def side_by_side(done: list) -> list[str]:
     return lines + _table(["batch"] + names, rows)
 
 
-def engine_section(profile: str, name: str, version: str, st, explicit_max_gamma: bool
-                   ) -> list[str]:
-    """One engine's schedule, notes and snippet (its printers in src/online/engine_blocks.py)."""
+def engine_section(profile: str, name: str, version: str, st, explicit_max_gamma: bool,
+                   snippet=None) -> list[str]:
+    """One engine's schedule, notes and snippet (its printers in src/online/engine_blocks.py;
+    `snippet(profile, st)`, where given, prints another deployment's: src/disagg/recommend.py's
+    decode worker)."""
     cfg, draft_path = st.cfg, st.draft_path
     lines = [f"=== {name} (engine profile {profile}; for {version}) ===",
              f"Schedule (batch range -> K): {_ranges_text(st.schedule)}"]
@@ -133,6 +135,8 @@ def engine_section(profile: str, name: str, version: str, st, explicit_max_gamma
     if not _speculates(st):
         return lines + [f"{name}: not printed: {_verdict(st)}."]
     lines.append("")
+    if snippet is not None:
+        return lines + snippet(profile, st)
     if profile == "trtllm":
         return lines + engine_blocks.trtllm_block(cfg, st.schedule, draft_path)
     if profile == "sglang":
