@@ -41,3 +41,23 @@ def test_the_llama_architecture_is_the_presets():
     for f in ("hidden_size", "n_layers", "n_heads", "n_kv_heads", "head_dim",
               "intermediate_size", "vocab_size"):
         assert getattr(a, f) == getattr(b, f), f
+
+
+def test_a_layout_that_cannot_hold_the_concurrencys_kv_is_refused(rows):
+    """DeepSeek-R1 labelled tp 64 on GB200 at concurrency 538, ISL 8192 / OSL 1024: MLA's latent
+    KV is replicated on every TP rank, so a GPU holds about 249 such sequences (design.md, "The
+    GB200 TensorRT-LLM rows"); the row is refused with the numbers, before any serving run."""
+    from src.validation.silicon_serve import predict
+    case = map_row(rows.loc["2026_04_06_deepseek_r1_gb200_trtllm_fp4_agg_8192x1024_c538_tp64_"
+                            "ep1_113"], ENGINES)
+    out = predict(case)
+    assert isinstance(out, str) and out.startswith("layout cannot hold KV: tp 64, ep 1 holds ")
+    held = int(out.split(" holds ")[1].split()[0])
+    assert 200 < held < 300 and out.endswith("of 9216 tokens per replica, the concurrency is 538")
+
+
+def test_a_layout_that_holds_its_kv_is_not_refused(rows):
+    from src.validation.silicon_serve import kv_hold_refusal, serve_config
+    case = map_row(rows.loc["nvidia_qwen3_32b_nvfp4_nvidia_qwen3_32b_nvfp4_gb200_trtllm_agg_"
+                            "15000x500_c448_tp2_0_epnone_2"], ENGINES)
+    assert kv_hold_refusal(case, serve_config(case).scenario.cost_model()) == ""

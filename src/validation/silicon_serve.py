@@ -65,6 +65,21 @@ def serve_config(case: SiliconCase, host_terms: dict | None = None):
         replications=REPLICATIONS, seed=SEED, concurrency=(case.concurrency,))
 
 
+def kv_hold_refusal(case: SiliconCase, cost) -> str:
+    """The refusal of a row whose labelled layout cannot hold its concurrency's KV cache: fewer
+    than C sequences of ISL + OSL cached tokens fit on a GPU after the weights (cost.kv_fits,
+    the memory rule serve admits by), so the engine as labelled would run fewer than C at once
+    and queue the rest (design.md, "The GB200 TensorRT-LLM rows": DeepSeek-R1 labelled tp 64 at
+    concurrency 538 holds 249 sequences; the measured 1.4 s TTFT is not a queue of minutes, so
+    the label is not the deployment). "" when it holds."""
+    tokens = case.isl + case.osl
+    fits = cost.largest_batch_that_fits(tokens, limit=case.concurrency)
+    if fits >= case.concurrency:
+        return ""
+    return (f"layout cannot hold KV: tp {case.tp}, ep {case.ep} holds {fits} sequences of "
+            f"{tokens} tokens per replica, the concurrency is {case.concurrency}")
+
+
 def predict(case: SiliconCase, host_terms: dict | None = None) -> dict | str:
     """{"tpot_ms", "ttft_ms"} (means over requests, as the CSV's), or why the model refuses."""
     from src.config import ConfigError
@@ -72,6 +87,9 @@ def predict(case: SiliconCase, host_terms: dict | None = None) -> dict | str:
     from src.online.study import run_serving
     try:
         cfg = serve_config(case, host_terms)
+        held = kv_hold_refusal(case, cfg.scenario.cost_model())
+        if held:
+            return held
         table = run_serving(cfg, workers=1)["table"]
     except (ConfigError, CostModelInputError) as e:
         text = str(e)
