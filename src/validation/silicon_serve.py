@@ -17,6 +17,10 @@ from src.validation.silicon_rows import SiliconCase
 REQUESTS_PER_CLIENT = 4  # requests each closed-loop client sends (4 waves of C requests)
 REPLICATIONS = 2  # serve's minimum; every replication has its own random streams
 SEED = 20261203
+# the largest tensor-parallel group of one HGX node (8 NVLink GPUs: NVIDIA HGX H100/H200/B200
+# datasheets); rows labelled above it are where the CSV records GPU counts as tp_size
+# (design.md, "The GB200 TensorRT-LLM rows")
+KV_HOLD_ABOVE_TP = 8
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,12 @@ def kv_hold_refusal(case: SiliconCase, cost) -> str:
     the memory rule serve admits by), so the engine as labelled would run fewer than C at once
     and queue the rest (design.md, "The GB200 TensorRT-LLM rows": DeepSeek-R1 labelled tp 64 at
     concurrency 538 holds 249 sequences; the measured 1.4 s TTFT is not a queue of minutes, so
-    the label is not the deployment). "" when it holds."""
+    the label is not the deployment). "" when it holds. Only rows labelled above one 8-GPU node
+    (KV_HOLD_ABOVE_TP): at tp <= 8 the same shortfall is a real deployment the engine queues
+    (Llama-3.1-70B FP8 at tp 1 on H200, concurrency 128, measured TTFT 128-369 s) or a KV
+    capacity the engines have and the model lacks, both findings, not labels to refuse."""
+    if case.tp <= KV_HOLD_ABOVE_TP:
+        return ""
     tokens = case.isl + case.osl
     fits = cost.largest_batch_that_fits(tokens, limit=case.concurrency)
     if fits >= case.concurrency:
