@@ -84,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tp", default="1", help="tensor-parallel degree (default 1)")
     ap.add_argument("--ep", default="1",
                     help="expert-parallel degree of a MoE model's experts: 1 (default: TP over "
-                    "each expert's FFN, as engines shard by default) or the --tp value "
-                    "(experts spread over the GPUs; must divide the routed experts)")
+                    "each expert's FFN, as engines shard by default), the --tp value (whole "
+                    "experts per GPU) or between: ep groups of tp/ep GPUs, each expert's FFN "
+                    "split over its group (must divide --tp and the routed experts)")
     ap.add_argument("--batch", default="1", help="comma-separated batch sizes (default 1)")
     ap.add_argument("--positions", default="1",
                     help="comma-separated positions per sequence: 1 = decode, gamma+1 = verify")

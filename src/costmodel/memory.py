@@ -22,7 +22,8 @@ def memory_usable_bytes(gpu: GpuSpec, params: CostModelParams) -> float:
 
 def smallest_tp_that_fits(model, gpu, params, max_tp: int = 64) -> int | None:
     """Smallest TP degree (one check_tp allows) at which model's weights alone fit on one GPU;
-    None if none up to max_tp does. Expert parallelism (ep = tp) holds the same bytes per GPU."""
+    None if none up to max_tp does. Expert parallelism (any ep dividing tp) holds the same
+    bytes per GPU."""
     usable = memory_usable_bytes(gpu, params)
     for tp in range(1, max_tp + 1):
         try:

@@ -15,8 +15,9 @@ Per decoder layer, with h hidden, H query heads, TP degree tp:
     dense FFN         gate/up (h -> 2 I/tp), down (I/tp -> h)     (first_k_dense_replace layers)
     MoE layer         router (h -> E, BF16, replicated); shared experts gate/up and down with
                       width n_shared x I_moe / tp; per touched routed expert gate/up
-                      (h -> 2 I_moe / tp_e) and down (I_moe / tp_e -> h), tp_e = tp with TP over
-                      the expert FFN (engines' default), 1 with expert parallelism
+                      (h -> 2 I_moe / tp_e) and down (I_moe / tp_e -> h), tp_e = moe_tp = tp / ep:
+                      tp with TP over the expert FFN (engines' default, ep 1), 1 with whole
+                      experts per GPU (ep = tp), between them ep groups of tp / ep GPUs
     EAGLE-3 head      one dense layer whose QKV reads [embedding; hidden] (2h), an fc fusing
                       three target layers (3h -> h), its own LM head over draft_vocab_size
 """
@@ -118,7 +119,7 @@ def layer_gemms(m, tp: int, n_layers: int | None = None, ep: int = 1) -> list[Ge
             shared = m.n_shared_experts * m.moe_intermediate_size
             out += [Gemm(h, 2 * shared / tp, moe, m.weight_format, "layer"),
                     Gemm(shared / tp, h, moe, m.weight_format, "layer")]
-        tp_e = 1 if ep > 1 else tp
+        tp_e = tp // ep  # moe_tp: each expert's FFN split over tp / ep GPUs (variants.check_ep)
         im, fe = m.moe_intermediate_size, expert_format(m)
         out += [Gemm(h, 2 * im / tp_e, moe, fe, "expert"), Gemm(im / tp_e, h, moe, fe, "expert")]
     return out
@@ -143,7 +144,7 @@ def elementwise_values_per_token(m, tp: int, n_layers: int | None = None, ep: in
     base = 4 * h + 6 * h + 2 * q / tp + kv_tp
     total = dense * (base + 3 * m.intermediate_size / tp)
     if moe:
-        routed = m.experts_per_token * m.moe_intermediate_size / (1 if ep > 1 else tp) / ep
+        routed = m.experts_per_token * m.moe_intermediate_size / (tp // ep) / ep
         total += moe * (base + 3 * (m.n_shared_experts * m.moe_intermediate_size) / tp
                         + 3 * routed + m.n_routed_experts)
     return total

@@ -77,7 +77,10 @@ def check_formats(gpu, model, field_name: str = "model") -> None:
 
 
 def check_ep(model, ep: int, tp: int) -> int:
-    """EP must be 1 (TP over the expert FFN) or the replica's GPU count (tp), dividing E."""
+    """EP must divide the replica's GPU count (tp) and E: the experts are split over ep groups of
+    moe_tp = tp / ep GPUs, each expert's FFN TP-split over its group (TensorRT-LLM's Mapping:
+    moe_tp_size x moe_ep_size = tp_size, tensorrt_llm/mapping.py); ep 1 is TP over the expert
+    FFN, ep = tp whole experts per GPU."""
     if ep == 1:
         return ep
     E = model.n_routed_experts
@@ -87,29 +90,37 @@ def check_ep(model, ep: int, tp: int) -> int:
         allowed = [d for d in range(1, E + 1) if E % d == 0]
         raise CostModelInputError("ep", f"{ep} does not divide the {E} routed experts of "
                                   f"{model.model_id}; allowed: {', '.join(map(str, allowed))}")
-    if ep != tp:
-        allowed = "1 (one GPU: raise --tp to spread the experts)" if tp == 1 else f"1 or {tp}"
-        raise CostModelInputError("ep", f"experts are spread over the replica's tp={tp} GPUs; "
-                                  f"allowed: {allowed}")
+    if tp % ep:
+        allowed = [d for d in range(1, tp + 1) if tp % d == 0 and E % d == 0]
+        hint = " (one GPU: raise --tp to spread the experts)" if tp == 1 else ""
+        raise CostModelInputError("ep", f"{ep} does not divide the replica's tp={tp} GPUs (experts "
+                                  f"are split over ep groups of tp / ep GPUs); allowed: "
+                                  f"{', '.join(map(str, allowed))}{hint}")
     return ep
+
+
+def moe_tp(tp: int, ep: int) -> int:
+    """GPUs each routed expert's FFN is TP-split over: tp / ep (check_ep has checked ep | tp)."""
+    return tp // ep
 
 
 FP8_BLOCK = 128  # the block of "fp8-block" weights (quantization_config weight_block_size)
 
 
-def _block_shares(model, tp: int, ep: int) -> list[tuple[str, int]]:
-    """(what, width) of the FFN widths TP splits in 128x128-block FP8 (gate/up output and down
-    input: the same width)."""
+def _block_shares(model, tp: int, ep: int) -> list[tuple[str, int, int]]:
+    """(what, width, split) of the FFN widths TP splits in 128x128-block FP8 (gate/up output and
+    down input: the same width), split over `split` GPUs (the routed experts over moe_tp)."""
     out = []
     if model.expert_weight_format == "fp8-block" or (
             model.weight_format == "fp8-block" and not model.expert_weight_format):
-        if model.n_routed_experts and ep == 1:
-            out.append(("routed-expert FFN", model.moe_intermediate_size))
+        if model.n_routed_experts and moe_tp(tp, ep) > 1:
+            out.append(("routed-expert FFN", model.moe_intermediate_size, moe_tp(tp, ep)))
     if model.weight_format == "fp8-block":
         if model.n_shared_experts:
-            out.append(("shared-expert FFN", model.n_shared_experts * model.moe_intermediate_size))
+            out.append(("shared-expert FFN", model.n_shared_experts * model.moe_intermediate_size,
+                        tp))
         if not model.n_routed_experts or model.first_k_dense_replace:
-            out.append(("dense FFN", model.intermediate_size))
+            out.append(("dense FFN", model.intermediate_size, tp))
     return out
 
 
@@ -118,14 +129,15 @@ def check_block_shards(model, tp: int, ep: int = 1) -> None:
     the block, or vLLM and SGLang refuse to load them (vllm/model_executor/layers/quantization/
     fp8.py: "The output_size of gate's and up's weight = 192 is not divisible by weight
     quantization block_n = 128"; Qwen3-235B-A22B-FP8 at tp 8: 1536 / 8 = 192)."""
-    for what, width in _block_shares(model, tp, ep):
-        if width % tp or (width // tp) % FP8_BLOCK:
+    for what, width, split in _block_shares(model, tp, ep):
+        if width % split or (width // split) % FP8_BLOCK:
             ok = [t for t in (1, 2, 4, 8, 16, 32, 64) if not any(
-                w % t or (w // t) % FP8_BLOCK for _, w in _block_shares(model, t, 1))]
+                w % d or (w // d) % FP8_BLOCK for _, w, d in _block_shares(model, t, 1))]
             experts = " (or ep = tp: experts stay whole)" if what == "routed-expert FFN" else ""
+            at = f"tp={tp}" if split == tp else f"tp={tp}, ep={ep} (moe_tp {split})"
             raise CostModelInputError(
-                "tp", f"{model.model_id} has 128x128-block FP8 weights: at tp={tp} a GPU's share "
-                f"of the {width}-wide {what} is {width / tp:g}, not a multiple of {FP8_BLOCK}, "
+                "tp", f"{model.model_id} has 128x128-block FP8 weights: at {at} a GPU's share "
+                f"of the {width}-wide {what} is {width / split:g}, not a multiple of {FP8_BLOCK}, "
                 "which vLLM and SGLang refuse to load; allowed: tp "
                 f"{', '.join(map(str, ok))}{experts}")
 

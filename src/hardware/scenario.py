@@ -116,7 +116,7 @@ class Scenario:
     # --kernels: None = measured GEMMs where the engine profile has tables on the GPU, else the
     # roofline; "measured" (an error without tables) or "roofline" (src/kernels/costmodel.py)
     kernels: str | None = None
-    ep: int = 1  # expert-parallel degree of the target's MoE layers (1 or tp; `ep`)
+    ep: int = 1  # expert-parallel degree of the target's MoE layers (dividing tp and E; `ep`)
     weights: str = ""  # the target's weight format for every layer ("" = the checkpoint's)
     kv_cache: str = ""  # the target's KV-cache format ("" = the checkpoint's)
 
@@ -312,7 +312,7 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
 
 def _formats_and_ep(table: Mapping, presets, gpu: str, target: str, tp: int
                     ) -> tuple[int, str, str]:
-    """(ep, weights, kv_cache) of a [scenario] table: ep 1 or tp dividing the routed experts
+    """(ep, weights, kv_cache) of a [scenario] table: ep dividing tp and the routed experts
     (variants.check_ep), weights a format the GPU runs (formats.runnable_weight_formats),
     kv_cache bf16 or fp8; ConfigError naming scenario.KEY."""
     from src.costmodel.formats import KV_CACHE_FORMATS, runnable_weight_formats

@@ -24,6 +24,18 @@ BACKEND_ENGINE = {"vllm": "vllm-v1", "sglang": "sglang", "trtllm": "trtllm"}
 # weight-only INT4 kernel, has no format there and is refused)
 QUANT_FORMAT = {"bf16": "bf16", "float16": "bf16", "fp8": "fp8", "fp8_block": "fp8-block",
                 "nvfp4": "nvfp4", "mxfp4": "mxfp4", "w4a16_mxfp4": "mxfp4"}
+# model_path not bundled with aiconfigurator-core 0.12.0 -> the bundled id of the same
+# architecture (the row's gemm/moe quant columns then give the weight formats, as for any row):
+# an instruction-tuned release of a base model keeps its config.json's architecture, and each
+# nvidia/ checkpoint is NVIDIA ModelOpt's quantisation of the model named (their model cards on
+# huggingface.co: "quantized version of Meta's Llama 3.1 8B Instruct", "... of DeepSeek AI's
+# DeepSeek R1", "... of Qwen3-32B"); design.md, "Silicon validation", lists the mapping.
+SAME_ARCHITECTURE = {
+    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
+    "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-R1",
+    "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
+}
 FIT_SYSTEM = "h100_sxm"  # the only system the host terms are fitted to (issue 23 section 3)
 
 
@@ -49,7 +61,8 @@ class SiliconCase:
     system: str
     backend: str
     gpu: str
-    model: str  # Hugging Face id (src/costmodel/hf_ids.py resolves it offline)
+    model: str  # Hugging Face id priced (src/costmodel/hf_ids.py resolves it offline): the row's
+    # model_path, or the bundled id of its architecture (SAME_ARCHITECTURE)
     engine: str
     tp: int
     ep: int
@@ -117,6 +130,7 @@ def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
     if gq not in QUANT_FORMAT or mq not in QUANT_FORMAT:
         return f"unsupported quant: gemm {gq}, moe {mq}"
     model = str(row["model_path"])
+    model = SAME_ARCHITECTURE.get(model, model)
     from src.costmodel import CostModelInputError
     from src.costmodel.formats import runnable_weight_formats
     try:

@@ -17,6 +17,10 @@ from src.validation.silicon_rows import SiliconCase
 REQUESTS_PER_CLIENT = 4  # requests each closed-loop client sends (4 waves of C requests)
 REPLICATIONS = 2  # serve's minimum; every replication has its own random streams
 SEED = 20261203
+# the largest tensor-parallel group of one HGX node (8 NVLink GPUs: NVIDIA HGX H100/H200/B200
+# datasheets); rows labelled above it are where the CSV records GPU counts as tp_size
+# (design.md, "The GB200 TensorRT-LLM rows")
+KV_HOLD_ABOVE_TP = 8
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,26 @@ def serve_config(case: SiliconCase, host_terms: dict | None = None):
         replications=REPLICATIONS, seed=SEED, concurrency=(case.concurrency,))
 
 
+def kv_hold_refusal(case: SiliconCase, cost) -> str:
+    """The refusal of a row whose labelled layout cannot hold its concurrency's KV cache: fewer
+    than C sequences of ISL + OSL cached tokens fit on a GPU after the weights (cost.kv_fits,
+    the memory rule serve admits by), so the engine as labelled would run fewer than C at once
+    and queue the rest (design.md, "The GB200 TensorRT-LLM rows": DeepSeek-R1 labelled tp 64 at
+    concurrency 538 holds 249 sequences; the measured 1.4 s TTFT is not a queue of minutes, so
+    the label is not the deployment). "" when it holds. Only rows labelled above one 8-GPU node
+    (KV_HOLD_ABOVE_TP): at tp <= 8 the same shortfall is a real deployment the engine queues
+    (Llama-3.1-70B FP8 at tp 1 on H200, concurrency 128, measured TTFT 128-369 s) or a KV
+    capacity the engines have and the model lacks, both findings, not labels to refuse."""
+    if case.tp <= KV_HOLD_ABOVE_TP:
+        return ""
+    tokens = case.isl + case.osl
+    fits = cost.largest_batch_that_fits(tokens, limit=case.concurrency)
+    if fits >= case.concurrency:
+        return ""
+    return (f"layout cannot hold KV: tp {case.tp}, ep {case.ep} holds {fits} sequences of "
+            f"{tokens} tokens per replica, the concurrency is {case.concurrency}")
+
+
 def predict(case: SiliconCase, host_terms: dict | None = None) -> dict | str:
     """{"tpot_ms", "ttft_ms"} (means over requests, as the CSV's), or why the model refuses."""
     from src.config import ConfigError
@@ -72,6 +96,9 @@ def predict(case: SiliconCase, host_terms: dict | None = None) -> dict | str:
     from src.online.study import run_serving
     try:
         cfg = serve_config(case, host_terms)
+        held = kv_hold_refusal(case, cfg.scenario.cost_model())
+        if held:
+            return held
         table = run_serving(cfg, workers=1)["table"]
     except (ConfigError, CostModelInputError) as e:
         text = str(e)
