@@ -5,7 +5,10 @@ draft; `serve --concurrency C --workload fixed:ISL:OSL --policies none` runs it
 (src/online/study.py run_serving, the same function the command calls). What is simulated:
 REQUESTS_PER_CLIENT requests per client (the first wave starts from an empty engine with every
 prompt together, as the benchmarks' timed run does; the later waves are past it), REPLICATIONS
-replications, one process, the scenario's seed: the same inputs give the same numbers.
+replications, one process, the scenario's seed: the same inputs give the same numbers. The
+engine's scheduler limits are the case's engine's defaults on its GPU (engine_limits.py: SGLang's
+chunked_prefill_size is 16384 on B200 / GB200, 8192 on H100 / H200; vLLM's and TensorRT-LLM's
+token budget 8192).
 """
 from __future__ import annotations
 
@@ -59,6 +62,9 @@ def serve_config(case: SiliconCase, host_terms: dict | None = None):
                        weight_format=case.weight_format,
                        expert_weight_format=case.expert_weight_format,
                        host_terms=tuple(sorted((host_terms or {}).items())))
+    from src.costmodel.presets import load_presets
+    from src.validation.engine_limits import engine_limits
+    gpu = load_presets().gpu(case.gpu)
     mode = base.study.quality_modes[0]
     return ServeConfig(
         scenario=scenario, engine_profile=case.engine, rates_per_s=(float(case.concurrency),),
@@ -66,7 +72,8 @@ def serve_config(case: SiliconCase, host_terms: dict | None = None):
         prompt_len=FixedLength(case.isl), output_len=FixedLength(case.osl),
         workload_source="silicon_sample.csv", alpha_mode=mode, alpha=base.study.alpha_modes[mode],
         requests_per_replication=REQUESTS_PER_CLIENT * case.concurrency,
-        replications=REPLICATIONS, seed=SEED, concurrency=(case.concurrency,))
+        replications=REPLICATIONS, seed=SEED, concurrency=(case.concurrency,),
+        limits=engine_limits(case.engine, gpu.memory_gb, gpu.name))
 
 
 def kv_hold_refusal(case: SiliconCase, cost) -> str:
