@@ -15,11 +15,11 @@ from typing import Iterable
 
 from src.config import coerce, read_toml
 from src.costmodel.allreduce import ALLREDUCE_IMPLEMENTATIONS
+from src.costmodel.content_cache import by_content
 from src.costmodel.presets import (
     BUILTIN_PRESET_FILES,
     PRESETS_DIR,
     CostModelInputError,
-    by_content,
     memoised,
     preset_files,
 )

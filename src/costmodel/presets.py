@@ -5,7 +5,6 @@ cost-model modules. design.md ("Presets", "Parameters") gives every figure's sou
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -15,11 +14,11 @@ import numpy as np
 import src.costmodel.hf_ids as hf_ids
 import src.costmodel.shapes as shapes
 from src.config import ConfigError, coerce, read_toml
+from src.costmodel.content_cache import by_content, memo_presets, memoised  # noqa: F401
 from src.costmodel.formats import KV_CACHE_FORMATS, WEIGHT_FORMATS
 from src.costmodel.hf_config import looks_like_config_path, model_fields_from_config
 from src.costmodel.hf_ids import looks_like_hf_id
 from src.errors import ascii_int
-from src.input_files import MAX_TOML_BYTES, read_file_bytes
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "presets"
 BUILTIN_PRESET_FILES = (
@@ -469,60 +468,6 @@ def _check_positive_fields(table_name: str, entry_id: str, values: Mapping) -> N
                     raise CostModelInputError(where, f"must be >= 0, got {value}")
                 continue
             raise CostModelInputError(where, f"must be > 0, got {value}")
-
-
-# load_presets / load_engine_profiles results by arguments while memo_presets() is open (None:
-# closed, every call reads the files again, so an edited file is seen at the next call)
-_MEMO: dict | None = None
-
-
-@contextmanager
-def memo_presets():
-    """Within the block, load_presets and load_engine_profiles return the same result for the same
-    arguments: a batch of checks (plan's memory checks, ~4 loads each) reads the files once."""
-    global _MEMO
-    outer = _MEMO
-    _MEMO = {} if outer is None else outer
-    try:
-        yield
-    finally:
-        _MEMO = outer
-
-
-def memoised(key: tuple, load):
-    """load(), or its result for `key` kept while memo_presets() is open."""
-    if _MEMO is None:
-        return load()
-    if key not in _MEMO:
-        _MEMO[key] = load()
-    return _MEMO[key]
-
-
-# load()'s results by the bytes of the files it reads (by_content): a test run builds thousands
-# of cost models, each reading the presets (~3.6 ms of parsing and checks) and engine profiles
-# (~1.9 ms); reading the files' bytes again takes ~0.1 ms. Kept small: a new file content is a
-# new entry (the oldest goes).
-_BY_CONTENT: dict = {}
-_BY_CONTENT_MAX = 16
-
-
-def by_content(key: tuple, files: Iterable[Path], load):
-    """load(), or the result it gave for `key` when `files` held the bytes they hold now (an
-    edited file is seen at the next call, as without a cache). A file that cannot be read (or
-    is not a plain file) is left to load(), whose error names it; a load() that raises is not
-    kept. The result is shared: load() must return immutable values (or the caller copies)."""
-    try:
-        stamp = tuple((str(p), read_file_bytes(p, "presets", "a TOML file", CostModelInputError,
-                                               MAX_TOML_BYTES)) for p in files)
-    except ConfigError:
-        return load()
-    entry = (key, stamp)
-    if entry not in _BY_CONTENT:
-        value = load()
-        if len(_BY_CONTENT) >= _BY_CONTENT_MAX:
-            del _BY_CONTENT[next(iter(_BY_CONTENT))]
-        _BY_CONTENT[entry] = value
-    return _BY_CONTENT[entry]
 
 
 def preset_files(extra_paths: Iterable[str | Path] = ()) -> tuple[Path, ...]:
