@@ -171,6 +171,7 @@ def test_a_positive_interval_on_the_log_scale():
 def test_a_chunk_of_memory_checks_reads_the_presets_once(monkeypatch):
     """fit_checks (plan's memory checks, one executor call per chunk) loads the presets and the
     engine profiles once for the chunk, not ~4 times a check; the answers are fit_check's."""
+    import src.costmodel.content_cache as content_cache
     import src.costmodel.engines as engines
     import src.costmodel.presets as presets
     from src.plan.search import fit_check, fit_checks
@@ -182,8 +183,46 @@ def test_a_chunk_of_memory_checks_reads_the_presets_once(monkeypatch):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, real=real, name=name, **k:
                             loads.append(name) or real(*a, **k))
+    monkeypatch.setattr(content_cache, "_BY_CONTENT", {})  # no parse kept from before
     assert fit_checks(tasks) == expected
     assert loads.count("_load_presets") == 1 and loads.count("_load_engine_profiles") <= 2
     loads.clear()
-    fit_check(tasks[0])  # outside a chunk every call reads the files again
-    assert loads.count("_load_presets") > 1
+    monkeypatch.setattr(content_cache, "_BY_CONTENT", {})
+    with presets.memo_presets():  # memo_presets alone, without the content cache: one load
+        fit_check(tasks[0])
+        fit_check(tasks[1])
+    assert loads.count("_load_presets") == 1
+
+
+def test_presets_are_parsed_once_per_content_and_each_call_gets_its_own_tables(tmp_path):
+    """load_presets / load_engine_profiles parse and check the files once per content of them
+    (presets.by_content): unchanged files are not parsed again, an edited one is; the tables a
+    call returns are its own (a model added to one is not in the next)."""
+    import src.costmodel.content_cache as content_cache
+    import src.costmodel.presets as presets
+    from src.costmodel.engines import load_engine_profiles
+
+    extra = tmp_path / "extra.toml"
+    extra.write_text('[gpus.l4]\nmemory_bandwidth_gb_per_s = 200\n')
+    loads = []
+    real = presets._load_presets
+    content_cache._BY_CONTENT.clear()
+    try:
+        presets._load_presets = lambda paths: loads.append(paths) or real(paths)
+        first = presets.load_presets([extra])
+        second = presets.load_presets([extra])
+        assert len(loads) == 1 and first.gpu("l4") == second.gpu("l4")
+        assert first.gpu("l4").memory_bandwidth_gb_per_s == 200
+        first.models["added"] = first.models["llama-3.1-8b"]
+        assert "added" not in dict(second.models) and "added" not in dict(
+            presets.load_presets([extra]).models)
+        extra.write_text('[gpus.l4]\nmemory_bandwidth_gb_per_s = 300\n')
+        assert presets.load_presets([extra]).gpu("l4").memory_bandwidth_gb_per_s == 300
+        assert len(loads) == 2
+        extra.write_text('[engines.vllm-v1]\nstep_cpu_fixed_ms = 7.5\n')
+        assert load_engine_profiles(extra_paths=[extra])["vllm-v1"].step_cpu_fixed_ms == 7.5
+        extra.write_text('[engines.vllm-v1]\nstep_cpu_fixed_ms = 8.5\n')
+        assert load_engine_profiles(extra_paths=[extra])["vllm-v1"].step_cpu_fixed_ms == 8.5
+    finally:
+        presets._load_presets = real
+        content_cache._BY_CONTENT.clear()

@@ -15,11 +15,13 @@ from typing import Iterable
 
 from src.config import coerce, read_toml
 from src.costmodel.allreduce import ALLREDUCE_IMPLEMENTATIONS
+from src.costmodel.content_cache import by_content
 from src.costmodel.presets import (
     BUILTIN_PRESET_FILES,
     PRESETS_DIR,
     CostModelInputError,
     memoised,
+    preset_files,
 )
 
 ENGINE_PROFILES_FILE = PRESETS_DIR / "engines.toml"
@@ -216,8 +218,9 @@ def load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
                          extra_paths: Iterable[str | Path] = ()) -> dict[str, EngineProfile]:
     """_load_engine_profiles, memoised within presets.memo_presets() (a copy of the dict)."""
     extra = tuple(extra_paths)
-    return dict(memoised(("engines", str(path), *map(str, extra)),
-                         lambda: _load_engine_profiles(path, extra)))
+    key = ("engines", str(path), *map(str, extra))
+    return dict(memoised(key, lambda: by_content(
+        key, (Path(path), *preset_files(extra)), lambda: _load_engine_profiles(path, extra))))
 
 
 def _load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,

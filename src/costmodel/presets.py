@@ -5,7 +5,6 @@ cost-model modules. design.md ("Presets", "Parameters") gives every figure's sou
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -15,6 +14,7 @@ import numpy as np
 import src.costmodel.hf_ids as hf_ids
 import src.costmodel.shapes as shapes
 from src.config import ConfigError, coerce, read_toml
+from src.costmodel.content_cache import by_content, memo_presets, memoised  # noqa: F401
 from src.costmodel.formats import KV_CACHE_FORMATS, WEIGHT_FORMATS
 from src.costmodel.hf_config import looks_like_config_path, model_fields_from_config
 from src.costmodel.hf_ids import looks_like_hf_id
@@ -470,38 +470,23 @@ def _check_positive_fields(table_name: str, entry_id: str, values: Mapping) -> N
             raise CostModelInputError(where, f"must be > 0, got {value}")
 
 
-# load_presets / load_engine_profiles results by arguments while memo_presets() is open (None:
-# closed, every call reads the files again, so an edited file is seen at the next call)
-_MEMO: dict | None = None
-
-
-@contextmanager
-def memo_presets():
-    """Within the block, load_presets and load_engine_profiles return the same result for the same
-    arguments: a batch of checks (plan's memory checks, ~4 loads each) reads the files once."""
-    global _MEMO
-    outer = _MEMO
-    _MEMO = {} if outer is None else outer
-    try:
-        yield
-    finally:
-        _MEMO = outer
-
-
-def memoised(key: tuple, load):
-    """load(), or its result for `key` kept while memo_presets() is open."""
-    if _MEMO is None:
-        return load()
-    if key not in _MEMO:
-        _MEMO[key] = load()
-    return _MEMO[key]
+def preset_files(extra_paths: Iterable[str | Path] = ()) -> tuple[Path, ...]:
+    """The files a preset load reads, in order: the built-in ones that exist, then extra_paths."""
+    return (*(p for p in BUILTIN_PRESET_FILES if p.is_file()), *map(Path, extra_paths))
 
 
 def load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
     """(memoised within memo_presets()) Built-in presets with each file of `extra_paths` merged
-    over them, in order; see _load_presets."""
+    over them, in order; see _load_presets. Parsed and checked once per content of the files
+    (by_content); each call gets its own model and GPU tables (a config.json model a lookup
+    reads is kept in the caller's table only)."""
     paths = tuple(extra_paths)
-    return memoised(("presets", *map(str, paths)), lambda: _load_presets(paths))
+
+    def fresh():
+        kept = by_content(("presets", *map(str, paths)), preset_files(paths),
+                          lambda: _load_presets(paths))
+        return replace(kept, gpus=dict(kept.gpus), models=ModelTable(kept.models))
+    return memoised(("presets", *map(str, paths)), fresh)
 
 
 def _load_presets(extra_paths: Iterable[str | Path] = ()) -> Presets:
