@@ -252,8 +252,8 @@ class HardwareCostModel:
     def _table_ms(self, which: str, max_seqs: int, max_positions: int) -> np.ndarray:
         """Cached pass_time_table_ms (+ the attention kernels' fixed time, + the measured GEMMs'
         and MoE layers' delta at S x t where `kernels` is set; row S = 0 zeroed) of the target
-        or draft (a draft network of its own keeps the roofline), physics only; grown when a call needs
-        more sequences or positions (an entry does not depend on the table's size)."""
+        or draft (a draft network of its own keeps the roofline), physics only; grown when a
+        call needs more sequences or positions (an entry does not depend on the table's size)."""
         table = self._tables.get(which)
         if table is None or table.shape[0] <= max_seqs or table.shape[1] <= max_positions:
             coeffs = self._target_c if which == "target" else self._draft_c

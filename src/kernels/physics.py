@@ -104,8 +104,8 @@ def moe_broken(tokens, hidden, inter, topk, moe_tp, moe_ep, latency_ms, dtype: s
     """Masks (the shape of latency_ms) of the MoE rows rules 4 and 2 reject; bf16_latency_ms:
     the BF16 rows of the same keys (NaN where none; None: rule 2 not checked)."""
     lat = np.asarray(latency_ms, float)
-    T, h, I, k = (np.asarray(a, float) for a in (tokens, hidden, inter, topk))
-    width = I / np.asarray(moe_tp, float)
+    T, h, ffn, k = (np.asarray(a, float) for a in (tokens, hidden, inter, topk))
+    width = ffn / np.asarray(moe_tp, float)
     flops_s = 2.0 * T * k * 3.0 * h * width / peaks.flops(MOE_FLOPS_CLASS.get(dtype, "fp4"))
     bytes_s = k * 3.0 * h * width * BYTES_OF_MOE_DTYPE.get(dtype, 0.5) / peaks.bandwidth_bytes_per_s
     bound_ms = np.where(np.asarray(moe_ep) == 1, np.maximum(flops_s, bytes_s) * 1e3, 0.0)
