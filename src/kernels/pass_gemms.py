@@ -90,6 +90,11 @@ class PassGemms:
         self.applies = any(col is not None for col in self.columns) or self.moe is not None
         self._memo: dict[float, tuple] = {}
 
+    @property
+    def label(self) -> str:
+        src = self.kernels.src
+        return f"{src.backend}-{src.version}"
+
     def _roofline_ms(self, T: np.ndarray) -> np.ndarray:
         """[G, len(T)] each GEMM's roofline ms in the pass (count kernels: pnorm + count kfix)."""
         G = len(self.c.gemm_weight_s)
