@@ -50,11 +50,12 @@ def _column(grid, n: float, k: float) -> np.ndarray | None:
 class PassGemms:
     """Measured GEMMs of one network (PassCoefficients c at tp, ep) on one table source;
     `delta_ms(T)` what they change in a pass of T rows. A dense BF16 decoder (tp <= its KV
-    heads): roofline.plain_gemm_shapes, all BF16. Any other decoder (MoE, MLA, FP8, sliding
-    windows): shapes.layer_gemms + head_gemms, the order PassCoefficients has them in, each GEMM
+    heads): roofline.plain_gemm_shapes, all BF16. A MoE decoder (MLA, FP8 and sliding windows
+    included): shapes.layer_gemms + head_gemms, the order PassCoefficients has them in, each GEMM
     at its own format's table (bf16, fp8, fp8_block: GEMM_DTYPE_OF_FORMAT; MXFP4 / NVFP4 dense
     GEMMs keep the roofline) and the routed-expert GEMMs left to `moe` (pass_moe.py PassMoe,
-    which prices them per pass of S x t: pass_delta_ms). Picklable (numpy arrays and the
+    which prices them per pass of S x t: pass_delta_ms). Other dense decoders (FP8/NVFP4 weights,
+    MLA, sliding windows) keep the roofline's GEMMs: applies False. Picklable (numpy arrays and the
     MeasuredKernels' source and peaks)."""
 
     def __init__(self, kernels: MeasuredKernels, c: PassCoefficients, model, tp: int, gpu,
@@ -68,6 +69,8 @@ class PassGemms:
             gemms = ([(k, n, model.n_layers, "bfloat16", True) for k, n in layer]
                      + [(k, n, 1, "bfloat16", False) for k, n in head])
             index = list(range(len(gemms)))
+        elif not model.n_routed_experts:  # dense FP8/NVFP4, MLA or windowed: the roofline (yet)
+            gemms, index = [], []
         else:
             import src.costmodel.shapes as shapes
 

@@ -102,7 +102,8 @@ def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, para
         gemm_source = _mix(src, got[:gemms.n_layer])
         head_source = _mix(src, got[gemms.n_layer:])
     else:
-        notes.append(f"{model.model_id}: GEMMs from the roofline (no GEMM of it in the tables)")
+        notes.append(f"{model.model_id}: GEMMs from the roofline (measured GEMMs price dense BF16 "
+                     "and MoE decoders so far)")
     moe_source = moe_kernel = ""
     if model.n_routed_experts:
         moe_source = ROOFLINE
