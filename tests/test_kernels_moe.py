@@ -130,3 +130,12 @@ def test_a_moe_key_the_table_lacks_keeps_the_roofline_and_says_why():
     moe = PassMoe(with_kernels(roof, "measured").kernels.kernels, roof._target_c, roof.target, 2,
                   1, roof.gpu, pr.params)
     assert not moe.applies and "moe_tp=2" in moe.why and "w4a16_mxfp4" in moe.why
+
+
+def test_mxfp4_experts_on_blackwell_take_the_mxfp8_activation_lane_where_measured():
+    _, trt = _pair("b200", target="gpt-oss-120b", engine="trtllm", tp=1)
+    _, vllm = _pair("b200", target="gpt-oss-120b", engine="vllm-v1", tp=1)
+    _, hopper = _pair("h200", target="gpt-oss-120b", engine="vllm-v1", tp=1)
+    assert trt.kernels.moe.dtype == "w4a8_mxfp4_mxfp8"
+    assert vllm.kernels.moe.dtype == "w4a16_mxfp4"  # vLLM 0.24.0 measured only the BF16 lane
+    assert hopper.kernels.moe.dtype == "w4a16_mxfp4"  # no FP4 tensor cores

@@ -51,6 +51,15 @@ POWER_LAW_ALPHA = "1.2"
 FUSED_EXPERT_KERNELS = 5
 
 
+def _dtype_lanes(dtype: str, gpu) -> tuple[str, ...]:
+    """The MoE table's dtypes to try, in order: MXFP4 experts on a GPU with FP4 tensor cores
+    (Blackwell) run MXFP8 activations first, `w4a8_mxfp4_mxfp8` ("recommended for Blackwell",
+    aiconfigurator_core/sdk/common.py 0.12.0 MoEQuantMode), then the weight-only lane."""
+    if dtype == "w4a16_mxfp4" and gpu.dense_fp4_tflops:
+        return ("w4a8_mxfp4_mxfp8", dtype)
+    return (dtype,)
+
+
 def routing_distribution(model) -> str:
     """The MoE table's distribution that prices `model` (ROUTING constants above)."""
     return f"power_law_{POWER_LAW_ALPHA_MLA if model.attention == 'mla' else POWER_LAW_ALPHA}"
@@ -70,8 +79,11 @@ class PassMoe:
                     model.n_routed_experts, 1 if ep > 1 else tp, ep)
         col = None
         if self.moe_layers and self.dtype and c.moe is not None:
-            col = moe_column(kernels.src, self.distribution, self.dtype, *self.key,
-                             kernels.peaks)
+            for dtype in _dtype_lanes(self.dtype, gpu):
+                col = moe_column(kernels.src, self.distribution, dtype, *self.key, kernels.peaks)
+                if col is not None:
+                    self.dtype = dtype
+                    break
         self.tokens, self.latency_ms, self.kernel_source, self.rejections = (
             col if col is not None else (np.zeros(0), np.zeros(0), "", ()))
         self.applies = bool(self.tokens.size and np.isfinite(self.latency_ms).any())
