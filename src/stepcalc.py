@@ -45,7 +45,8 @@ from src.kernels.sources import table_source
 COLUMNS = ("batch", "positions", "tokens", "total_ms", "layers_non_attention_ms", "attention_ms",
            "lm_head_ms", "communication_ms", "overhead_ms", "bound", "distinct_experts",
            "vs_decode")
-MEASURED_COLUMNS = ("measured_share", "gemm_source", "attention_source", "lm_head_source")
+MEASURED_COLUMNS = ("measured_share", "gemm_source", "attention_source", "lm_head_source",
+                    "moe_source")
 KERNEL_CHOICES = ("measured", "roofline")
 # CostModelInputError field names -> the command-line flag that sets them
 FLAG_OF_FIELD = {"gpu": "--gpu", "model": "--model", "tp": "--tp", "ep": "--ep",
@@ -223,7 +224,8 @@ def _rows(args) -> tuple[list[dict], object, str]:
                 extra = {"measured_ms": m.measured_ms, "gemm_source": m.gemm_source,
                          "attention_source": m.attention_source,
                          "lm_head_source": m.lm_head_source, "notes": m.notes,
-                         "attention_kernel": m.attention_kernel}
+                         "attention_kernel": m.attention_kernel, "moe_source": m.moe_source,
+                         "moe_kernel": m.moe_kernel}
             overhead = r.overhead_ms + r.launch_ms
             if engine is not None:  # the profile's overhead of this target pass (with launches)
                 overhead = float(engine.target_pass_parts(
@@ -251,7 +253,8 @@ def _measured(kernels, gpu, model, tp, profile, presets, batch, positions, conte
     c = pass_coefficients(gpu, model, tp, presets.params, presets.allreduce, engine=profile,
                           attention_fits=presets.attention, ep=ep)
     with np.errstate(all="ignore"):
-        return price_pass(kernels, c, gpu, presets.params, model, tp, batch, positions, context)
+        return price_pass(kernels, c, gpu, presets.params, model, tp, batch, positions, context,
+                          ep)
 
 
 def _with_measured(r, m):
@@ -274,9 +277,11 @@ def kernels_footer(kernels, rows: list[dict]) -> str:
     grid, rejected = kernels.gemm_grid("bfloat16")
     gemm_kernels = ", ".join(grid.kernel_sources) if grid else "-"
     attention = sorted({r["attention_kernel"] for r in rows if r.get("attention_kernel")})
+    moe = sorted({r["moe_kernel"] for r in rows if r.get("moe_kernel")})
     lines = [f"kernels: measured where named, from {src.label} tables of aiconfigurator-core "
              f"{package_version()} (GEMM bfloat16: {gemm_kernels}; decode attention: "
-             f"{', '.join(attention) or '-'})"]
+             f"{', '.join(attention) or '-'}"
+             + (f"; MoE: {', '.join(moe)}" if moe else "") + ")"]
     lines += [f"  rejected: {x.rows} rows of {x.table}: {x.rule}" for x in rejected]
     notes = []
     for r in rows:

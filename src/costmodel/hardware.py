@@ -70,9 +70,10 @@ class HardwareCostModel:
     attention_fits: tuple[AttentionKernelFit, ...] = ()  # fitted attention kernels (Presets)
     time_unit: str = "ms"
     ep: int = 1  # expert-parallel degree of the target's MoE layers (1 = TP over the expert FFN)
-    # measured GEMMs of the target network (src/kernels/pass_gemms.py PassGemms, built by
-    # src/kernels/costmodel.py with_kernels; duck-typed: costmodel sits below kernels): an object
-    # whose delta_ms(T) is the ms they add to a pass of T rows; None = the roofline, bit for bit
+    # measured GEMMs (and MoE layers) of the target network (src/kernels/pass_gemms.py PassGemms,
+    # built by src/kernels/costmodel.py with_kernels; duck-typed: costmodel sits below kernels):
+    # an object whose pass_delta_ms(S, t) is the ms they add to a pass of S sequences x t
+    # positions; None = the roofline, bit for bit
     kernels: object | None = field(default=None, compare=False)
     # measured decode attention of the target pass (src/kernels/pass_attention.py PassAttention,
     # set by with_kernels; duck-typed): replace_ms(attention_ms, n_seqs, sum_ctx, t) is the
@@ -250,9 +251,9 @@ class HardwareCostModel:
 
     def _table_ms(self, which: str, max_seqs: int, max_positions: int) -> np.ndarray:
         """Cached pass_time_table_ms (+ the attention kernels' fixed time, + the measured GEMMs'
-        delta at T = S t rows where `kernels` is set; row S = 0 zeroed) of the target or draft
-        (a draft network of its own keeps the roofline), physics only; grown when a call needs
-        more sequences or positions (an entry does not depend on the table's size)."""
+        and MoE layers' delta at S x t where `kernels` is set; row S = 0 zeroed) of the target
+        or draft (a draft network of its own keeps the roofline), physics only; grown when a
+        call needs more sequences or positions (an entry does not depend on the table's size)."""
         table = self._tables.get(which)
         if table is None or table.shape[0] <= max_seqs or table.shape[1] <= max_positions:
             coeffs = self._target_c if which == "target" else self._draft_c
@@ -263,7 +264,7 @@ class HardwareCostModel:
             table += coeffs.attn_fixed_s * 1e3
             if self.kernels is not None and coeffs is self._target_c:  # target (or self) network
                 S, t = np.indices(table.shape)
-                table += self.kernels.delta_ms(S * t)
+                table += self.kernels.pass_delta_ms(S, t)
             if self.sampling_temperature > 0 and which == "target":
                 table += self._sampling_ms_table(table.shape[0] - 1, table.shape[1] - 1)
             table[0, :] = 0.0  # no active sequence, no pass

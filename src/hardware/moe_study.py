@@ -88,7 +88,12 @@ def run_moe_scenario(scenario: Scenario) -> MoeStudy:
     cfg = scenario.study
     engine = scenario.engine_profiles[0]
     cost = scenario.cost_model(engine)
-    twin = replace(cost, target=dense_twin(cost.target))
+    # the twin prices its own network: the target's measured kernels (keyed on the MoE target's
+    # shapes, src/kernels/) are dropped and rebuilt for the twin, as the scenario builds them
+    from src.kernels.costmodel import with_kernels
+
+    twin = with_kernels(replace(cost, target=dense_twin(cost.target), kernels=None,
+                                attention_kernels=None), scenario.kernels, strict=False)
     ctx = int(round(mean_tokens(cfg.seed, cfg.prompt_len) + mean_tokens(cfg.seed, cfg.output_len)
                     / 2))
     omega = omega_by_gamma(scenario)

@@ -112,15 +112,21 @@ def with_kernels(cost, mode: str | None = None, strict: bool = True):
         return cost
     from src.kernels.pass_attention import PassAttention
     from src.kernels.pass_gemms import PassGemms
+    from src.kernels.pass_moe import PassMoe
 
-    gemms = PassGemms(kernels, cost._target_c, cost.target, cost.tp, cost.gpu, cost.params)
+    moe = PassMoe(kernels, cost._target_c, cost.target, cost.tp, cost.ep, cost.gpu, cost.params)
+    if moe.why and cost.target.n_routed_experts and mode == "measured":
+        note_once(f"note: --kernels: {cost.target.model_id}: {moe.why}")
+    gemms = PassGemms(kernels, cost._target_c, cost.target, cost.tp, cost.gpu, cost.params,
+                      ep=cost.ep, moe=moe)
     # decode attention depends on the head shape and the KV dtype, not on the weights' format:
     # an FP8/FP4 or MoE target with full GQA attention takes it from the table too
     attention = PassAttention(kernels, cost._target_c, cost.target, cost.tp, cost.gpu,
                               cost.params)
     attention = attention if attention.applies else None
     if not gemms.applies:
-        why = f"{cost.target.model_id}: measured GEMMs price dense BF16 decoders so far"
+        why = (f"{cost.target.model_id}: measured GEMMs price dense BF16 and MoE decoders so "
+               "far")
         if mode == "measured" and strict:
             raise ConfigError("--kernels", f"measured: {why}; allowed: roofline")
         if mode == "measured":  # the default stays quiet: summaries say which layers are measured

@@ -12,9 +12,9 @@ from functools import lru_cache
 import numpy as np
 
 from src.kernels.grid import interpolate
-from src.kernels.physics import Peaks, Rejection, attention_broken, gemm_broken
+from src.kernels.physics import Peaks, Rejection, attention_broken, gemm_broken, moe_broken
 from src.kernels.sources import TableSource
-from src.kernels.tables import GemmGrid, raw_decode_attention, raw_gemm_grid
+from src.kernels.tables import GemmGrid, raw_decode_attention, raw_gemm_grid, raw_moe_rows
 
 
 @lru_cache(maxsize=32)
@@ -67,6 +67,50 @@ def _attention_grid(src: TableSource, kv_dtype: str, heads: int, kv_heads: int, 
     grid = np.full((bs.size, ss.size), np.nan)
     grid[np.searchsorted(bs, b), np.searchsorted(ss, s)] = lat
     return bs, ss, grid, rows.kernel_source, int(broken.sum())
+
+
+@lru_cache(maxsize=64)
+def moe_column(src: TableSource, distribution: str, dtype: str, hidden: int, inter: int,
+               topk: int, experts: int, moe_tp: int, moe_ep: int, peaks: Peaks):
+    """(tokens axis, latency_ms per token count with NaN where rejected, kernel source,
+    rejections) of one MoE layer shape (exact on every key but the token count), or None where
+    the table has no row of it. Several kernel sources with rows at this key: the one with the
+    most rows of this shape and dtype in the table (the engine's main lane on the system, as
+    decode attention takes it)."""
+    rows = raw_moe_rows(src, distribution)
+    if rows is None:
+        return None
+    shape = ((rows.hidden == hidden) & (rows.inter == inter) & (rows.topk == topk)
+             & (rows.experts == experts))
+    key = shape & (rows.moe_tp == moe_tp) & (rows.moe_ep == moe_ep)
+    sel = key & (rows.dtype == dtype)
+    if not sel.any():
+        return None
+    here = np.unique(rows.kernel_source[sel])
+    counts = [int((shape & (rows.dtype == dtype) & (rows.kernel_source == ks)).sum())
+              for ks in here]
+    best = str(here[int(np.argmax(counts))])
+    sel &= rows.kernel_source == best
+    T, lat = rows.tokens[sel].astype(float), rows.latency_ms[sel]
+    order = np.argsort(T, kind="stable")
+    T, lat = T[order], lat[order]
+    T, first = np.unique(T, return_index=True)  # a key measured twice: its first row
+    lat = lat[first]
+    bf16 = None
+    if dtype != "bfloat16":  # rule 2: the BF16 row of the same key (any kernel source), else NaN
+        ref = key & (rows.dtype == "bfloat16")
+        bf16 = np.full(T.size, np.nan)
+        if ref.any():
+            rt, rl = rows.tokens[ref].astype(float), rows.latency_ms[ref]
+            at = {float(t): float(v) for t, v in zip(rt, rl)}
+            bf16 = np.array([at.get(float(t), np.nan) for t in T])
+    masks = moe_broken(T, hidden, inter, topk, moe_tp, moe_ep, lat, dtype, peaks, bf16)
+    rejections, lat = [], lat.copy()
+    for rule, mask in masks.items():
+        if mask.any():
+            rejections.append(Rejection(f"moe {dtype}", rule, int(mask.sum())))
+            lat[mask] = np.nan
+    return T, lat, best, tuple(rejections)
 
 
 class MeasuredKernels:

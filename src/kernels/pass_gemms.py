@@ -30,6 +30,7 @@ from src.costmodel.roofline import (
 )
 from src.kernels.grid import _bracket, along_axis
 from src.kernels.measured import MeasuredKernels
+from src.kernels.tables import GEMM_DTYPE_OF_FORMAT
 
 
 def _column(grid, n: float, k: float) -> np.ndarray | None:
@@ -47,24 +48,49 @@ def _column(grid, n: float, k: float) -> np.ndarray | None:
 
 
 class PassGemms:
-    """Measured GEMMs of one network (PassCoefficients c of a dense BF16 decoder at tp) on one
-    table source; `delta_ms(T)` what they change in a pass of T rows. Picklable (numpy arrays and
-    the MeasuredKernels' source and peaks)."""
+    """Measured GEMMs of one network (PassCoefficients c at tp, ep) on one table source;
+    `delta_ms(T)` what they change in a pass of T rows. A dense BF16 decoder (tp <= its KV
+    heads): roofline.plain_gemm_shapes, all BF16. A MoE decoder (MLA, FP8 and sliding windows
+    included): shapes.layer_gemms + head_gemms, the order PassCoefficients has them in, each GEMM
+    at its own format's table (bf16, fp8, fp8_block: GEMM_DTYPE_OF_FORMAT; MXFP4 / NVFP4 dense
+    GEMMs keep the roofline) and the routed-expert GEMMs left to `moe` (pass_moe.py PassMoe,
+    which prices them per pass of S x t: pass_delta_ms). Other dense decoders (FP8/NVFP4 weights,
+    MLA, sliding windows) keep the roofline's GEMMs: applies False. Picklable (numpy arrays and the
+    MeasuredKernels' source and peaks)."""
 
     def __init__(self, kernels: MeasuredKernels, c: PassCoefficients, model, tp: int, gpu,
-                 params):
+                 params, ep: int = 1, moe=None):
         self.kernels = kernels
         self.c = c
+        self.moe = moe if moe is not None and moe.applies else None
         self.kfix_s = kernel_fixed_s(gpu, params)
-        self.applies = bool(model.is_plain and tp <= model.n_kv_heads)
-        layer, head = plain_gemm_shapes(model, tp) if self.applies else ([], [])
-        self.n_layer = len(layer)
-        self.shapes = layer + head  # (k, n) each
-        self.counts = np.array([model.n_layers] * len(layer) + [1] * len(head), float)
-        grid, _ = kernels.gemm_grid("bfloat16")
-        self.m_axis = grid.m.astype(float) if grid is not None else np.zeros(0)
-        self.columns = [(_column(grid, n, k) if grid is not None else None)
-                        for k, n in self.shapes]
+        if model.is_plain and tp <= model.n_kv_heads:
+            layer, head = plain_gemm_shapes(model, tp)
+            gemms = ([(k, n, model.n_layers, "bfloat16", True) for k, n in layer]
+                     + [(k, n, 1, "bfloat16", False) for k, n in head])
+            index = list(range(len(gemms)))
+        elif not model.n_routed_experts:  # dense FP8/NVFP4, MLA or windowed: the roofline (yet)
+            gemms, index = [], []
+        else:
+            import src.costmodel.shapes as shapes
+
+            every = shapes.layer_gemms(model, tp, None, ep) + shapes.head_gemms(model, tp)
+            index = [i for i, g in enumerate(every) if g.role != "expert"]
+            gemms = [(every[i].k, every[i].n, every[i].count,
+                      GEMM_DTYPE_OF_FORMAT.get(every[i].fmt, ""), every[i].role != "head")
+                     for i in index]
+        self.index = np.array(index, dtype=int)
+        self.n_layer = sum(g[4] for g in gemms)
+        self.shapes = [(k, n) for k, n, _, _, _ in gemms]  # (k, n) each
+        self.dtypes = [d for _, _, _, d, _ in gemms]
+        self.counts = np.array([cnt for _, _, cnt, _, _ in gemms], float)
+        self.m_axes, self.columns = [], []
+        for (k, n), dtype in zip(self.shapes, self.dtypes):
+            grid = kernels.gemm_grid(dtype)[0] if dtype else None
+            self.m_axes.append(grid.m.astype(float) if grid is not None else np.zeros(0))
+            self.columns.append(_column(grid, n, k) if grid is not None else None)
+        self.m_axis = next((a for a in self.m_axes if a.size), np.zeros(0))  # the first GEMM's
+        self.applies = any(col is not None for col in self.columns) or self.moe is not None
         self._memo: dict[float, tuple] = {}
 
     @property
@@ -76,7 +102,7 @@ class PassGemms:
         """[G, len(T)] each GEMM's roofline ms in the pass (count kernels: pnorm + count kfix)."""
         G = len(self.c.gemm_weight_s)
         mem, comp = gemm_terms_s(self.c, np.broadcast_to(T, (G, T.size)))
-        roof = _pnorm(mem, comp, self.c.sharpness_p)[: len(self.shapes)]
+        roof = _pnorm(mem, comp, self.c.sharpness_p)[self.index]
         return (roof + self.counts[:, None] * self.kfix_s) * 1e3
 
     def parts_ms(self, T) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -88,16 +114,15 @@ class PassGemms:
             z = np.zeros(N)
             return z, z.copy(), z.copy(), np.zeros((len(self.shapes), N), bool)
         roof = self._roofline_ms(T)
-        m_max = self.m_axis[-1] if self.m_axis.size else np.inf
-        above = T > m_max
-        roof_edge = self._roofline_ms(np.array([m_max])) if above.any() else None
         measured = np.full((len(self.shapes), N), np.nan)
-        for g, col in enumerate(self.columns):
+        for g, (col, m_axis) in enumerate(zip(self.columns, self.m_axes)):
             if col is None:
                 continue
-            one = along_axis(self.m_axis, col, T)
-            if roof_edge is not None:  # the roofline anchored to the table's edge
-                ratio = col[-1] / (roof_edge[g, 0] / self.counts[g])
+            one = along_axis(m_axis, col, T)
+            above = T > m_axis[-1]
+            if above.any():  # the roofline anchored to the table's edge
+                roof_edge = self._roofline_ms(np.array([m_axis[-1]]))[g, 0]
+                ratio = col[-1] / (roof_edge / self.counts[g])
                 anchored = np.maximum(ratio * roof[g] / self.counts[g], col[-1])
                 one = np.where(above, anchored, one)
             measured[g] = self.counts[g] * one
@@ -117,6 +142,17 @@ class PassGemms:
             self._memo.update(zip(todo, (layers + head).tolist()))
         out = np.array([self._memo[u] for u in uniq.tolist()])
         return out[inverse].reshape(T.shape)
+
+    def pass_delta_ms(self, S, t) -> np.ndarray:
+        """ms the measured GEMMs and (where `moe` is set) the measured routed experts add to the
+        roofline passes of S sequences x t positions (arrays of one shape): what
+        HardwareCostModel._table_ms adds to its attention-free table, and so what the compiled
+        serving engine prices from."""
+        S, t = np.broadcast_arrays(np.asarray(S, float), np.asarray(t, float))
+        out = self.delta_ms(S * t)
+        if self.moe is not None:
+            out = out + self.moe.parts_ms(S, t)[0].reshape(S.shape)
+        return out
 
     def __getstate__(self):
         return {**self.__dict__, "_memo": {}}

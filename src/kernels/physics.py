@@ -15,6 +15,11 @@ that needs it falls back to the roofline) when:
    attention projections at 64-256 rows).
 3. Decode attention faster than reading its KV cache once at peak bandwidth:
    latency < batch kv_len 2 kv_heads head_dim b_kv / peak_bandwidth.
+4. A fused MoE layer (routed experts; moe_tp splits the FFN width I, moe_ep the experts) faster
+   than its work at peak: with moe_ep 1 every token's k experts are distinct and all on this
+   GPU, so latency < max(2 T k 3 h I / moe_tp / peak_flops(dtype), k 3 h I / moe_tp b_w /
+   peak_bandwidth); with moe_ep > 1 the table's routing decides what reaches this GPU and no
+   bound is held. Rule 2 holds its low-precision rows to the BF16 row of the same key.
 """
 from __future__ import annotations
 
@@ -25,6 +30,14 @@ import numpy as np
 LOW_PRECISION_MAX_SLOWDOWN = 2.0
 LOW_PRECISION_SLACK_MS = 0.01  # 10 us: a per-token activation-quantisation kernel and its launch
 BYTES_OF_GEMM_DTYPE = {"bfloat16": 2, "fp8": 1, "fp8_block": 1}
+# bytes per weight value of the MoE table's dtypes (a lower bound: 4-bit formats' scales left out)
+BYTES_OF_MOE_DTYPE = {**BYTES_OF_GEMM_DTYPE, "w4a16_mxfp4": 0.5, "w4a8_mxfp4_mxfp8": 0.5,
+                      "nvfp4": 0.5, "int4_wo": 0.5}
+# the tensor-core class a MoE dtype's GEMMs run on: w4a16 / int4 weight-only kernels upcast to
+# BF16 (aiconfigurator_core/sdk/common.py 0.12.0 QuantMapping "bfloat16"), w4a8 runs FP8 MMAs,
+# NVFP4 FP4 ones at twice the FP8 rate (NVIDIA B200 datasheet: 9 vs 4.5 dense PFLOPS)
+MOE_FLOPS_CLASS = {"bfloat16": "bfloat16", "w4a16_mxfp4": "bfloat16", "int4_wo": "bfloat16",
+                   "fp8": "fp8", "fp8_block": "fp8", "w4a8_mxfp4_mxfp8": "fp8", "nvfp4": "fp4"}
 BYTES_OF_KV_DTYPE = {"bfloat16": 2, "fp8": 1}
 
 
@@ -37,6 +50,8 @@ class Peaks:
     bandwidth_bytes_per_s: float
 
     def flops(self, dtype: str) -> float:
+        if dtype == "fp4":  # FP4 tensor cores: twice the FP8 rate (MOE_FLOPS_CLASS)
+            return 2.0 * self.fp8_flops_per_s
         return self.bf16_flops_per_s if dtype == "bfloat16" else self.fp8_flops_per_s
 
 
@@ -82,3 +97,24 @@ def attention_broken(batch, kv_len, kv_heads, head_dim, latency_ms, kv_dtype: st
     kv_bytes = (np.asarray(batch, float) * kv_len * 2 * kv_heads * head_dim
                 * BYTES_OF_KV_DTYPE[kv_dtype])
     return np.asarray(latency_ms) < kv_bytes / peaks.bandwidth_bytes_per_s * 1e3
+
+
+def moe_broken(tokens, hidden, inter, topk, moe_tp, moe_ep, latency_ms, dtype: str, peaks: Peaks,
+               bf16_latency_ms=None) -> dict[str, np.ndarray]:
+    """Masks (the shape of latency_ms) of the MoE rows rules 4 and 2 reject; bf16_latency_ms:
+    the BF16 rows of the same keys (NaN where none; None: rule 2 not checked)."""
+    lat = np.asarray(latency_ms, float)
+    T, h, ffn, k = (np.asarray(a, float) for a in (tokens, hidden, inter, topk))
+    width = ffn / np.asarray(moe_tp, float)
+    flops_s = 2.0 * T * k * 3.0 * h * width / peaks.flops(MOE_FLOPS_CLASS.get(dtype, "fp4"))
+    bytes_s = k * 3.0 * h * width * BYTES_OF_MOE_DTYPE.get(dtype, 0.5) / peaks.bandwidth_bytes_per_s
+    bound_ms = np.where(np.asarray(moe_ep) == 1, np.maximum(flops_s, bytes_s) * 1e3, 0.0)
+    out = {"faster than its experts' work at peak FLOP/s and bandwidth": lat < bound_ms}
+    if dtype != "bfloat16" and bf16_latency_ms is not None:
+        with np.errstate(invalid="ignore"):
+            slow = np.isfinite(bf16_latency_ms) & (
+                lat > LOW_PRECISION_MAX_SLOWDOWN * np.asarray(bf16_latency_ms)
+                + LOW_PRECISION_SLACK_MS)
+        out[f"slower than {LOW_PRECISION_MAX_SLOWDOWN:g}x the BF16 row of the same key + "
+            f"{LOW_PRECISION_SLACK_MS * 1e3:g} us"] = slow
+    return out

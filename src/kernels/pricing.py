@@ -4,8 +4,11 @@ For one pass of S sequences x t positions with ctx tokens cached each (T = S t r
 roofline's pass (src/costmodel/roofline.py) is kept and each of these terms is replaced where
 the table covers it (design.md, "Measured kernels"):
 
-- each GEMM g of the pass (plain dense BF16 decoders: QKV, O, gate/up, down per layer, the LM
-  head once): roofline pnorm_g + one kernel's fixed time -> measured gemm_ms(T, N_g, K_g);
+- each GEMM g of the pass (QKV, O, gate/up, down per layer or MLA's projections, a MoE layer's
+  router and shared experts, the LM head once; each at its weight format's table:
+  pass_gemms.py): roofline pnorm_g + one kernel's fixed time -> measured gemm_ms(T, N_g, K_g);
+- a MoE target's routed experts, per MoE layer: the roofline's expert GEMMs + the fused
+  kernels' fixed time -> the engine's measured fused-MoE layer at T tokens (pass_moe.py);
 - decode attention: roofline attention_s + one kernel's fixed time per layer -> the measured
   kernel by src/kernels/pass_attention.py's rule (linear in batch and KV length inside the
   table, the edge's row plus the roofline's increment beyond it, the roofline's t-position
@@ -15,7 +18,7 @@ the table covers it (design.md, "Measured kernels"):
   KV length is beyond the table's edge for that batch.
 
 Anything the table does not cover (a GEMM off the grid, a rejected row, a model other than a
-dense BF16 GQA decoder, sliding-window attention) keeps its roofline price and says so.
+MoE key the table lacks, sliding-window attention) keeps its roofline price and says so.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from src.costmodel.roofline import (
 from src.kernels.measured import MeasuredKernels
 from src.kernels.pass_attention import MAX_DECODE_POSITIONS, PassAttention
 from src.kernels.pass_gemms import PassGemms
+from src.kernels.pass_moe import PassMoe
 from src.kernels.physics import Peaks
 from src.kernels.sources import TableSource
 
@@ -60,6 +64,8 @@ class MeasuredPass:
     attention_source: str
     notes: tuple[str, ...]  # why a term kept the roofline
     attention_kernel: str = ""  # the table's kernel source that priced the attention, if any
+    moe_source: str = ""  # the routed experts': a table label or ROOFLINE ("" for a dense model)
+    moe_kernel: str = ""  # the MoE table's kernel source that priced them, if any
 
 
 def _label(src: TableSource) -> str:
@@ -73,8 +79,8 @@ def _mix(src: TableSource, measured: list[bool]) -> str:
 
 
 def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, params,
-               model: ModelSpec, tp: int, n_seqs: int, positions: int, context: int
-               ) -> MeasuredPass:
+               model: ModelSpec, tp: int, n_seqs: int, positions: int, context: int,
+               ep: int = 1) -> MeasuredPass:
     """MeasuredPass of one target pass (module docstring); c: the roofline coefficients the
     pass was priced with (pass_coefficients of the same gpu, model, tp and engine)."""
     src, notes = kernels.src, []
@@ -83,19 +89,39 @@ def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, para
     T, L = S * t, model.n_layers
     layer_delta = head_delta = attn_delta = measured = 0.0
     gemm_source = head_source = ROOFLINE
-    gemms = PassGemms(kernels, c, model, tp, gpu, params)
+    moe = PassMoe(kernels, c, model, tp, ep, gpu, params)
+    gemms = PassGemms(kernels, c, model, tp, gpu, params, ep=ep, moe=moe)
     if gemms.applies:
         layer_d, head_d, meas, ok = gemms.parts_ms(np.array([T]))
         layer_delta, head_delta, measured = float(layer_d[0]), float(head_d[0]), float(meas[0])
         got = ok[:, 0].tolist()
-        for (k, n), hit in zip(gemms.shapes, got):
+        for (k, n), dtype, hit in zip(gemms.shapes, gemms.dtypes, got):
             if not hit:
-                notes.append(f"GEMM m={T:g} n={n:g} k={k:g}: off the table's grid or rejected")
+                notes.append(f"GEMM m={T:g} n={n:g} k={k:g} {dtype or 'format without a table'}"
+                             ": off the table's grid or rejected")
         gemm_source = _mix(src, got[:gemms.n_layer])
         head_source = _mix(src, got[gemms.n_layer:])
     else:
         notes.append(f"{model.model_id}: GEMMs from the roofline (measured GEMMs price dense BF16 "
-                     "decoders so far)")
+                     "and MoE decoders so far)")
+    moe_source = moe_kernel = ""
+    if model.n_routed_experts:
+        moe_source = ROOFLINE
+        if moe.applies:
+            d, meas, ok = moe.parts_ms(np.array([S]), np.array([t]))
+            if ok[0]:
+                layer_delta += float(d[0])
+                measured += float(meas[0])
+                moe_source, moe_kernel = _label(src), moe.kernel_source
+                if T > moe.tokens[-1]:
+                    moe_source += f"+{ROOFLINE}"
+                    notes.append(f"MoE layer at {T:g} tokens: beyond the table's edge "
+                                 f"{moe.tokens[-1]:g}: the roofline anchored to the edge's row")
+            else:
+                notes.append(f"MoE layer at {T:g} tokens: no measured row of this token count "
+                             "(or it was rejected); priced from the roofline")
+        else:
+            notes.append(moe.why)
     attention_source = ROOFLINE
     attn = PassAttention(kernels, c, model, tp, gpu, params)
     if positions > MAX_DECODE_POSITIONS:
@@ -122,4 +148,5 @@ def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, para
                              "the roofline's increment")
     return MeasuredPass(layer_delta, head_delta, attn_delta, measured, gemm_source, head_source,
                         attention_source, tuple(notes),
-                        attn.kernel_source if attention_source != ROOFLINE else "")
+                        attn.kernel_source if attention_source != ROOFLINE else "",
+                        moe_source, moe_kernel)

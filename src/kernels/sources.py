@@ -21,6 +21,7 @@ PACKAGE = "aiconfigurator_core"
 DISTRIBUTION = "aiconfigurator-core"
 GEMM_TABLE = ("gemm", "gemm_perf.parquet")
 DECODE_ATTENTION_TABLE = ("attention", "generation_attention_perf.parquet")
+MOE_TABLE = ("moe", "moe_perf.parquet")  # fused routed-expert layers (src/kernels/pass_moe.py)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import numpy as np
 from src.kernels.sources import (
     DECODE_ATTENTION_TABLE,
     GEMM_TABLE,
+    MOE_TABLE,
     TableSource,
     package_version,
 )
@@ -31,6 +32,13 @@ ATTENTION_COLUMNS = ("batch_size", "isl", "step", "num_heads", "num_key_value_he
 # the database's dtype names <- the project's weight / KV-cache formats
 GEMM_DTYPE_OF_FORMAT = {"bf16": "bfloat16", "fp8": "fp8", "fp8-block": "fp8_block"}
 KV_DTYPE_OF_FORMAT = {"bf16": "bfloat16", "fp8": "fp8"}
+MOE_COLUMNS = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+               "moe_ep_size", "latency")
+# the MoE table's dtype names <- the routed experts' weight format: MXFP4 experts run as
+# w4a16_mxfp4 (weights upcast to BF16 in the kernel, as gpt-oss runs on Hopper: formats.py's
+# weight-only path), the only MXFP4 lane every system's three engines measured
+MOE_DTYPE_OF_FORMAT = {"bf16": "bfloat16", "fp8": "fp8", "fp8-block": "fp8_block",
+                       "mxfp4": "w4a16_mxfp4", "nvfp4": "nvfp4"}
 
 
 @dataclass(frozen=True)
@@ -76,26 +84,32 @@ def _cache_file(src: TableSource, table: tuple[str, str], where: str) -> Path:
 
 
 def read_columns(src: TableSource, table: tuple[str, str], columns: tuple[str, ...],
-                 filter_column: str, filter_value: str) -> dict[str, np.ndarray]:
-    """`columns` (+ kernel_source) of the rows whose filter_column == filter_value, from the
-    .npz cache when it is there, else decoded from the parquet file (and cached)."""
+                 filter_column: str, filter_value: str,
+                 text_columns: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """`columns` (numbers), kernel_source and `text_columns` (strings) of the rows whose
+    filter_column == filter_value, from the .npz cache when it is there, else decoded from the
+    parquet file (and cached; strings as codes into their distinct names, no pickle)."""
+    texts = ("kernel_source", *text_columns)
     path = _cache_file(src, table, f"{filter_column}={filter_value}")
     try:
         with np.load(path, allow_pickle=False) as z:
             out = {c: z[c] for c in columns}
-            out["kernel_source"] = z["kernel_source_names"][z["kernel_source_codes"]]
+            for c in texts:
+                out[c] = z[f"{c}_names"][z[f"{c}_codes"]]
         return out
     except (OSError, KeyError, ValueError):
         pass
     import pyarrow.parquet as pq  # deferred: ~0.2 s of import, only when decoding
 
-    tb = pq.read_table(src.path(table), columns=[*columns, "kernel_source"],
+    tb = pq.read_table(src.path(table), columns=[*columns, *texts],
                        filters=[(filter_column, "=", filter_value)])
     out = {c: tb.column(c).to_numpy() for c in columns}
-    out["kernel_source"] = np.asarray(tb.column("kernel_source").to_pylist(), dtype=str)
-    names, codes = np.unique(out["kernel_source"], return_inverse=True)
-    _write_cache(path, {**{c: out[c] for c in columns}, "kernel_source_names": names,
-                        "kernel_source_codes": codes.astype(np.int8)})
+    arrays = {c: out[c] for c in columns}
+    for c in texts:
+        out[c] = np.asarray(tb.column(c).to_pylist(), dtype=str)
+        names, codes = np.unique(out[c], return_inverse=True)
+        arrays[f"{c}_names"], arrays[f"{c}_codes"] = names, codes.astype(np.int16)
+    _write_cache(path, arrays)
     return out
 
 
@@ -145,3 +159,35 @@ def raw_decode_attention(src: TableSource, kv_dtype: str) -> DecodeAttentionRows
                                heads=c["num_heads"], kv_heads=c["num_key_value_heads"],
                                head_dim=c["head_dim"], window=c["window_size"],
                                latency_ms=c["latency"], kernel_source=best)
+
+
+@dataclass(frozen=True)
+class MoeRows:
+    """The fused-MoE table's rows of one routing distribution, as columns (one row: one MoE
+    layer's routed experts on one GPU, `tokens` tokens entering the layer)."""
+
+    tokens: np.ndarray
+    hidden: np.ndarray
+    inter: np.ndarray  # the experts' FFN width before moe_tp splits it
+    topk: np.ndarray
+    experts: np.ndarray
+    moe_tp: np.ndarray
+    moe_ep: np.ndarray
+    dtype: np.ndarray  # str: "bfloat16", "fp8", "fp8_block", "w4a16_mxfp4", "nvfp4", ...
+    kernel_source: np.ndarray  # str
+    latency_ms: np.ndarray
+
+
+@lru_cache(maxsize=32)
+def raw_moe_rows(src: TableSource, distribution: str) -> MoeRows | None:
+    """The MoE table's rows of one routing distribution ('balanced', 'power_law_1.2', ...);
+    None where the engine version has no MoE table on the system or no row of it."""
+    if not src.path(MOE_TABLE).is_file():
+        return None
+    c = read_columns(src, MOE_TABLE, MOE_COLUMNS, "distribution", distribution,
+                     text_columns=("moe_dtype",))
+    if c["latency"].size == 0:
+        return None
+    return MoeRows(c["num_tokens"], c["hidden_size"], c["inter_size"], c["topk"],
+                   c["num_experts"], c["moe_tp_size"], c["moe_ep_size"], c["moe_dtype"],
+                   c["kernel_source"], c["latency"].astype(float))
