@@ -67,7 +67,7 @@ def test_verification_premium_moe_against_dense_twin(qwen3_study):
     assert g3.loc[("moe", 1), "experts_verify_fraction"] > 3 * g3.loc[
         ("moe", 1), "experts_decode_fraction"]
     assert g3.loc[("moe", 64), "experts_decode_fraction"] > 0.95
-    assert g3.loc[("moe", 64), "premium"] < g3.loc[("dense twin", 64), "premium"]
+    assert g3.loc[("moe", 64), "premium"] < g3.loc[("moe", 1), "premium"] - 0.1
 
 
 def test_best_gamma_rows_are_the_maxima(qwen3_study):
