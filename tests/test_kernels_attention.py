@@ -71,6 +71,31 @@ def test_beyond_the_edge_the_roofline_increment_meets_the_edge_s_row(measured):
     assert ms[-1] - ms[2] == pytest.approx(float(roof), rel=1e-9)
 
 
+def test_one_call_over_mixed_passes_is_the_calls_one_pass_at_a_time(measured):
+    """pass_ms over passes of every kind at once (no sequence, too many positions, one and
+    several positions, inside and beyond a row's run, on a grid line, a batch past the table,
+    without and with the caller's roofline) gives each pass the bytes of its own call: the
+    vectorised path (gathers of the entries that need each part) is the one-pass path."""
+    a = measured.attention_kernels
+    rows, lo, hi = a.rows(600)
+    S = np.array([0, 1, 1, 64, 64, 64, 512, 512, 600, 3, 7, 64])
+    t = np.array([1, 1, 4, 1, 8, 17, 1, 3, 2, 1, 16, 5])
+    kv = np.array([9.0, 2.0, 100.0, 2048.0, 3000.5, 50.0, a.kv_axis[hi[512]] + 70, 300.0,
+                   800.0, 65536.0 * 4, 17.0, a.kv_axis[lo[64]]])
+    C = np.round(S * (kv - t))
+    roof = measured._attention_pnorm_ms(measured._target_c, S, S * t, t, C)
+    for given in (None, roof):
+        together = a.pass_ms(S, C, t, given)
+        for i in range(S.size):
+            alone = a.pass_ms(S[i:i + 1], C[i:i + 1], t[i:i + 1],
+                              None if given is None else given[i:i + 1])
+            for x, y in zip(together, alone):
+                assert x[i:i + 1].tobytes() == y.tobytes(), (i, x[i], y[0])
+        ms = together[0]
+        assert np.isnan(ms[[0, 5]]).all() and np.isfinite(ms[[1, 2, 3, 4, 6, 7]]).all()
+        assert together[1][9] == a.kv_axis[hi[3]]  # past the longest KV: the run's edge
+
+
 def test_the_compiled_engine_agrees_where_attention_is_anchored_off_the_grid(measured):
     from src.compiled_cache import python_callable
     from src.online import step_prices

@@ -74,6 +74,10 @@ class PassAttention:
             self.batch_axis, self.kv_axis = g[0].astype(float), g[1].astype(float)
             self.grid_ms, self.kernel_source = g[2], g[3]
         self._rows = (np.zeros((1, 0)), np.full(1, -1), np.full(1, -1))
+        self._bounds = (np.zeros(0), np.zeros(0))  # _edge_ms's per-S run bounds, kv tokens
+        if g is not None:  # per interval (axis[i1 - 1], axis[i1]]: its left end and width
+            self._kv_left = self.kv_axis[np.maximum(np.arange(self.kv_axis.size) - 1, 0)]
+            self._kv_span = self.kv_axis - self._kv_left
 
     @property
     def label(self) -> str:
@@ -113,19 +117,27 @@ class PassAttention:
 
     def _edge_ms(self, S, kv):
         """(all layers' ms of the one-position kernel of S's row at kv clipped to the row's
-        finite run, NaN where S has no row; kv so clipped: the edge, kv itself inside the run)."""
+        finite run, NaN where S has no row; kv so clipped: the edge, kv itself inside the run).
+        One gather per per-S or per-interval quantity (flat takes, no 2-D fancy indexing): the
+        same floating-point operations on the same operands as the rule in the module docstring,
+        so the same bytes."""
         rows, lo, hi = self.rows(int(S.max(initial=0)))
-        li, hj = lo[S], hi[S]
+        if self._bounds[0].size != lo.size:  # per S: the run's KV bounds (axis[0] without a run)
+            axis = self.kv_axis
+            self._bounds = (axis[np.maximum(lo, 0)], axis[np.maximum(hi, 0)])
         axis = self.kv_axis
-        kc = np.clip(kv, axis[np.maximum(li, 0)], axis[np.maximum(hj, 0)])
-        i1 = np.minimum(np.searchsorted(axis, kc, side="left"), axis.size - 1)
-        i0 = np.maximum(i1 - 1, 0)
-        exact = axis[i1] == kc
-        span = np.where(exact, 1.0, axis[i1] - axis[i0])
-        w = np.where(exact, 0.0, (kc - axis[i0]) / span)
-        with np.errstate(invalid="ignore"):
-            inner = (1.0 - w) * rows[S, i0] + w * rows[S, i1]
-        return np.where(li >= 0, np.where(exact, rows[S, i1], inner), np.nan), kc
+        kc = np.minimum(np.maximum(kv, self._bounds[0].take(S)), self._bounds[1].take(S))
+        # kc lies in [axis[lo], axis[hi]], so i1 <= hi; i1 = 0 only where kc = axis[0] (exact)
+        i1 = np.searchsorted(axis, kc, side="left")
+        exact = axis.take(i1) == kc
+        flat1 = S * axis.size + i1  # rows[S, i1] in rows' flat order
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # where exact the interval's weight is not used (a NaN from a 0 span included)
+            w = (kc - self._kv_left.take(i1)) / self._kv_span.take(i1)
+            r1 = rows.ravel().take(flat1)
+            inner = (1.0 - w) * rows.ravel().take(np.maximum(flat1 - 1, 0)) + w * r1
+        # a row without a finite run is NaN throughout: r1 and inner are NaN there already
+        return np.where(exact, r1, inner), kc
 
     def pass_ms(self, n_seqs, sum_ctx, t, roof_t_ms=None):
         """(all layers' attention ms of passes of n_seqs sequences x t positions over sum_ctx
@@ -145,28 +157,39 @@ class PassAttention:
             return nan, nan.copy(), nan.copy()
         Sm = np.maximum(S.astype(float), 1.0)
         kv = C / Sm + t
-        edge, kc = self._edge_ms(np.where(use, S, 0), kv)
+        edge, kc = self._edge_ms(S if use.all() else np.where(use, S, 0), kv)
         use &= np.isfinite(edge)
         off = use & (kc != kv)
         multi = use & (t != 1.0)
+        if not (off.any() or multi.any()):  # one position inside the run: the row itself
+            ms = np.where(use, edge, np.nan)
+            return ms, np.where(use, kc, np.nan), ms.copy()
         # one position at the pass's last KV length (the premium's base, the increment's top):
-        # only where it is used (attention_s of fitted kernels is the costly part)
-        need = np.flatnonzero(off | multi)
-        val, premium = edge.copy(), np.ones(S.size)
-        if need.size:
-            r_1 = nan.copy()
-            r_1[need] = np.asarray(attention_s(self.c, Sm[need], 1.0, C[need] + Sm[need] * (
-                t[need] - 1.0)), float) * 1e3
-            at = np.flatnonzero(off)  # beyond the run: the edge's row + the roofline's increment
-            if at.size:
-                val[at] = edge[at] + (r_1[at] - self._roof1_ms(Sm[at], kc[at]))
-            at = np.flatnonzero(multi)
-            if at.size:
-                r_t = (np.asarray(attention_s(self.c, Sm[at], t[at], C[at]), float) * 1e3
-                       if roof_t_ms is None else roof_t_ms[at])
-                premium[at] = r_t / r_1[at]
-        return (np.where(use, val * premium, np.nan), np.where(use, kc, np.nan),
-                np.where(use, edge * premium, np.nan))
+        # only where it is used (attention_s of fitted kernels is the costly part); each part on
+        # the whole arrays where every entry needs it (a pass of one shape: the usual call)
+        need = _where(off | multi)
+        Sn = _pick(Sm, need)
+        r_1 = np.asarray(attention_s(self.c, Sn, 1.0, _pick(C, need) + Sn * (
+            _pick(t, need) - 1.0)), float) * 1e3
+        if need is not None:
+            r_1 = _put(nan, need, r_1)
+        val = edge
+        if off.any():  # beyond the run: the edge's row + the roofline's increment
+            at = _where(off)
+            inc = _pick(edge, at) + (_pick(r_1, at) - self._roof1_ms(_pick(Sm, at),
+                                                                      _pick(kc, at)))
+            val = inc if at is None else _put(edge, at, inc)
+        ms, from_rows = val, edge
+        if multi.any():
+            at = _where(multi)
+            r_t = (np.asarray(attention_s(self.c, _pick(Sm, at), _pick(t, at), _pick(C, at)),
+                              float) * 1e3 if roof_t_ms is None else _pick(roof_t_ms, at))
+            premium = r_t / _pick(r_1, at)
+            if at is not None:
+                premium = _put(np.ones(S.size), at, premium)
+            ms, from_rows = val * premium, edge * premium
+        return (np.where(use, ms, np.nan), np.where(use, kc, np.nan),
+                np.where(use, from_rows, np.nan))
 
     def replace_ms(self, attention_ms, n_seqs, sum_ctx, t):
         """The cost model's attention term (HardwareCostModel._attention_pnorm_ms: without the
@@ -177,3 +200,20 @@ class PassAttention:
         ms = self.pass_ms(n_seqs, sum_ctx, t, attention_ms)[0]
         ms = ms.reshape(shape) if shape else ms[0]
         return np.where(np.isfinite(ms), ms - self.fixed_ms, attention_ms)
+
+
+def _where(mask):
+    """The indices where mask holds, or None where it holds everywhere (no gather needed)."""
+    return None if mask.all() else np.flatnonzero(mask)
+
+
+def _pick(x, at):
+    """x at the indices `at` (_where's), the whole of x for None."""
+    return x if at is None else x[at]
+
+
+def _put(x, at, values):
+    """A copy of x with values at the indices `at`."""
+    x = x.copy()
+    x[at] = values
+    return x
