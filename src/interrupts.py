@@ -7,8 +7,9 @@ exception (KeyboardInterrupt, run.py's Terminated) cannot propagate: ctypes repo
 Modules/_ctypes/callbacks.c `_CallPythonObject`) and the C code carries on, so the run goes on as
 if nothing happened. numba meets this on the first call of a cached function in a process:
 llvmlite's object cache calls back into Python (`ExecutionEngine._raw_object_cache_notify`,
-llvmlite 0.x binding/executionengine.py) while numba loads its runtime; a Ctrl-C at the start of
-the reference study landed there in 1 of 18 tries under load and the study ran on (issue 26).
+llvmlite 0.50.0 binding/executionengine.py) while numba 0.68.1 loads its runtime; a Ctrl-C at the
+start of the reference study landed there in 1 of 39 tries under load and the study ran on
+(issue 26).
 
 `redelivered(signals)`: inside the block, such a swallowed interrupt is not printed; its signal is
 sent to the main thread again RETRY_S later, from a timer thread (signal.pthread_kill), so the
