@@ -24,6 +24,7 @@ import time
 
 from src import cli, outputs
 from src.config import ConfigError
+from src.interrupts import redelivered
 
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 130, 143
 
@@ -157,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     stopped early, e.g. `| head`."""
     try:
         try:
-            code = _main(argv)
+            # a Ctrl-C or SIGTERM whose exception Python swallows (a handler run inside a ctypes
+            # callback: numba's first load of a cached function) is sent again (src/interrupts.py)
+            with redelivered({KeyboardInterrupt: signal.SIGINT, Terminated: signal.SIGTERM}):
+                code = _main(argv)
         except SystemExit:  # argparse's --help and usage errors
             sys.stdout.flush()
             raise

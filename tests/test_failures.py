@@ -130,8 +130,9 @@ class Run:
 
     def finish(self, timeout: float = 60) -> tuple[int, str]:
         # 60 s, a bound on a hang rather than a timing assert: a fresh-clone CI run of 2026-12-03
-        # (two xdist workers) did not exit within the 20 s this was, while every local try, cold
-        # caches and a busy core included, exits within ~1 s; the cause is not found yet
+        # (two xdist workers) did not exit within the 20 s this was; the cause was a Ctrl-C lost
+        # in a ctypes callback during numba's first cache load, and the run went on (design.md
+        # section 12, src/interrupts.py, tests/test_interrupts.py)
         rc = self.proc.wait(timeout=timeout)
         # the reader ends at the end of stderr: every line is taken (a fixed pause could miss the
         # last one on a loaded machine); a worker still holding stderr open keeps it from ending,
