@@ -60,7 +60,6 @@ SLOT_FIELDS = {
 }
 
 
-
 class NumpyEngine:
     """Simulate every row of `requests` to completion; see the module docstring."""
 
@@ -293,6 +292,10 @@ class NumpyEngine:
                 )
                 if not rows.size:
                     break
+            hold = self._hold(rows)  # rows that wait for other rows' events (None: none)
+            if hold is not None and hold.any():
+                rows, running, n_run, head_arrival, idle = (
+                    x[~hold] for x in (rows, running, n_run, head_arrival, idle))
             # an idle row jumps to its next arrival
             self.clock[rows] = np.where(
                 idle, np.maximum(self.clock[rows], head_arrival), self.clock[rows]
@@ -562,6 +565,9 @@ class NumpyEngine:
             if self.closed[r] and k < self.n_req[r]:
                 self.arrival_ms[r, k] = t
                 self.released[r] = k + 1
+
+    def _hold(self, rows):
+        return None  # rows do not interact (src/disagg/decode_router.py's do)
 
     def _segment(self, rows, gamma, next_arrival_ms, free_slot) -> None:
         advance_stretch(self, rows, gamma, next_arrival_ms, free_slot)
