@@ -44,7 +44,7 @@ one worker's.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -186,8 +186,12 @@ class RoutedDisaggEngine(DisaggEngine):
         H = np.minimum(others, nxt[:, None]) + self.lookahead[:, None]
         closed = self.closed.reshape(self.R0, y)
         self.horizon = np.where(closed, H, np.inf).ravel()
-        hold = closed & (~np.isfinite(L) | (L > H))
-        return hold.ravel()[rows]
+        nn = self.next_new.reshape(self.R0, y)
+        waits = ~np.isfinite(L) & (nn < self.n_req.reshape(self.R0, y))  # for a send
+        hold = (closed & (waits | (L > H))).ravel()[rows]
+        if hold.all():
+            raise RuntimeError("every decode worker waits for another (a synchronisation bug)")
+        return hold
 
     def _segment(self, rows, gamma, next_arrival_ms, free_slot) -> None:
         advance_stretch(self, rows, gamma, np.minimum(next_arrival_ms, self.horizon[rows]),
@@ -225,4 +229,4 @@ class RoutedDisaggEngine(DisaggEngine):
 def routed(pool: PrefillPool, workers: int):
     """The engine factory of a deployment of `workers` decode workers: the one-worker
     PrefillPool itself at 1 (today's engine, float for float)."""
-    return pool if workers == 1 else RoutedPool(replace(pool), workers)
+    return pool if workers == 1 else RoutedPool(pool, workers)

@@ -274,6 +274,9 @@ class NumpyEngine:
             rows = np.nonzero(live)[0]
             if not rows.size:
                 break
+            hold = self._hold(rows)  # rows that wait for other rows' events (None: none)
+            if hold is not None:
+                rows = rows[~hold]
             s = self.s
             running = s.req[rows] >= 0
             n_run = running.sum(axis=1)
@@ -292,10 +295,6 @@ class NumpyEngine:
                 )
                 if not rows.size:
                     break
-            hold = self._hold(rows)  # rows that wait for other rows' events (None: none)
-            if hold is not None and hold.any():
-                rows, running, n_run, head_arrival, idle = (
-                    x[~hold] for x in (rows, running, n_run, head_arrival, idle))
             # an idle row jumps to its next arrival
             self.clock[rows] = np.where(
                 idle, np.maximum(self.clock[rows], head_arrival), self.clock[rows]
