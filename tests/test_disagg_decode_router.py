@@ -153,3 +153,39 @@ def test_plans_y_times_one_decode_worker_holds_against_serve_at_one_point(tmp_pa
                             "--rates", str(rate), out=f"p{y}").iloc[0]
     assert figures[2].slo_attainment >= figures[1].slo_attainment
     assert figures[2].tpot_p50_s == pytest.approx(figures[1].tpot_p50_s, rel=0.02)
+
+
+def test_closed_loop_sends_follow_the_finishes_in_time_order_across_workers(tmp_path):
+    """The synchronisation's contract: with C clients, request k >= C is sent at the
+    (k - C + 1)-th finish of its replication in time order, whichever worker it finished on,
+    and no request is scheduled on its decode worker before it was sent."""
+    from src.disagg.serve import disagg_setup
+    from src.online import cli
+    path = _scenario(tmp_path, "prefill_workers = 2\ndecode_workers = 3\n", "c3.toml")
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    inner, results = disagg_setup(doc.pop("disagg")), []
+
+    def setup(cfg):
+        dcfg, prep = inner(cfg)
+
+        def make(*a):
+            engine = prep.make_engine(*a)
+            run = engine.run
+
+            def captured(progress=None):
+                results.append(run(progress))
+                return results[-1]
+            engine.run = captured
+            return engine
+        return dcfg, replace(prep, make_engine=make)
+    argv = ["--scenario", path, "--requests", "40", *RUN, "--concurrency", "7", "--policies",
+            "none,fixed:2", "--out", str(tmp_path / "o")]
+    assert cli.main(argv, document=doc, setup=setup) == 0
+    (res,) = results
+    C = 7
+    for r in range(res.arrival_s.shape[0]):
+        sent, fin = res.arrival_s[r], res.finish_s[r]
+        assert np.all(np.isfinite(fin))
+        assert np.array_equal(sent[C:], np.sort(fin)[: sent.size - C])
+        assert np.all(res.first_scheduled_s[r] >= sent)
