@@ -161,7 +161,7 @@ def test_the_engines_dp_steps_are_the_decode_workers():
 
 @pytest.mark.parametrize("table, field, words", [
     ("decode_tp = 3\n", "disagg.decode_tp", "does not divide the 32 query heads"),
-    ("decode_workers = 2\n", "disagg.decode_workers", "allowed: 1"),
+    ("decode_workers = 0\n", "disagg.decode_workers", "expected an integer >= 1, got 0"),
     ('kv_link = "pcie"\n', "disagg.kv_link", "allowed: auto, nvlink, network, none"),
     ("decode_gpus = 8\n", "disagg.decode_gpus", "unknown key"),
 ])

@@ -130,10 +130,12 @@ def fcfs_latency_s(arrival_s, prompt_tokens, pool: "PrefillPool"):
 
 @dataclass
 class DisaggResult(EngineResult):
-    """EngineResult with the prefill pool's busy time per row (s) and its server count."""
+    """EngineResult with the prefill pool's busy time per row (s), its server count and the
+    decode workers whose busy times busy_s sums (src/disagg/decode_router.py)."""
 
     prefill_busy_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     prefill_servers: int = 1
+    decode_workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -246,8 +248,10 @@ class DisaggEngine(NumpyEngine):
 
 def pool_utilisation(result, rows) -> dict[str, np.ndarray]:
     """Per row: the prefill pool's utilisation (busy server time / (servers x makespan)) and the
-    decode worker's (time in steps / makespan)."""
+    decode pool's (time in steps / (decode workers x makespan): the mean over its workers)."""
     makespan = result.makespan_s[rows]
+    decode = result.busy_s[rows] / makespan if result.decode_workers == 1 else \
+        result.busy_s[rows] / (result.decode_workers * makespan)
     return {"prefill_utilisation": result.prefill_busy_s[rows]
             / (result.prefill_servers * makespan),
-            "decode_utilisation": result.busy_s[rows] / makespan}
+            "decode_utilisation": decode}

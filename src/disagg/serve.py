@@ -17,9 +17,10 @@ decode worker as the replica and the prefill pool as its own queue in front.
     serving.csv     prefill_utilisation and decode_utilisation (each with its interval) after the
                     metrics; per-GPU throughput over every GPU of both pools
 
-serve runs one decode worker: decode_workers > 1 (how requests are routed between workers and
-the prefill pool shared by them) is refused, and so are token-tree policies (their step pricing,
-src/treesim/serving.py, is not the decode pool's).
+decode_workers = y > 1: requests go round-robin to y decode workers behind the shared prefill
+pool (src/disagg/decode_router.py; y = 1 is the one-worker engine, float for float).
+Token-tree policies are refused (their step pricing, src/treesim/serving.py, is not the decode
+pool's).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from dataclasses import replace
 
 from src.config import ConfigError
 from src.disagg.config import DisaggConfig
+from src.disagg.decode_router import routed
 from src.disagg.pool_timer import DecodePoolTimer, decode_capacity_tokens
 from src.disagg.prefill_budget import prefill_token_budget
 from src.disagg.prefill_front import PrefillPool, pool_utilisation
@@ -39,10 +41,6 @@ def _plain(scenario):
 
 
 def check_servable(disagg: DisaggConfig, policies: str) -> None:
-    if disagg.decode.workers != 1:
-        raise ConfigError("disagg.decode_workers",
-                          f"{disagg.decode.workers}: serve simulates one decode worker (routing "
-                          "between decode workers is not modelled); allowed: 1")
     trees = [p.strip() for p in policies.split(",") if p.strip().startswith("tree")]
     if trees:
         raise ConfigError("--policies", f"{trees[0]}: token trees are not priced on a "
@@ -91,8 +89,8 @@ def disaggregated(cfg, disagg: DisaggConfig):
     dcfg = replace(cfg, scenario=scenario, limits=replace(lim, max_num_batched_tokens=budget))
     pool = prefill_pool(cfg, disagg)
     prepared = prepare(dcfg, deps=decode_deployments(dcfg, dec))
-    return dcfg, replace(prepared, make_engine=pool, extra_metrics=pool_utilisation,
-                         gpus=disagg.gpus)
+    return dcfg, replace(prepared, make_engine=routed(pool, dec.workers),
+                         extra_metrics=pool_utilisation, gpus=disagg.gpus)
 
 
 def disagg_setup(table):

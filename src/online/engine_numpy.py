@@ -60,7 +60,6 @@ SLOT_FIELDS = {
 }
 
 
-
 class NumpyEngine:
     """Simulate every row of `requests` to completion; see the module docstring."""
 
@@ -275,6 +274,9 @@ class NumpyEngine:
             rows = np.nonzero(live)[0]
             if not rows.size:
                 break
+            hold = self._hold(rows)  # rows that wait for other rows' events (None: none)
+            if hold is not None:
+                rows = rows[~hold]
             s = self.s
             running = s.req[rows] >= 0
             n_run = running.sum(axis=1)
@@ -562,6 +564,9 @@ class NumpyEngine:
             if self.closed[r] and k < self.n_req[r]:
                 self.arrival_ms[r, k] = t
                 self.released[r] = k + 1
+
+    def _hold(self, rows):
+        return None  # rows do not interact (src/disagg/decode_router.py's do)
 
     def _segment(self, rows, gamma, next_arrival_ms, free_slot) -> None:
         advance_stretch(self, rows, gamma, next_arrival_ms, free_slot)
