@@ -67,3 +67,23 @@ def test_layouts_of_one_node_are_not_refused(rows, row_id):
     from src.validation.silicon_serve import kv_hold_refusal, serve_config
     case = map_row(rows.loc[row_id], ENGINES)
     assert kv_hold_refusal(case, serve_config(case).scenario.cost_model()) == ""
+
+
+@pytest.mark.parametrize("row_id", [
+    # vLLM 0.12.0 on H200, labelled gemm/moe `fp8`: Qwen/Qwen3-235B-A22B-FP8's config.json has
+    # quantization_config.weight_block_size [128, 128], so vLLM's Fp8Config takes the block path
+    "qwen_qwen3_235b_a22b_fp8_qwen_qwen3_235b_a22b_fp8_h200_sxm_vllm_agg_1000x100_c16_tp2_epnone_1",
+])
+def test_an_fp8_label_on_a_block_fp8_checkpoint_prices_block_fp8(rows, row_id):
+    row = rows.loc[row_id]
+    assert (row["gemm_quant_mode"], row["moe_quant_mode"]) == ("fp8", "fp8")
+    case = map_row(row, ENGINES)
+    assert isinstance(case, SiliconCase), case
+    assert (case.weight_format, case.expert_weight_format) == ("fp8-block", "fp8-block")
+
+
+def test_an_fp8_label_on_a_bf16_checkpoint_stays_per_tensor_fp8(rows):
+    row = rows.loc["nvidia_llama_3_1_8b_instruct_fp8_nvidia_llama_3_1_8b_instruct_fp8_h200_sxm_"
+                   "vllm_agg_1000x100_c112_tp1_epnone_1"]
+    case = map_row(row, ENGINES)
+    assert case.weight_format == "fp8"

@@ -143,6 +143,15 @@ def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
     ewf = QUANT_FORMAT[mq] if spec.n_routed_experts else ""
     if unquantised:
         wf, ewf = spec.weight_format, spec.expert_weight_format
+    # a checkpoint stored in 128x128-block FP8 (config.json quantization_config.weight_block_size,
+    # e.g. Qwen/Qwen3-235B-A22B-FP8, DeepSeek-V3/R1) runs block-FP8 kernels whatever the row's
+    # label: vLLM's Fp8Config reads weight_block_size and takes the block path
+    # (vllm/model_executor/layers/quantization/fp8.py, `self.block_quant = ... weight_block_size
+    # is not None`), so a row labelled `fp8` on such a checkpoint is priced as fp8-block
+    if wf == "fp8" and spec.weight_format == "fp8-block":
+        wf = "fp8-block"
+    if ewf == "fp8" and (spec.expert_weight_format or spec.weight_format) == "fp8-block":
+        ewf = "fp8-block"
     if spec.expert_weight_format == "mxfp4" and str(row["precision"]) == "fp4":
         # gpt-oss ships its experts in MXFP4 only (config.json quant_method mxfp4) and the
         # rest in BF16; the CSV labels those runs nvfp4/fp4, so the checkpoint's formats run
