@@ -31,6 +31,7 @@ from src.costmodel.cudagraph_sizes import add_capture_size_argument, capture_siz
 from src.errors import ascii_float, ascii_int
 from src.hardware.scenario import SERVING_KEYS, check_serving_table
 from src.kernels.costmodel import add_kernels_argument, check_measured
+from src.online.engine_limits import MAX_NUM_BATCHED_TOKENS_HELP, MAX_NUM_SEQS_HELP, scenario_limits
 from src.online.load_options import parse_concurrency, parse_fixed_workload
 
 DEFAULT_RATES = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
@@ -108,10 +109,8 @@ def make_parser() -> argparse.ArgumentParser:
         "--quality-mode",
         help="acceptance mode of the scenario's [study] alpha modes (default: its first)",
     )
-    p.add_argument(
-        "--max-num-seqs", help="vLLM max_num_seqs (default 1024, vLLM V1's on >= 70 GiB GPUs)"
-    )
-    p.add_argument("--max-num-batched-tokens", help="vLLM max_num_batched_tokens (default 8192)")
+    p.add_argument("--max-num-seqs", help=MAX_NUM_SEQS_HELP)
+    p.add_argument("--max-num-batched-tokens", help=MAX_NUM_BATCHED_TOKENS_HELP)
     p.add_argument("--max-gamma", help="largest gamma any policy may use (default 8)")
     p.add_argument(
         "--schedule", help="the schedule policy's table as vLLM JSON, e.g. '[[1,15,3],[16,1024,0]]'"
@@ -402,7 +401,7 @@ def config_from_args(args: argparse.Namespace, document: Mapping | None = None):
         arrival = parse_arrival(str(value))
     except ConfigError as e:
         raise ConfigError(field, str(e).split(": ", 1)[1]) from None
-    lim = EngineLimits()
+    lim = scenario_limits(engine, scenario)
     v, f = pick("max_num_seqs", "max_num_seqs", lim.max_num_seqs)
     max_num_seqs = _int(f, v, 1, 65536)
     v, f = pick("max_num_batched_tokens", "max_num_batched_tokens", lim.max_num_batched_tokens)

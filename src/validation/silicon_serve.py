@@ -63,7 +63,7 @@ def serve_config(case: SiliconCase, host_terms: dict | None = None):
                        expert_weight_format=case.expert_weight_format,
                        host_terms=tuple(sorted((host_terms or {}).items())))
     from src.costmodel.presets import load_presets
-    from src.validation.engine_limits import engine_limits
+    from src.online.engine_limits import engine_limits
     gpu = load_presets().gpu(case.gpu)
     mode = base.study.quality_modes[0]
     return ServeConfig(

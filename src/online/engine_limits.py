@@ -17,6 +17,9 @@ and running-request cap instead of vLLM's for all three (EngineLimits' defaults)
   trtllm-serve take; TensorRT-LLM's own test harness ServerConfig says "8192 is default value in
   BuildConfig"); max_batch_size 2048 there, above every measured concurrency, so 1024 stands.
 
+serve (src/online/cli.py) takes the same limits as its defaults on the scenario's GPU
+(scenario_limits); an option or a [serving] key still wins.
+
 GPU memory is compared in GiB as the engines do (torch's total memory / 2^30): gpus.toml's
 datasheet GB (1e9 bytes) is converted; no bound lies within the HBM the driver reserves.
 """
@@ -57,3 +60,20 @@ def engine_limits(engine: str, gpu_memory_gb: float, gpu_name: str = "") -> Engi
     if engine == "trtllm":
         return EngineLimits(base.max_num_seqs, TRTLLM_MAX_NUM_TOKENS, base.block_size_tokens)
     return base
+
+
+def scenario_limits(engine: str, scenario) -> EngineLimits:
+    """The engine's default limits on a hardware scenario's GPU (its gpu_id, in its presets)."""
+    from src.costmodel import load_presets
+
+    gpu = load_presets(scenario.preset_paths).gpu(scenario.gpu_id)
+    return engine_limits(engine, gpu.memory_gb, gpu.name)
+
+
+MAX_NUM_SEQS_HELP = (
+    "running-request cap, vLLM max_num_seqs (default: the engine's own on the scenario's GPU, "
+    "e.g. vLLM V1's 1024 on an H100, 256 on an A100 or L40S)")
+MAX_NUM_BATCHED_TOKENS_HELP = (
+    "per-step token budget, vLLM max_num_batched_tokens (default: the engine's own on the "
+    "scenario's GPU, e.g. vLLM V1's 8192 on an H100, 2048 on an A100 or L40S; SGLang's "
+    "chunked_prefill_size, 8192 on an H100, 16384 on a B200; TensorRT-LLM's max_num_tokens, 8192)")
