@@ -132,3 +132,20 @@ def test_the_disaggregated_prefill_budget_reads_the_same_sglang_rule():
         assert prefill_token_budget("sglang", g, 1, 999) == chunk
         assert prefill_token_budget("sglang-spec-v2", g, 4, 999) == chunk // 4
     assert prefill_token_budget("sglang", presets.gpu("l40s"), 1, 999) == 4096
+
+
+def _recommend_limits(gpu, *args):
+    from src.online.recommend import build, make_parser
+    argv = ["--gpu", gpu, "--target", "llama-3.1-8b", "--draft", "llama-3.2-1b",
+            "--acceptance", "0.7", "--batch", "1,8", *args]
+    return build(make_parser().parse_args(argv))[0].limits
+
+
+def test_recommend_defaults_to_the_engines_own_limits_on_its_gpu_and_its_option_wins():
+    h100, a100 = _recommend_limits("h100-sxm"), _recommend_limits("a100-80gb-sxm")
+    assert (h100.max_num_seqs, h100.max_num_batched_tokens) == (1024, 8192)  # as before
+    assert (a100.max_num_seqs, a100.max_num_batched_tokens) == (256, 2048)  # get_batch_defaults
+    b200 = _recommend_limits("b200", "--engine", "sglang")
+    assert b200.max_num_batched_tokens == 16384  # chunked_prefill_size above 160 GiB
+    mine = _recommend_limits("a100-80gb-sxm", "--max-num-seqs", "4096")
+    assert (mine.max_num_seqs, mine.max_num_batched_tokens) == (4096, 4096)  # tokens >= seqs

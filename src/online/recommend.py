@@ -83,8 +83,8 @@ def make_parser() -> argparse.ArgumentParser:
                                      "steady state (default 2048 with --batch, the workload's mean "
                                      "with --rate)")
     p.add_argument("--workload", help="length preset for --rate (default sharegpt)")
-    p.add_argument("--max-num-seqs", default="1024", help="engine cap on running sequences "
-                                                          "(default 1024, vLLM V1's)")
+    p.add_argument("--max-num-seqs", help="engine cap on running sequences (default: the "
+                   "engine's own on --gpu, e.g. vLLM V1's 1024 on an H100, 256 on an A100)")
     p.add_argument("--max-gamma", help="largest gamma considered (default 8)")
     p.add_argument("--draft-model-path", help="Hugging Face repository of the draft to print "
                                               "(default: the preset's; required for --draft eagle "
@@ -211,7 +211,9 @@ def build(args):
         scenario = replace(scenario, kernels=args.kernels)
     scenario = replace(scenario, max_cudagraph_capture_size=capture_size_option(
         args, [engine], scenario.preset_paths))
-    max_seqs = _int("--max-num-seqs", args.max_num_seqs, 1, 65536)
+    from src.online.engine_limits import scenario_limits
+    lim = scenario_limits(engine, scenario)  # the engine's defaults on --gpu
+    max_seqs = _int("--max-num-seqs", args.max_num_seqs or lim.max_num_seqs, 1, 65536)
     max_gamma = _int("--max-gamma", args.max_gamma or "8", 1, 32)
     context = _int("--context", args.context, 1, 10**7) if args.context is not None else None
     rates = parse_rates("--rate", args.rate) if args.rate is not None else None
@@ -234,7 +236,8 @@ def build(args):
         alpha_mode=f"alpha-{alpha:g}", alpha=PointAlpha(alpha),
         requests_per_replication=_int("--requests", args.requests or DEFAULT_REQUESTS, 10, 100_000),
         replications=3,
-        limits=EngineLimits(max_seqs, max(8192, max_seqs)), max_gamma=max_gamma)
+        limits=EngineLimits(max_seqs, max(lim.max_num_batched_tokens, max_seqs)),
+        max_gamma=max_gamma)
     _tolerance(args.tolerance)
     mtp_depth.check_max_gamma(cfg, explicit=args.max_gamma is not None)
     return cfg, batches, rates, context, alpha
