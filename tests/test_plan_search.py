@@ -226,3 +226,17 @@ def test_presets_are_parsed_once_per_content_and_each_call_gets_its_own_tables(t
     finally:
         presets._load_presets = real
         content_cache._BY_CONTENT.clear()
+
+
+def test_probes_run_at_the_engines_own_limits_on_the_gpu():
+    """plan's probes use the limits serve defaults to (src/online/engine_limits.py): vLLM V1
+    on an L40S (48 GB, under 70 GiB) is 256 requests / 2048 tokens (EngineArgs.get_batch_defaults),
+    on an H100 1024 / 8192; SGLang on an H100 chunked_prefill_size 8192."""
+    from src.plan.search import serve_config
+    limits = serve_config(replace(TASK, deployment=replace(DEP, gpu="l40s"))).limits
+    assert (limits.max_num_seqs, limits.max_num_batched_tokens) == (256, 2048)
+    limits = serve_config(replace(TASK, deployment=replace(DEP, gpu="h100-sxm"))).limits
+    assert (limits.max_num_seqs, limits.max_num_batched_tokens) == (1024, 8192)
+    limits = serve_config(replace(TASK, deployment=replace(DEP, gpu="h100-sxm",
+                                                           engine="sglang"))).limits
+    assert limits.max_num_batched_tokens == 8192

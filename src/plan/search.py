@@ -124,6 +124,7 @@ def serve_config(task: SearchTask, rate_per_s: float | None = None):
     """The ServeConfig of a task's probes: serve's model of the deployment, workload and SLO."""
     from src.config import PointAlpha, alpha_mode_label
     from src.online.config import ServeConfig
+    from src.online.engine_limits import scenario_limits
     from src.online.workloads import workload_preset
 
     d = task.deployment
@@ -142,7 +143,8 @@ def serve_config(task: SearchTask, rate_per_s: float | None = None):
         requests_per_replication=None, duration_s=task.duration_s,
         replications=task.replications, slo_ttft_s=task.slo_ttft_s, slo_tpot_s=task.slo_tpot_s,
         max_gamma=task.max_gamma, seed=task.seed,
-        slo_attainment_target=task.slo_attainment_target)
+        slo_attainment_target=task.slo_attainment_target,
+        limits=scenario_limits(d.engine, scenario))  # the engine's own, as serve's default
 
 
 def fit_check(task: SearchTask) -> str | None:
