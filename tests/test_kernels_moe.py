@@ -139,3 +139,17 @@ def test_mxfp4_experts_on_blackwell_take_the_mxfp8_activation_lane_where_measure
     assert trt.kernels.moe.dtype == "w4a8_mxfp4_mxfp8"
     assert vllm.kernels.moe.dtype == "w4a16_mxfp4"  # vLLM 0.24.0 measured only the BF16 lane
     assert hopper.kernels.moe.dtype == "w4a16_mxfp4"  # no FP4 tensor cores
+
+
+def test_measured_moe_rows_never_get_cheaper_with_more_tokens():
+    """A fused-MoE row faster than a smaller token count's is lifted to it (pass_moe.
+    monotone_in_tokens); rejected (NaN) rows stay out; a monotone column is unchanged."""
+    import numpy as np
+
+    from src.kernels.pass_moe import monotone_in_tokens
+    lat = np.array([1.0, 2.0, np.nan, 1.5, 3.0, 2.5])
+    out = monotone_in_tokens(lat)
+    assert np.isnan(out[2])
+    assert out[[0, 1, 3, 4, 5]].tolist() == [1.0, 2.0, 2.0, 3.0, 3.0]
+    mono = np.array([0.5, 0.7, 0.9])
+    assert monotone_in_tokens(mono).tolist() == mono.tolist()

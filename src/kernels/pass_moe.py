@@ -51,6 +51,19 @@ POWER_LAW_ALPHA = "1.2"
 FUSED_EXPERT_KERNELS = 5
 
 
+def monotone_in_tokens(latency_ms: np.ndarray) -> np.ndarray:
+    """The measured layer times, by increasing token count, lifted to their running maximum: a
+    fused-MoE layer given more tokens does at least the work of fewer (every token's k experts
+    are still read and multiplied), so a row measured faster than a smaller one (vLLM 0.24.0's
+    gpt-oss-120b MXFP4 rows on b200_sxm: 640 and 768 tokens under 512) is noise or a kernel
+    switch the engine's own schedule would not pick for the larger batch; priced as the
+    smaller row. Rejected rows (NaN) stay NaN."""
+    lat = np.array(latency_ms, dtype=float)
+    ok = np.isfinite(lat)
+    lat[ok] = np.maximum.accumulate(lat[ok]) if ok.any() else lat[ok]
+    return lat
+
+
 def _dtype_lanes(dtype: str, gpu) -> tuple[str, ...]:
     """The MoE table's dtypes to try, in order: MXFP4 experts on a GPU with FP4 tensor cores
     (Blackwell) run MXFP8 activations first, `w4a8_mxfp4_mxfp8` ("recommended for Blackwell",
@@ -86,6 +99,7 @@ class PassMoe:
                     break
         self.tokens, self.latency_ms, self.kernel_source, self.rejections = (
             col if col is not None else (np.zeros(0), np.zeros(0), "", ()))
+        self.latency_ms = monotone_in_tokens(self.latency_ms)
         self.applies = bool(self.tokens.size and np.isfinite(self.latency_ms).any())
 
     @property
