@@ -69,6 +69,44 @@ def _attention_grid(src: TableSource, kv_dtype: str, heads: int, kv_heads: int, 
     return bs, ss, grid, rows.kernel_source, int(broken.sum())
 
 
+# TensorRT-LLM's low-latency NVFP4 MoE lane on Blackwell: AIConfigurator's collector times
+# TRTLLMGenFusedMoE (moe_backend "trtllm", DeepSeek-V3 routing) under this label
+# (ai-dynamo/aiconfigurator collector/trtllm/collect_moe.py: `source =
+# "moe_torch_flow_min_latency"  # trtllm gen`), beside CUTLASS (`moe_torch_flow_cutlass`).
+# aiconfigurator-core 0.12.0 prices a gated NVFP4 MoE layer of <= 128 tokens from this lane and
+# every other from the default one (its engine's MoE operator: "for nvfp4 gated MoE at
+# num_tokens <= 128, probe the moe_torch_flow_min_latency grid first"; sdk/operations/moe.py
+# `_moe_low_latency_data`, "TRT-LLM low-latency NVFP4 kernel table"). Every MoE the presets
+# hold is gated (SwiGLU).
+LOW_LATENCY_LANE = "moe_torch_flow_min_latency"
+LOW_LATENCY_DTYPES = ("nvfp4",)
+LOW_LATENCY_MAX_TOKENS = 128
+
+
+def _curve(rows, sel) -> tuple[np.ndarray, np.ndarray]:
+    """(token counts, latency ms) of the selected rows, sorted; a count measured twice: its
+    first row."""
+    T, lat = rows.tokens[sel].astype(float), rows.latency_ms[sel]
+    order = np.argsort(T, kind="stable")
+    T, first = np.unique(T[order], return_index=True)
+    return T, lat[order][first]
+
+
+def _with_low_latency(T_low, lat_low, T, lat) -> tuple[np.ndarray, np.ndarray]:
+    """The low-latency lane's rows up to LOW_LATENCY_MAX_TOKENS, the default lane's above,
+    with the default lane's value at LOW_LATENCY_MAX_TOKENS + 1 (the first integer token count
+    AIConfigurator prices from it, interpolated between its rows) so that an integer count
+    between two measured ones is priced as AIConfigurator prices it."""
+    lo = T_low <= LOW_LATENCY_MAX_TOKENS
+    hi = T > LOW_LATENCY_MAX_TOKENS
+    first = float(LOW_LATENCY_MAX_TOKENS + 1)
+    join_T, join_lat = np.zeros(0), np.zeros(0)
+    if hi.any() and first not in T and T[0] < first:
+        join_T, join_lat = np.array([first]), np.interp([first], T, lat)
+    return (np.concatenate([T_low[lo], join_T, T[hi]]),
+            np.concatenate([lat_low[lo], join_lat, lat[hi]]))
+
+
 @lru_cache(maxsize=64)
 def moe_column(src: TableSource, distribution: str, dtype: str, hidden: int, inter: int,
                topk: int, experts: int, moe_tp: int, moe_ep: int, peaks: Peaks):
@@ -76,7 +114,8 @@ def moe_column(src: TableSource, distribution: str, dtype: str, hidden: int, int
     rejections) of one MoE layer shape (exact on every key but the token count), or None where
     the table has no row of it. Several kernel sources with rows at this key: the one with the
     most rows of this shape and dtype in the table (the engine's main lane on the system, as
-    decode attention takes it)."""
+    decode attention takes it); for NVFP4 beside TensorRT-LLM's low-latency lane, that lane up
+    to 128 tokens and the other above (LOW_LATENCY_LANE: AIConfigurator's own rule)."""
     rows = raw_moe_rows(src, distribution)
     if rows is None:
         return None
@@ -86,16 +125,17 @@ def moe_column(src: TableSource, distribution: str, dtype: str, hidden: int, int
     sel = key & (rows.dtype == dtype)
     if not sel.any():
         return None
-    here = np.unique(rows.kernel_source[sel])
+    here = [str(ks) for ks in np.unique(rows.kernel_source[sel])]
+    low = LOW_LATENCY_LANE if (dtype in LOW_LATENCY_DTYPES and LOW_LATENCY_LANE in here
+                               and len(here) > 1) else None
+    lanes = [ks for ks in here if ks != low]
     counts = [int((shape & (rows.dtype == dtype) & (rows.kernel_source == ks)).sum())
-              for ks in here]
-    best = str(here[int(np.argmax(counts))])
-    sel &= rows.kernel_source == best
-    T, lat = rows.tokens[sel].astype(float), rows.latency_ms[sel]
-    order = np.argsort(T, kind="stable")
-    T, lat = T[order], lat[order]
-    T, first = np.unique(T, return_index=True)  # a key measured twice: its first row
-    lat = lat[first]
+              for ks in lanes]
+    best = lanes[int(np.argmax(counts))]
+    T, lat = _curve(rows, sel & (rows.kernel_source == best))
+    if low is not None:  # AIConfigurator's own rule: the low-latency lane up to 128 tokens
+        T, lat = _with_low_latency(*_curve(rows, sel & (rows.kernel_source == low)), T, lat)
+        best = f"{low}<={LOW_LATENCY_MAX_TOKENS}+{best}"
     bf16 = None
     if dtype != "bfloat16":  # rule 2: the BF16 row of the same key (any kernel source), else NaN
         ref = key & (rows.dtype == "bfloat16")
