@@ -27,7 +27,7 @@ from dataclasses import replace
 from src.config import ConfigError, list_items, read_toml
 from src.online import recommend_all
 from src.online.recommend import make_parser as recommend_parser
-from src.online.recommend_all import _answers, _verdict, engine_section, side_by_side
+from src.online.recommend_all import _answers, answers_lines
 
 FROM_SCENARIO = ("gpu", "target", "draft")
 
@@ -167,20 +167,7 @@ def report(args) -> str:
              f"Decode worker's recommendation by engine (steady state, every sequence at "
              f"{st0.context} tokens of context; batch = the worker's requests over its "
              f"{dec.dp} DP rank{'s' if dec.dp > 1 else ''}):"]
-    for profile, name, version, st in answers:
-        verdict = "refused (its line below says why)" if isinstance(st, str) else _verdict(st)
-        lines.append(f"  {name} ({profile}): {verdict}")
-    lines.append("")
-    lines += side_by_side(done)
-    snippet = decode_snippet(dec)
-    for profile, name, version, st in answers:
-        lines.append("")
-        if isinstance(st, str):
-            lines.append(f"=== {name} (engine profile {profile}; for {version}) === not "
-                         f"printed, refused: {st}")
-            continue
-        lines += engine_section(profile, name, version, st, args.max_gamma is not None,
-                                snippet)
+    lines += answers_lines(answers, done, args.max_gamma is not None, decode_snippet(dec))
     lines += ["", "Assumptions:",
               "  - the decode worker: serve's decode-pool step (design.md section 19): no "
               "prefill in its batches, attention and its KV per DP rank (requests spread "

@@ -147,6 +147,26 @@ def engine_section(profile: str, name: str, version: str, st, explicit_max_gamma
                                             st.sglang_gamma)
 
 
+def answers_lines(answers: list, done: list, explicit_max_gamma: bool, snippet=None
+                  ) -> list[str]:
+    """Every engine's verdict line, the side-by-side table, then one section per engine (a
+    refused engine: one line saying why, instead of a snippet); `snippet` as engine_section's."""
+    lines = []
+    for profile, name, version, st in answers:
+        verdict = "refused (its line below says why)" if isinstance(st, str) else _verdict(st)
+        lines.append(f"  {name} ({profile}): {verdict}")
+    lines.append("")
+    lines += side_by_side(done)
+    for profile, name, version, st in answers:
+        lines.append("")
+        if isinstance(st, str):  # one line saying why, instead of a snippet
+            lines.append(f"=== {name} (engine profile {profile}; for {version}) === not "
+                         f"printed, refused: {st}")
+            continue
+        lines += engine_section(profile, name, version, st, explicit_max_gamma, snippet)
+    return lines
+
+
 def report_all(args) -> str:
     from src.costmodel import load_presets
     if args.rate is not None:
@@ -161,18 +181,7 @@ def report_all(args) -> str:
     lines = [f"Recommendation by engine ({gpu}, {sc.target_model_id} (tp {sc.tp}) with draft "
              f"{sc.draft}, acceptance {st0.alpha:g} per token; steady state, every sequence at "
              f"{st0.context} tokens of context):"]
-    for profile, name, version, st in answers:
-        verdict = "refused (its line below says why)" if isinstance(st, str) else _verdict(st)
-        lines.append(f"  {name} ({profile}): {verdict}")
-    lines.append("")
-    lines += side_by_side(done)
-    for profile, name, version, st in answers:
-        lines.append("")
-        if isinstance(st, str):  # one line saying why, instead of a snippet
-            lines.append(f"=== {name} (engine profile {profile}; for {version}) === not "
-                         f"printed, refused: {st}")
-            continue
-        lines += engine_section(profile, name, version, st, args.max_gamma is not None)
+    lines += answers_lines(answers, done, args.max_gamma is not None)
     lines += ["", "Assumptions:",
               mtp_depth.acceptance_assumption(st0.cfg) or
               f"  - acceptance: every draft token is accepted with probability {st0.alpha:g}, "
