@@ -115,13 +115,17 @@ class PassGemms:
             return z, z.copy(), z.copy(), np.zeros((len(self.shapes), N), bool)
         roof = self._roofline_ms(T)
         measured = np.full((len(self.shapes), N), np.nan)
+        edges: dict[float, np.ndarray] = {}  # every GEMM's roofline at one table edge m_max
         for g, (col, m_axis) in enumerate(zip(self.columns, self.m_axes)):
             if col is None:
                 continue
             one = along_axis(m_axis, col, T)
             above = T > m_axis[-1]
             if above.any():  # the roofline anchored to the table's edge
-                roof_edge = self._roofline_ms(np.array([m_axis[-1]]))[g, 0]
+                m_max = float(m_axis[-1])
+                if m_max not in edges:
+                    edges[m_max] = self._roofline_ms(np.array([m_max]))
+                roof_edge = edges[m_max][g, 0]
                 ratio = col[-1] / (roof_edge / self.counts[g])
                 anchored = np.maximum(ratio * roof[g] / self.counts[g], col[-1])
                 one = np.where(above, anchored, one)
