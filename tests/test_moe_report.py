@@ -41,19 +41,48 @@ def _best(gammas, speedups):
                          "schedule_gamma": gammas, "speedup": speedups})
 
 
+def _cfg(kind, head, best):
+    return moe_report.vllm_config(kind, head, best.batch_size.tolist(),
+                                  best.schedule_gamma.tolist())
+
+
 def test_vllm_config_names_and_schedule():
     best = _best([3, 3, 2, 1, 0, 0], [1.6, 1.5, 1.3, 1.1, 0.95, 0.9])
-    cfg = moe_report.vllm_config("eagle3", "org/head", best)
+    cfg = _cfg("eagle3", "org/head", best)
     assert cfg["method"] == "eagle3" and cfg["model"] == "org/head"
     assert cfg["num_speculative_tokens"] == 3
     assert cfg["num_speculative_tokens_per_batch_size"] == [[1, 3, 3], [4, 7, 2], [8, 15, 1],
                                                             [16, 32, 0]]
     assert cfg["num_speculative_tokens_per_batch_size"] == schedule_ranges(
         best.batch_size.tolist(), best.schedule_gamma.tolist(), 32)
-    mtp = moe_report.vllm_config("mtp", None, best)
+    mtp = _cfg("mtp", None, best)
     assert mtp["method"] == "mtp" and "model" not in mtp  # vLLM loads the target's MTP layers
     json.dumps(mtp)
-    assert moe_report.vllm_config("eagle3", "x", _best([0] * 6, [0.9] * 6)) is None
+    assert _cfg("eagle3", "x", _best([0] * 6, [0.9] * 6)) is None
+
+
+def test_the_schedule_does_not_zig_zag_on_a_flat_objective():
+    """The MoE study's vLLM list took the literal best gamma per batch: on gpt-oss-120b (B200)
+    it read 2, 3, 1, 3, 2, 1, 5 over 1..256 where neighbouring gammas were within a few percent.
+    By src/gamma_rule.py's rule every batch keeps a gamma within the tolerance of its best, and a
+    2%-flat objective gives one range."""
+    batches = [1, 2, 4, 8, 16]
+    speedup = {1: [1.40, 1.36, 1.39, 1.47, 1.29], 2: [1.42, 1.35, 1.38, 1.45, 1.28],
+               3: [1.41, 1.34, 1.39, 1.46, 1.27]}
+    rows = pd.DataFrame([{"batch_size": b, "gamma": g, "speedup": s[i]}
+                         for g, s in speedup.items() for i, b in enumerate(batches)])
+    got_batches, gammas, used = moe_report.schedule_gammas(rows)
+    assert got_batches == batches and used == pytest.approx(0.06)
+    assert len(set(gammas)) == 1  # literal argmax: 2, 1, 1, 1, 1 ... one range here
+    for i, g in enumerate(gammas):
+        best = max(s[i] for s in speedup.values())
+        assert speedup[g][i] * 1.06 >= best
+    # a gain larger than the tolerance still switches: gamma 3 wins by 20% from batch 8 on
+    rows.loc[(rows.gamma == 3) & (rows.batch_size >= 8), "speedup"] *= 1.2
+    assert moe_report.schedule_gammas(rows)[1][-2:] == [3, 3]
+    # never faster than greedy: gamma 0
+    slow = rows.assign(speedup=0.9)
+    assert moe_report.schedule_gammas(slow)[1] == [0] * 5
 
 
 def test_sglang_flags_per_draft_kind():

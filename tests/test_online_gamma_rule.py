@@ -1,9 +1,9 @@
-"""The schedule rule of src/online/gamma_rule.py: every batch size within the tolerance of its
+"""The schedule rule of src/gamma_rule.py: every batch size within the tolerance of its
 best gamma, with the fewest ranges that allows (checked against an exhaustive search)."""
 import numpy as np
 import pytest
 
-from src.online.gamma_rule import rises, tolerant_gammas, tops_out
+from src.gamma_rule import rises, tolerant_gammas, tops_out
 from src.online.policies import compress_schedule
 
 
@@ -98,7 +98,7 @@ def test_rises_and_tops_out():
 
 
 def test_a_schedule_is_capped_at_six_ranges_by_widening_the_tolerance():
-    from src.online.gamma_rule import MAX_RANGES, capped_gammas, n_ranges
+    from src.gamma_rule import MAX_RANGES, capped_gammas, n_ranges
 
     # gammas 1 and 2 alternate as the best every batch size, by 4%: 40 ranges at 2%
     n = 40

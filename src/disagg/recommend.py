@@ -14,7 +14,7 @@ Method: one decode worker (decode_tp x decode_dp GPUs, decode_ep) priced by serv
 timer (src/disagg/serve.py decode_deployments: no prefill in its batches, attention per DP rank,
 the MoE all-to-all, its DP-aware KV capacity); recommend.steady then picks each engine's schedule
 from that worker's steady state exactly as the aggregated recommend does (the same gamma rule,
-src/online/gamma_rule.py, at the same context). At decode_dp 1 the worker is the aggregated
+src/gamma_rule.py, at the same context). At decode_dp 1 the worker is the aggregated
 replica at tp = decode_tp: the schedule is the aggregated one bit for bit (the steady state has no
 prefill in it either). Batch sizes count the worker's requests (all DP ranks together). The
 prefill pool is stated as context only: it runs prompts and does not speculate.

@@ -6,8 +6,10 @@ Engine settings (the names each engine's own parser accepts):
   vLLM (vllm/config/speculative.py, SpeculativeConfig): method "eagle3" or "eagle" with the head's
     repository as "model"; method "mtp" without a model (the target's own MTP layers are loaded;
     "deepseek_mtp" is a deprecated alias). num_speculative_tokens = the schedule's largest gamma,
-    num_speculative_tokens_per_batch_size = the best gamma per batch range (0 = off), as
-    src/hardware/schedules.py builds it for the dense scenarios.
+    num_speculative_tokens_per_batch_size = a gamma per batch range (0 = off) by the schedule rule
+    of src/gamma_rule.py (every grid batch within its tolerance of the best modelled speedup, the
+    fewest ranges: `recommend`'s rule; the literal per-batch best zig-zags on a flat objective),
+    written as ranges as src/hardware/schedules.py writes them for the dense scenarios.
   SGLang (python/sglang/srt/server_args.py, speculative/spec_info.py): --speculative-algorithm
     EAGLE3 for an EAGLE-3 head, EAGLE for an EAGLE(-2) head and for DeepSeek's MTP layers (NEXTN is
     rewritten to EAGLE, and for DeepseekV3ForCausalLM the draft path defaults to the model path, so
@@ -21,8 +23,10 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 
+from src.gamma_rule import MAX_RANGES, SCHEDULE_TOLERANCE, capped_gammas
 from src.hardware.schedules import schedule_ranges
 from src.treeshape.shape import TreeShape
 
@@ -40,10 +44,24 @@ def draft_kind(draft: str, models) -> str:
     return "eagle3" if models[draft].architecture == "eagle3" else "model"
 
 
-def vllm_config(kind: str, head_path: str | None, best: pd.DataFrame) -> dict | None:
-    """The --speculative-config object from the best gamma per batch (None: never faster)."""
-    batches = best.batch_size.astype(int).tolist()
-    gammas = best.schedule_gamma.astype(int).tolist()
+def schedule_gammas(rows: pd.DataFrame) -> tuple[list[int], list[int], float]:
+    """(grid batch sizes, gamma per batch size, tolerance used) by src/gamma_rule.py's rule over
+    the grid: rows hold one target's speedup per (batch_size, gamma) of one quality mode; gamma 0
+    (no speculation) counts with speedup 1."""
+    table = rows.pivot_table(index="gamma", columns="batch_size", values="speedup")
+    batches = [int(b) for b in table.columns]
+    top = int(table.index.max())
+    by_gamma = np.ones((top + 1, len(batches) + 1))  # gammas absent from the grid: never chosen
+    by_gamma[1:, 1:] = 0.0
+    for g in table.index:
+        by_gamma[int(g), 1:] = table.loc[g].to_numpy(float)
+    gammas, used = capped_gammas(by_gamma)
+    return batches, [int(g) for g in gammas[1:]], used
+
+
+def vllm_config(kind: str, head_path: str | None, batches: list[int],
+                gammas: list[int]) -> dict | None:
+    """The --speculative-config object from a gamma per grid batch size (None: never faster)."""
     if max(gammas) <= 0:
         return None
     out: dict = {"method": VLLM_METHOD[kind]}
@@ -99,6 +117,7 @@ def scenario_block(study, models, head_path: str | None, target_path: str | None
              f"Engine profile {study.engine}; steady state with every sequence at "
              f"{study.context_tokens} tokens of context; quality mode {mode} "
              f"({sc.acceptance_source}).",
+             f"Kernels: {study.kernels_label}.",
              f"Premium = verification pass of gamma {g_ref} ({g_ref + 1} tokens per sequence) / "
              "decode pass; experts = fraction of the routed experts one MoE layer reads."]
     header = ["batch", "experts decode", f"experts verify g{g_ref}", "premium MoE",
@@ -138,7 +157,8 @@ def scenario_block(study, models, head_path: str | None, target_path: str | None
                      f"{int(top.batch_size)} (gamma {int(top.gamma)}).")
     kind = draft_kind(sc.draft, models)
     model = target_path or models[sc.target_model_id].hf_name
-    cfg = vllm_config(kind, head_path, moe_b.reset_index())
+    batches, gammas, used = schedule_gammas(rows[rows.target == "moe"])
+    cfg = vllm_config(kind, head_path, batches, gammas)
     tp_vllm = f" --tensor-parallel-size {sc.tp}" if sc.tp > 1 else ""
     if cfg is None:
         lines.append("vLLM: speculation is slower than greedy at every batch size: leave "
@@ -146,6 +166,9 @@ def scenario_block(study, models, head_path: str | None, target_path: str | None
     else:
         lines.append(f"vLLM: vllm serve {model}{tp_vllm} --speculative-config "
                      f"'{json.dumps(cfg)}'")
+        if used > SCHEDULE_TOLERANCE:
+            lines.append(f"  (the list's tolerance widened to {used:.0%} to keep it at "
+                         f"most {MAX_RANGES} ranges: src/gamma_rule.py.)")
         if "vllm" in engine_notes:
             lines.append(f"  (vLLM: {engine_notes['vllm']}.)")
     g1 = int(moe_b.schedule_gamma.iloc[0])
@@ -169,9 +192,12 @@ def summary_section(studies, models, head_paths: dict[str, str | None],
              "Mixture-of-Experts targets, closed-form steady state (src/hardware/moe_study.py), "
              "each against its dense twin: the same model with only its k routed experts (E = k: "
              "the same active parameters, formats, kernels, attention and draft; every pass "
-             "reads the same k experts). MoE layers "
-             "are priced per touched expert with the dense GPU efficiencies: no MoE layer of "
-             "these shapes has been measured (design.md section 16). Acceptance is an i.i.d. "
+             "reads the same k experts). Passes are priced from the engine's measured kernel "
+             "tables (aiconfigurator-core: GEMMs, decode attention, fused MoE layers) where they "
+             "hold the pass's shapes and from the refitted roofline elsewhere (each scenario's "
+             "Kernels line; `python run.py step-time` names each component's source). "
+             f"The vLLM per-batch lists switch gamma only where the gain exceeds "
+             f"{SCHEDULE_TOLERANCE:.0%} (src/gamma_rule.py). Acceptance is an i.i.d. "
              "rate inverted from one published accept length: deep gammas are extrapolated.", ""]
     for study in studies:
         name = study.scenario.name

@@ -69,6 +69,27 @@ class MoeStudy:
     rows: pd.DataFrame  # one row per (target, quality mode, batch, gamma)
     best: pd.DataFrame  # the best gamma per (target, quality mode, batch)
     other_engines: pd.DataFrame  # best gamma per (engine, quality mode, batch), MoE target only
+    kernels_label: str = ""  # what priced the MoE target's passes (kernels_label below)
+
+
+def kernels_label(cost) -> str:
+    """Which of the target's kernels come from measured tables (src/kernels/ with_kernels), e.g.
+    'measured tables of vLLM 0.24.0 (h200_sxm), aiconfigurator-core 0.12.0: GEMMs, MoE layers;
+    decode attention from the refitted roofline'."""
+    from src.kernels.sources import package_version
+
+    gemms, attention = cost.kernels, cost.attention_kernels
+    if gemms is None and attention is None:
+        return "the refitted roofline (no measured table for this engine and GPU)"
+    src = (gemms or attention).kernels.src
+    parts = {"GEMMs": gemms is not None and gemms.applies,
+             "MoE layers": gemms is not None and gemms.moe is not None,
+             "decode attention": attention is not None}
+    measured = [k for k, v in parts.items() if v]
+    roofline = [k for k, v in parts.items() if not v]
+    return (f"measured tables of {src.label}, aiconfigurator-core {package_version()}: "
+            f"{', '.join(measured) or 'none'}"
+            + (f"; {', '.join(roofline)} from the refitted roofline" if roofline else ""))
 
 
 def omega_by_gamma(scenario: Scenario) -> dict[str, dict[int, float]]:
@@ -123,7 +144,8 @@ def run_moe_scenario(scenario: Scenario) -> MoeStudy:
             others.append(best_gamma(t, ["engine_profile", "quality_mode", "batch_size"]))
     other_best = (pd.concat(others, ignore_index=True) if others
                   else pd.DataFrame(columns=["engine_profile", "quality_mode", "batch_size"]))
-    return MoeStudy(scenario, engine, ctx, rows, best.reset_index(drop=True), other_best)
+    return MoeStudy(scenario, engine, ctx, rows, best.reset_index(drop=True), other_best,
+                    kernels_label(cost))
 
 
 def run_moe_study(paths=None) -> list[MoeStudy]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from src.online.gamma_rule import rises, tops_out
+from src.gamma_rule import rises, tops_out
 
 
 def schedule_notes(cfg, gammas, best, context: int, tolerance: float, simulated: bool) -> list:

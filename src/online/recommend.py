@@ -37,11 +37,11 @@ from src.config import (
 )
 from src.costmodel.cudagraph_sizes import add_capture_size_argument, capture_size_option
 from src.errors import ascii_float
+from src.gamma_rule import MAX_RANGES, SCHEDULE_TOLERANCE, capped_gammas, tops_out
 from src.kernels.costmodel import add_kernels_argument, check_measured
 from src.online import engine_blocks, mtp_depth, trtllm_snippet
 from src.online.engine_blocks import OLD_VLLM_PROFILES
 from src.online.gamma_notes import schedule_notes
-from src.online.gamma_rule import MAX_RANGES, SCHEDULE_TOLERANCE, capped_gammas, tops_out
 
 FIELD_FLAGS = {"scenario.gpu": "--gpu", "scenario.target": "--target", "scenario.draft": "--draft",
                "scenario.tp": "--tp", "scenario.draft_tp": "--draft-tp"}
@@ -259,7 +259,7 @@ def _head_example(args, models) -> str:
 def schedule_at(cfg, context: int, context_flag: str = "--context",
                 tolerance: float = SCHEDULE_TOLERANCE, make_deps=None):
     """(schedule, gamma per batch, speedup per batch, KV tokens, best gamma per batch) at one
-    context: the schedule's gamma per batch size by src/online/gamma_rule.py (a switch only where
+    context: the schedule's gamma per batch size by src/gamma_rule.py (a switch only where
     the gain exceeds `tolerance`), its speedup, and the untolerated best gamma; `make_deps(cfg)`
     (default study.deployments: the aggregated replica) gives the (greedy, speculative)
     deployments priced, e.g. a disaggregated decode worker's. A context that

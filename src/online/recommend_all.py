@@ -2,7 +2,7 @@
 and TensorRT-LLM side by side, each engine priced with its own profile and printed by its own
 printer (src/online/engine_blocks.py), each naming the engine version it is for.
 
-Per engine: recommend.steady (build, the schedule by src/online/gamma_rule.py at --context) under
+Per engine: recommend.steady (build, the schedule by src/gamma_rule.py at --context) under
 the engine's profile. Printed: the verdict per engine, a side-by-side table of the ranges where no
 engine's K changes (K and the steady-state speedup over the range's batch sizes that fit the KV
 cache, for each engine), the speedup and K at each batch size asked, then per engine its schedule,
@@ -17,10 +17,10 @@ import copy
 import sys
 
 from src.config import ConfigError
+from src.gamma_rule import tops_out
 from src.online import engine_blocks, mtp_depth
 from src.online.capture_note import VLLM_CAPTURE_VERSION
 from src.online.gamma_notes import schedule_notes
-from src.online.gamma_rule import tops_out
 from src.online.recommend import make_parser, report, steady
 from src.online.sglang_adaptive import SGLANG_COMMIT
 from src.online.trtllm_snippet import TRTLLM_SOURCE

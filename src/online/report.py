@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from src import outputs
+from src.gamma_rule import SCHEDULE_TOLERANCE
 from src.online.concurrency_report import concurrency_section
-from src.online.gamma_rule import SCHEDULE_TOLERANCE
 from src.online.schedule_note import SECTION_BEGIN, SECTION_END, with_schedule_note
 from src.online.serving_plots import SWEEP_PLOTS
 from src.online.serving_rules import (
@@ -112,7 +112,7 @@ def schedule_label(cfg, prep) -> str:
     return (f"Schedule optimised for: the steady state at this workload's mean context "
             f"({prep.mean_context_tokens:.0f} tokens: prompt plus half the output; no queueing, no "
             f"prefill), acceptance {cfg.alpha_mode}, switching gamma only where another is "
-            f"modelled faster by more than {SCHEDULE_TOLERANCE:.0%} (src/online/gamma_rule.py); "
+            f"modelled faster by more than {SCHEDULE_TOLERANCE:.0%} (src/gamma_rule.py); "
             "S1-S6 then simulate it under load (policy 'schedule')." + edge)
 
 

@@ -19,12 +19,12 @@ import pandas as pd
 
 from src.acceptance import hazard_profile
 from src.config import ConfigError, PerPositionAlpha
+from src.gamma_rule import capped_gammas
 from src.hardware.scenario import max_length_tokens
 from src.online import metrics
 from src.online.arrivals import unit_gaps
 from src.online.config import ServeConfig, arrivals_to_draw
 from src.online.engine import Deployment, Engine, RequestTable, RowGroup
-from src.online.gamma_rule import capped_gammas
 from src.online.policies import (
     BatchSchedule,
     NoSpeculation,
