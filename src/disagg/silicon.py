@@ -8,6 +8,10 @@ prefill_moe_tp_size, prefill_moe_ep_size, and decode_*), ISL, OSL, the benchmark
 tp_size is attention TP inside a DP rank, GPUs per worker = tp x attention_dp = moe_tp x moe_ep
 (the convention of src/disagg/config.py). A row runs as a greedy deployment: the CSV does not
 say whether MTP ran, so every row is priced without speculation (a doubt on the TPOT errors).
+The predicted TTFT is the benchmark's mean: its opening burst (every client's first request sent
+at once to the idle pools) for one request in SA_BENCH_PROMPTS_PER_CLIENT, the steady state for
+the rest (src/disagg/opening_burst.py); predicted_steady_ttft_ms and predicted_burst_ttft_ms
+are its two parts.
 
     error = predicted / measured - 1   (src/validation/silicon.py relative_error)
 """
@@ -34,7 +38,8 @@ VALIDATION_SYSTEMS = ("h200_sxm", "b200_sxm")  # issue 25 section 3
 COLUMNS = ("id", "system", "backend", "model", "engine", "isl", "osl", "concurrency",
            "prefill", "decode", "kv_link", "runnable", "refusal", "measured_tpot_ms",
            "predicted_tpot_ms", "tpot_error", "measured_ttft_ms", "predicted_ttft_ms",
-           "ttft_error", "predicted_queue_ms", "predicted_prefill_ms", "predicted_transfer_ms",
+           "ttft_error", "predicted_steady_ttft_ms", "predicted_burst_ttft_ms",
+           "predicted_queue_ms", "predicted_prefill_ms", "predicted_transfer_ms",
            "prefill_utilisation", "decode_requests_per_worker")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 
@@ -127,22 +132,28 @@ def map_row(row, presets):
 
 
 def predict(scenario, disagg, isl: int, osl: int, concurrency: int):
-    """The greedy steady-state estimate (src/disagg/closed_loop.py), or a refusal reason."""
+    """(the greedy steady-state estimate (src/disagg/closed_loop.py), the opening burst's mean
+    TTFT in ms (src/disagg/opening_burst.py)), or a refusal reason."""
     from src.disagg.closed_loop import estimate
     from src.disagg.decode_step import DecodeWorker
+    from src.disagg.opening_burst import burst_ttft_ms, validation_pool
     pre, dec = disagg.prefill, disagg.decode
     try:
         prefill_cost = replace(scenario, tp=pre.gpus_per_worker, ep=pre.ep).cost_model()
         decode_cost = replace(scenario, tp=dec.gpus_per_worker, ep=dec.ep).cost_model()
-        return estimate(prefill_cost, DecodeWorker(decode_cost, dec), disagg, isl, osl,
-                        concurrency)
+        est = estimate(prefill_cost, DecodeWorker(decode_cost, dec), disagg, isl, osl,
+                       concurrency)
+        return est, burst_ttft_ms(validation_pool(scenario, disagg), concurrency, isl)
     except (ConfigError, CostModelInputError) as e:
         text = str(e).splitlines()[0][:160]
         kind = 'does not fit' if ('fit' in text or ' GB ' in text) else 'model refuses'
         return f"{kind}: {text}"
 
 
-def table_row(row, mapped, est) -> dict:
+def table_row(row, mapped, predicted) -> dict:
+    """One output row; predicted: predict()'s (estimate, burst ms), a refusal reason, or None
+    (not run)."""
+    from src.disagg.opening_burst import benchmark_ttft_ms
     out = dict.fromkeys(COLUMNS, "")
     out.update(id=row["id"], system=row["system"], backend=row["backend"],
                model=row["model_path"], isl=row["isl"], osl=row["osl"],
@@ -154,13 +165,17 @@ def table_row(row, mapped, est) -> dict:
         scenario, disagg = mapped[0], mapped[1]
         out.update(engine=scenario.engine_profiles[0], prefill=disagg.prefill.label(),
                    decode=disagg.decode.label(), kv_link=disagg.link())
-    reason = mapped if isinstance(mapped, str) else est if isinstance(est, str) else ""
-    if reason or est is None:
+    reason = mapped if isinstance(mapped, str) else predicted if isinstance(predicted, str) \
+        else ""
+    if reason or predicted is None:
         out["refusal"] = reason or "not run: outside --systems or --limit"
         return out
-    out.update(runnable=True, predicted_tpot_ms=est.tpot_ms, predicted_ttft_ms=est.ttft_ms,
+    est, burst_ms = predicted
+    ttft = benchmark_ttft_ms(est.ttft_ms, burst_ms)
+    out.update(runnable=True, predicted_tpot_ms=est.tpot_ms, predicted_ttft_ms=ttft,
                tpot_error=relative_error(est.tpot_ms, out["measured_tpot_ms"]),
-               ttft_error=relative_error(est.ttft_ms, out["measured_ttft_ms"]),
+               ttft_error=relative_error(ttft, out["measured_ttft_ms"]),
+               predicted_steady_ttft_ms=est.ttft_ms, predicted_burst_ttft_ms=burst_ms,
                predicted_queue_ms=est.queue_ms, predicted_prefill_ms=est.prefill_ms,
                predicted_transfer_ms=est.transfer_ms, prefill_utilisation=est.prefill_utilisation,
                decode_requests_per_worker=est.decode_requests_per_worker)
