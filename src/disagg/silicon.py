@@ -8,10 +8,11 @@ prefill_moe_tp_size, prefill_moe_ep_size, and decode_*), ISL, OSL, the benchmark
 tp_size is attention TP inside a DP rank, GPUs per worker = tp x attention_dp = moe_tp x moe_ep
 (the convention of src/disagg/config.py). A row runs as a greedy deployment: the CSV does not
 say whether MTP ran, so every row is priced without speculation (a doubt on the TPOT errors).
-The predicted TTFT is the benchmark's mean: its opening burst (every client's first request sent
-at once to the idle pools) for one request in SA_BENCH_PROMPTS_PER_CLIENT, the steady state for
-the rest (src/disagg/opening_burst.py); predicted_steady_ttft_ms and predicted_burst_ttft_ms
-are its two parts.
+Each row runs at the benchmark's mean prompt and output lengths (sa-bench draws them uniformly
+in [0.8 L, L]: the row's isl and osl are the maxima), and the predicted TTFT is the benchmark's
+mean: its opening burst (every client's first request sent at once to the idle pools) for one
+request in SA_BENCH_PROMPTS_PER_CLIENT, the steady state for the rest (src/disagg/sa_bench.py);
+predicted_steady_ttft_ms and predicted_burst_ttft_ms are its two parts.
 
     error = predicted / measured - 1   (src/validation/silicon.py relative_error)
 """
@@ -133,11 +134,13 @@ def map_row(row, presets):
 
 def predict(scenario, disagg, isl: int, osl: int, concurrency: int):
     """(the greedy steady-state estimate (src/disagg/closed_loop.py), the opening burst's mean
-    TTFT in ms (src/disagg/opening_burst.py)), or a refusal reason."""
+    TTFT in ms (src/disagg/sa_bench.py)), both at sa-bench's mean lengths of the nominal isl and
+    osl, or a refusal reason."""
     from src.disagg.closed_loop import estimate
     from src.disagg.decode_step import DecodeWorker
-    from src.disagg.opening_burst import burst_ttft_ms, validation_pool
+    from src.disagg.sa_bench import burst_ttft_ms, mean_length, validation_pool
     pre, dec = disagg.prefill, disagg.decode
+    isl, osl = mean_length(isl), mean_length(osl)
     try:
         prefill_cost = replace(scenario, tp=pre.gpus_per_worker, ep=pre.ep).cost_model()
         decode_cost = replace(scenario, tp=dec.gpus_per_worker, ep=dec.ep).cost_model()
@@ -153,7 +156,7 @@ def predict(scenario, disagg, isl: int, osl: int, concurrency: int):
 def table_row(row, mapped, predicted) -> dict:
     """One output row; predicted: predict()'s (estimate, burst ms), a refusal reason, or None
     (not run)."""
-    from src.disagg.opening_burst import benchmark_ttft_ms
+    from src.disagg.sa_bench import benchmark_ttft_ms
     out = dict.fromkeys(COLUMNS, "")
     out.update(id=row["id"], system=row["system"], backend=row["backend"],
                model=row["model_path"], isl=row["isl"], osl=row["osl"],

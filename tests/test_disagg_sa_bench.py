@@ -1,18 +1,20 @@
-"""The benchmark's opening burst in the disaggregated validation's TTFT
-(src/disagg/opening_burst.py): C prompts sent at once to idle batched FCFS prefill servers, and
-the run's mean over sa-bench's 5 prompts per client."""
+"""sa-bench's requests in the disaggregated validation (src/disagg/sa_bench.py): the mean of its
+uniform lengths, the opening burst (C prompts sent at once to idle batched FCFS prefill servers)
+and the run's mean TTFT over sa-bench's 5 prompts per client."""
 import math
 from types import SimpleNamespace
 
 import pytest
 
 from src.costmodel.presets import load_presets
-from src.disagg.opening_burst import (
+from src.disagg.prefill_front import PrefillPool
+from src.disagg.sa_bench import (
     SA_BENCH_PROMPTS_PER_CLIENT,
     benchmark_ttft_ms,
     burst_ttft_ms,
+    mean_length,
+    validation_pool,
 )
-from src.disagg.prefill_front import PrefillPool
 from src.disagg.silicon import load_disagg_rows, map_row, predict, table_row
 from src.disagg.transfer import KvLink
 
@@ -53,13 +55,24 @@ def test_benchmark_mean_is_one_burst_request_per_client():
     assert benchmark_ttft_ms(100.0, 100.0) == pytest.approx(100.0)
 
 
+def test_mean_length_of_sa_bench_uniform_integers():
+    # numpy randint(int(0.8 L), L + 1): 819..1024 and 6553..8192
+    assert mean_length(1024) == (819 + 1024) // 2 == 921
+    assert mean_length(8192) == (6553 + 8192) // 2 == 7372
+    assert mean_length(1000, 1.0) == 1000
+
+
 def test_one_client_row_has_no_burst_to_wait_for():
     # dsr1_b200_trtllm_fp8_disagg_8192x1024_c1_cfg662: one client, so its burst is one prompt
-    # on an idle server: prefill + transfer, the steady state's TTFT; the table's TTFT is it
+    # on an idle server: prefill + transfer, the steady state's TTFT; the table's TTFT is it;
+    # both at sa-bench's mean prompt, 7,372 of the nominal 8,192 tokens
     rows = load_disagg_rows()
     row = rows[rows.id == "dsr1_b200_trtllm_fp8_disagg_8192x1024_c1_cfg662"].iloc[0]
     mapped = map_row(row, load_presets())
+    assert mapped[2:] == (8192, 1024, 1)
     est, burst = predict(*mapped)
+    pool = validation_pool(mapped[0], mapped[1])
+    assert est.prefill_ms == pytest.approx(float(pool.prefill_ms(7372)), rel=1e-12)
     assert burst == pytest.approx(est.prefill_ms + est.transfer_ms, rel=1e-9)
     assert est.ttft_ms == pytest.approx(burst, rel=1e-9)
     out = table_row(row, mapped, (est, burst))
@@ -69,7 +82,7 @@ def test_one_client_row_has_no_burst_to_wait_for():
 
 def test_the_burst_lifts_a_row_whose_clients_outnumber_a_pass():
     # dsr1_h200_trtllm_fp8_disagg_1024x1024_c36_cfg303: 36 clients on one TP8 prefill server
-    # of 8192 tokens a pass (8 prompts): the burst runs 5 passes, the steady state ~1
+    # of 8192 tokens a pass (8 prompts of 921): the burst runs 5 passes, the steady state ~1
     rows = load_disagg_rows()
     row = rows[rows.id == "dsr1_h200_trtllm_fp8_disagg_1024x1024_c36_cfg303"].iloc[0]
     mapped = map_row(row, load_presets())
