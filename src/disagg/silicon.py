@@ -61,6 +61,26 @@ def row_concurrency(row) -> int | None:
     return b * w * d if b and w and d else None
 
 
+_SAME_MEASUREMENT = ("system", "backend", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms")
+
+
+def duplicates_without_workers(rows: pd.DataFrame) -> dict[int, str]:
+    """{index: id} of the rows without worker counts that repeat, float for float, the measured
+    TTFT and TPOT (same system, backend, ISL, OSL and concurrency) of a row that has them: the
+    older CSV dumps (source_file=2026-03-25.csv, 2026-04-06.csv) carry one coarse tp/ep for both
+    pools and no worker counts, and 111 of their H200/B200 rows are the same measurement as a
+    db-dump row (whose counts and per-pool shapes are kept there). Refused as such, not
+    estimated twice."""
+    key = [rows[c] for c in _SAME_MEASUREMENT] + [rows.apply(row_concurrency, axis=1)]
+    keys = list(zip(*key))
+    has = rows.prefill_num_workers.notna() & rows.decode_num_workers.notna()
+    first = {}
+    for k, h, rid in zip(keys, has, rows["id"]):
+        if h:
+            first.setdefault(k, rid)
+    return {i: first[k] for i, (k, h) in enumerate(zip(keys, has)) if not h and k in first}
+
+
 def pool_table(row, pool: str, moe: bool = True) -> dict | str:
     """The [disagg] keys of one pool of a row, or a refusal reason. moe False (a dense model):
     the moe_tp / moe_ep columns describe no layer (the CSV writes 1, 1 beside tp 4 for
@@ -193,8 +213,10 @@ def run(systems=VALIDATION_SYSTEMS, limit: int | None = None, say=lambda m: None
     rows = load_disagg_rows()
     rows = rows[rows.system.isin(systems)].reset_index(drop=True)
     out, ran = [], 0
+    twins = duplicates_without_workers(rows)
     for i, row in rows.iterrows():
-        mapped = map_row(row, presets)
+        mapped = (f"same measurement as a row with worker counts: {twins[i]}" if i in twins
+                  else map_row(row, presets))
         est = None
         if not isinstance(mapped, str) and (limit is None or ran < limit):
             est = predict(*mapped)
