@@ -16,9 +16,10 @@ the maxima; the estimate runs at the mean, mean_length(L) = (int(0.8 L) + L) / 2
 8192 -> 7372), prompts and outputs alike (the steady state takes every request at one length).
 
 Burst. Every request is created at once behind an asyncio.Semaphore(C), TTFT timed from the
-request's send (after the semaphore) to its first streamed chunk, the mean over all 5 C requests.
-The warm-up has drained (its own run ends with its last request), so the first C requests are
-sent together to an idle deployment:
+request's send (after the semaphore) to its first streamed chunk, the mean over all 5 C
+requests (silicon_ttft_ms is that mean: NVIDIA's aisimulate cohort tool fills it with the
+InferenceX result's metrics mean_ttft x 1000). The warm-up has drained (its own run ends with
+its last request), so the first C requests are sent together to an idle deployment:
 
     TTFT = (burst + (W - 1) x steady) / W,   W = SA_BENCH_PROMPTS_PER_CLIENT = 5
 
