@@ -102,3 +102,22 @@ def test_published_pd_mtp_accept_length_beside_the_model():
     s = published.speedups(64)
     assert s[3.19] == pytest.approx(2.18, abs=0.05)
     assert s[1.98] == pytest.approx(1.30, abs=0.05)
+
+
+def test_rows_without_worker_counts_that_repeat_a_measured_row_are_named_as_such(rows):
+    # the older dumps' row ..._1024x1024_c288_tp8_0_ep8_0_353 has no worker counts and one
+    # coarse tp 8 / ep 8 for both pools; its measured TTFT and TPOT are float for float those of
+    # the db-dump row cfg590 (1 x DEP8 prefill, 9 x TEP8 decode), which the validation estimates
+    from src.disagg.silicon import duplicates_without_workers
+    sub = rows[rows.system.isin(["h200_sxm", "b200_sxm"])].reset_index(drop=True)
+    twins = duplicates_without_workers(sub)
+    assert len(twins) == 111
+    i = sub.index[sub.id == "2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_disagg_1024x1024_"
+                            "c288_tp8_0_ep8_0_353"][0]
+    assert twins[i] == "dsr1_h200_trtllm_fp8_disagg_1024x1024_c288_cfg590"
+    by_id = sub.set_index("id")
+    for j, twin in twins.items():
+        a, b = sub.loc[j], by_id.loc[twin]
+        assert pd.isna(a.prefill_num_workers) and not pd.isna(b.prefill_num_workers)
+        assert (a.silicon_ttft_ms, a.silicon_tpot_ms, a.isl, a.osl) == \
+            (b.silicon_ttft_ms, b.silicon_tpot_ms, b.isl, b.osl)

@@ -8,6 +8,11 @@ prefill_moe_tp_size, prefill_moe_ep_size, and decode_*), ISL, OSL, the benchmark
 tp_size is attention TP inside a DP rank, GPUs per worker = tp x attention_dp = moe_tp x moe_ep
 (the convention of src/disagg/config.py). A row runs as a greedy deployment: the CSV does not
 say whether MTP ran, so every row is priced without speculation (a doubt on the TPOT errors).
+Each row runs at the benchmark's mean prompt and output lengths (sa-bench draws them uniformly
+in [0.8 L, L]: the row's isl and osl are the maxima), and the predicted TTFT is the benchmark's
+mean: its opening burst (every client's first request sent at once to the idle pools) for one
+request in SA_BENCH_PROMPTS_PER_CLIENT, the steady state for the rest (src/disagg/sa_bench.py);
+predicted_steady_ttft_ms and predicted_burst_ttft_ms are its two parts.
 
     error = predicted / measured - 1   (src/validation/silicon.py relative_error)
 """
@@ -34,7 +39,8 @@ VALIDATION_SYSTEMS = ("h200_sxm", "b200_sxm")  # issue 25 section 3
 COLUMNS = ("id", "system", "backend", "model", "engine", "isl", "osl", "concurrency",
            "prefill", "decode", "kv_link", "runnable", "refusal", "measured_tpot_ms",
            "predicted_tpot_ms", "tpot_error", "measured_ttft_ms", "predicted_ttft_ms",
-           "ttft_error", "predicted_queue_ms", "predicted_prefill_ms", "predicted_transfer_ms",
+           "ttft_error", "predicted_steady_ttft_ms", "predicted_burst_ttft_ms",
+           "predicted_queue_ms", "predicted_prefill_ms", "predicted_transfer_ms",
            "prefill_utilisation", "decode_requests_per_worker")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
 
@@ -53,6 +59,26 @@ def row_concurrency(row) -> int | None:
     b, w, d = (_int(row.get(f"decode_{k}")) for k in ("batch_size", "num_workers",
                                                      "attention_dp_size"))
     return b * w * d if b and w and d else None
+
+
+_SAME_MEASUREMENT = ("system", "backend", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms")
+
+
+def duplicates_without_workers(rows: pd.DataFrame) -> dict[int, str]:
+    """{index: id} of the rows without worker counts that repeat, float for float, the measured
+    TTFT and TPOT (same system, backend, ISL, OSL and concurrency) of a row that has them: the
+    older CSV dumps (source_file=2026-03-25.csv, 2026-04-06.csv) carry one coarse tp/ep for both
+    pools and no worker counts, and 111 of their H200/B200 rows are the same measurement as a
+    db-dump row (whose counts and per-pool shapes are kept there). Refused as such, not
+    estimated twice."""
+    key = [rows[c] for c in _SAME_MEASUREMENT] + [rows.apply(row_concurrency, axis=1)]
+    keys = list(zip(*key))
+    has = rows.prefill_num_workers.notna() & rows.decode_num_workers.notna()
+    first = {}
+    for k, h, rid in zip(keys, has, rows["id"]):
+        if h:
+            first.setdefault(k, rid)
+    return {i: first[k] for i, (k, h) in enumerate(zip(keys, has)) if not h and k in first}
 
 
 def pool_table(row, pool: str, moe: bool = True) -> dict | str:
@@ -127,22 +153,30 @@ def map_row(row, presets):
 
 
 def predict(scenario, disagg, isl: int, osl: int, concurrency: int):
-    """The greedy steady-state estimate (src/disagg/closed_loop.py), or a refusal reason."""
+    """(the greedy steady-state estimate (src/disagg/closed_loop.py), the opening burst's mean
+    TTFT in ms (src/disagg/sa_bench.py)), both at sa-bench's mean lengths of the nominal isl and
+    osl, or a refusal reason."""
     from src.disagg.closed_loop import estimate
     from src.disagg.decode_step import DecodeWorker
+    from src.disagg.sa_bench import burst_ttft_ms, mean_length, validation_pool
     pre, dec = disagg.prefill, disagg.decode
+    isl, osl = mean_length(isl), mean_length(osl)
     try:
         prefill_cost = replace(scenario, tp=pre.gpus_per_worker, ep=pre.ep).cost_model()
         decode_cost = replace(scenario, tp=dec.gpus_per_worker, ep=dec.ep).cost_model()
-        return estimate(prefill_cost, DecodeWorker(decode_cost, dec), disagg, isl, osl,
-                        concurrency)
+        est = estimate(prefill_cost, DecodeWorker(decode_cost, dec), disagg, isl, osl,
+                       concurrency)
+        return est, burst_ttft_ms(validation_pool(scenario, disagg), concurrency, isl)
     except (ConfigError, CostModelInputError) as e:
         text = str(e).splitlines()[0][:160]
         kind = 'does not fit' if ('fit' in text or ' GB ' in text) else 'model refuses'
         return f"{kind}: {text}"
 
 
-def table_row(row, mapped, est) -> dict:
+def table_row(row, mapped, predicted) -> dict:
+    """One output row; predicted: predict()'s (estimate, burst ms), a refusal reason, or None
+    (not run)."""
+    from src.disagg.sa_bench import benchmark_ttft_ms
     out = dict.fromkeys(COLUMNS, "")
     out.update(id=row["id"], system=row["system"], backend=row["backend"],
                model=row["model_path"], isl=row["isl"], osl=row["osl"],
@@ -154,13 +188,17 @@ def table_row(row, mapped, est) -> dict:
         scenario, disagg = mapped[0], mapped[1]
         out.update(engine=scenario.engine_profiles[0], prefill=disagg.prefill.label(),
                    decode=disagg.decode.label(), kv_link=disagg.link())
-    reason = mapped if isinstance(mapped, str) else est if isinstance(est, str) else ""
-    if reason or est is None:
+    reason = mapped if isinstance(mapped, str) else predicted if isinstance(predicted, str) \
+        else ""
+    if reason or predicted is None:
         out["refusal"] = reason or "not run: outside --systems or --limit"
         return out
-    out.update(runnable=True, predicted_tpot_ms=est.tpot_ms, predicted_ttft_ms=est.ttft_ms,
+    est, burst_ms = predicted
+    ttft = benchmark_ttft_ms(est.ttft_ms, burst_ms)
+    out.update(runnable=True, predicted_tpot_ms=est.tpot_ms, predicted_ttft_ms=ttft,
                tpot_error=relative_error(est.tpot_ms, out["measured_tpot_ms"]),
-               ttft_error=relative_error(est.ttft_ms, out["measured_ttft_ms"]),
+               ttft_error=relative_error(ttft, out["measured_ttft_ms"]),
+               predicted_steady_ttft_ms=est.ttft_ms, predicted_burst_ttft_ms=burst_ms,
                predicted_queue_ms=est.queue_ms, predicted_prefill_ms=est.prefill_ms,
                predicted_transfer_ms=est.transfer_ms, prefill_utilisation=est.prefill_utilisation,
                decode_requests_per_worker=est.decode_requests_per_worker)
@@ -175,8 +213,10 @@ def run(systems=VALIDATION_SYSTEMS, limit: int | None = None, say=lambda m: None
     rows = load_disagg_rows()
     rows = rows[rows.system.isin(systems)].reset_index(drop=True)
     out, ran = [], 0
+    twins = duplicates_without_workers(rows)
     for i, row in rows.iterrows():
-        mapped = map_row(row, presets)
+        mapped = (f"same measurement as a row with worker counts: {twins[i]}" if i in twins
+                  else map_row(row, presets))
         est = None
         if not isinstance(mapped, str) and (limit is None or ran < limit):
             est = predict(*mapped)
