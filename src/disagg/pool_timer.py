@@ -2,7 +2,7 @@
 deployment): a decode worker runs decode and speculation with no prefill in its batches.
 
 DecodePoolTimer is the engine's StepTimer (src/online/steptime.py) of one decode worker of
-shape tp x dp GPUs on the replica's cost model at tp = G = tp x dp (src/disagg/decode_step.py):
+shape tp x dp GPUs on the replica's cost model at tp = G = tp x dp (src/attention_dp/worker.py):
 
     decode/verification step = cost.step_ms (the TP-G path) + DecodeWorker.dp_correction_ms
                                (attention per DP rank, its own all-reduce, the MoE all-to-all;
@@ -27,10 +27,10 @@ import math
 
 import numpy as np
 
+from src.attention_dp.worker import DecodeWorker
 from src.costmodel import PassLoad, memory_usable_bytes
 from src.costmodel.shapes import kv_tp_divisor
 from src.disagg.config import PoolShape, weight_bytes_per_gpu
-from src.disagg.decode_step import DecodeWorker
 from src.online.steptime import StepTimer, kv_capacity_tokens
 
 
