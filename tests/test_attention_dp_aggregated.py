@@ -156,3 +156,16 @@ def test_attention_dp_rows_the_step_cannot_price_are_refused_with_their_own_reas
     row = _real("2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_8192x1024_c64_tp8_ep8_941")
     out = map_row(row, {"trtllm", "sglang", "vllm-v1"})
     assert isinstance(out, str) and reason_kind(out) == "attention DP with MoE TP x EP"
+
+
+def test_commands_that_price_the_tp_path_refuse_an_attention_dp_replica(tmp_path):
+    """The study (and step-time, recommend) price the TP path: attention_dp 8 there is one line
+    naming the key and exit 2, not a silent TP answer."""
+    path = tmp_path / "s.toml"
+    path.write_text(SCENARIO.format(extra="attention_dp = 8"))
+    out = tmp_path / "out"
+    done = run_captured(["--scenario", str(path), "--out", str(out)])
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "scenario.attention_dp: 8: attention DP is priced by `python run.py serve` only" \
+        in done.stderr and not out.exists()

@@ -471,6 +471,15 @@ def check_memory(scenario: Scenario) -> None:
                               "datasheet-scale figures")
 
 
+def check_serve_only(scenario: Scenario, command: str) -> None:
+    """ConfigError naming scenario.attention_dp where a command that prices the TP path meets an
+    attention-DP replica (only `serve` prices attention_dp > 1, src/online/dp_steptime.py)."""
+    if scenario.attention_dp > 1:
+        raise ConfigError("scenario.attention_dp",
+                          f"{scenario.attention_dp}: attention DP is priced by `python run.py "
+                          f"serve` only; allowed: 1 for {command}")
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario TOML file; ConfigError naming the key on any bad input."""
     path = Path(path)
