@@ -169,3 +169,12 @@ def test_commands_that_price_the_tp_path_refuse_an_attention_dp_replica(tmp_path
     assert done.stderr.count("\n") == 1, done.stderr
     assert "scenario.attention_dp: 8: attention DP is priced by `python run.py serve` only" \
         in done.stderr and not out.exists()
+
+
+def test_the_validation_table_shows_the_dp_rows_layout_and_global_concurrency():
+    from src.validation.silicon import table_row
+    row = _real("2026_03_25_deepseek_r1_b200_sxm_trtllm_fp4_agg_1024x1024_c64_tp8_0_ep8_0_976")
+    case = map_row(row, {"trtllm", "sglang", "vllm-v1"})
+    out = table_row(row, case, {"tpot_ms": 10.0, "ttft_ms": 100.0})
+    assert (out["tp"], out["attention_dp"], out["ep"], out["concurrency"]) == (8, 8, 8, 64)
+    assert out["runnable"] and out["tpot_error"] == pytest.approx(10.0 / row.silicon_tpot_ms - 1)

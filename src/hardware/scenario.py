@@ -450,7 +450,9 @@ def check_memory(scenario: Scenario) -> None:
     tokens = scenario.max_tokens_per_seq()
     batch = max(scenario.study.batch_sizes)
     fits, need_gb, usable_gb = cost.kv_fits(batch, tokens)
-    if not fits:
+    # an attention-DP replica's KV is per rank (serve sizes it, src/online/dp_steptime.py): the
+    # TP path's fit, which replicates an MLA latent over every GPU, is not its bound
+    if not fits and scenario.attention_dp == 1:
         largest = cost.largest_batch_that_fits(tokens, limit=batch - 1)
         raise ConfigError(
             "study.batch_sizes",
