@@ -54,7 +54,7 @@ def table_row(row, mapped: SiliconCase | str, predicted: dict | str | None) -> d
         out["refusal"] = reason
         return out
     if predicted is None:
-        out["refusal"] = "not run: outside --systems"
+        out["refusal"] = "not run: outside --systems (or --attention-dp-only)"
         return out
     out.update(runnable=True, predicted_tpot_ms=predicted["tpot_ms"],
                predicted_ttft_ms=predicted["ttft_ms"],
