@@ -28,6 +28,7 @@ from src.costmodel.cudagraph_sizes import add_capture_size_argument, capture_siz
 from src.hardware.scenario import (
     Scenario,
     check_memory,
+    check_serve_only,
     check_tree_engines,
     default_hardware_scenario,
     load_scenario,
@@ -175,6 +176,10 @@ def scenario_from_args(args: argparse.Namespace, cfg: StudyConfig,
     except ConfigError as e:
         if e.field_name == "--scenario":  # the file itself could not be read
             raise
+        raise ConfigError(f"--scenario {args.scenario}", str(e)) from None
+    try:
+        check_serve_only(scenario, "this command")
+    except ConfigError as e:
         raise ConfigError(f"--scenario {args.scenario}", str(e)) from None
     if args.engine_profiles is not None:
         scenario = select_engine_profiles(scenario, args.engine_profiles)

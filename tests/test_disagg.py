@@ -5,12 +5,12 @@ import math
 import numpy as np
 import pytest
 
+from src.attention_dp.worker import DecodeWorker
 from src.config import ConfigError
 from src.costmodel import HardwareCostModel, PassLoad
 from src.costmodel.presets import load_presets
 from src.disagg.closed_loop import _mva, estimate
 from src.disagg.config import PoolShape, disagg_from_table, weight_bytes_per_gpu
-from src.disagg.decode_step import DecodeWorker
 from src.disagg.transfer import (
     CONNECTX7_GB_PER_S,
     NETWORK_BANDWIDTH_FRACTION,

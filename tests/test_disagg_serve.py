@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from src.attention_dp.worker import DecodeWorker
 from src.costmodel import HardwareCostModel
 from src.disagg.config import PoolShape
-from src.disagg.decode_step import DecodeWorker
 from src.disagg.pool_timer import DecodePoolTimer, decode_capacity_tokens
 from src.disagg.transfer import kv_link, transfer_ms
 from src.online.steptime import StepTimer, kv_capacity_tokens

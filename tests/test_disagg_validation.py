@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from src.attention_dp.worker import DecodeWorker
 from src.costmodel import HardwareCostModel
 from src.costmodel.presets import load_presets
 from src.disagg.config import PoolShape
-from src.disagg.decode_step import DecodeWorker
 from src.disagg.silicon import load_disagg_rows, map_row, table_row
 from src.disagg.silicon_cli import summary_lines
 

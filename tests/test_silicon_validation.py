@@ -40,7 +40,7 @@ def test_gpt_oss_fp4_rows_run_the_checkpoints_mxfp4_experts():
     ({"system": "h20"}, "unknown GPU"),
     ({"backend": "trtllm"}, "no engine profile"),
     ({"pp_size": 2.0}, "pp>1"),
-    ({"attention_dp_size": 4.0}, "attention DP"),
+    ({"attention_dp_size": 4.0}, "attention DP layout"),  # moe_tp 4 x ep 1 is not 16 GPUs
     ({"gemm_quant_mode": "int4_wo", "moe_quant_mode": "int4_wo"}, "unsupported quant"),
     ({"gemm_quant_mode": "nvfp4", "system": "h100_sxm"}, "unsupported quant"),
     ({"model_path": "MiniMaxAI/MiniMax-M2.5"}, "unknown model"),

@@ -39,11 +39,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from src.attention_dp.worker import DecodeWorker
 from src.config import ConfigError
 from src.costmodel import memory_usable_bytes
 from src.costmodel.shapes import kv_tp_divisor
 from src.disagg.config import DisaggConfig, weight_bytes_per_gpu
-from src.disagg.decode_step import DecodeWorker
 from src.disagg.transfer import kv_link, transfer_ms
 from src.hardware.steady_state import effective_tokens_per_step
 

@@ -22,9 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import src.costmodel.shapes as shapes
+from src.attention_dp.shape import (
+    GPUS_PER_NODE,
+    PoolShape,
+    shape_refusal,
+    tp_allowed,
+    weight_bytes_per_gpu,
+)
 from src.config import ConfigError
-from src.costmodel import CostModelInputError, check_tp, memory_usable_bytes
+from src.costmodel import memory_usable_bytes
 
 POOLS = ("prefill", "decode")
 SHAPE_FIELDS = ("workers", "tp", "ep", "dp")
@@ -32,29 +38,7 @@ DISAGG_KEYS = tuple(f"{p}_{f}" for p in POOLS for f in SHAPE_FIELDS) + ("kv_link
 # where the finished prompt's KV cache travels (src/disagg/transfer.py LINKS); "auto": NVLink
 # when both pools fit in one node, else the network
 KV_LINKS = ("auto", "nvlink", "network", "none")
-GPUS_PER_NODE = 8  # an HGX/DGX H200 or B200 baseboard: 8 GPUs on one NVSwitch domain
 MAX_GPUS_PER_WORKER = 64
-
-
-@dataclass(frozen=True)
-class PoolShape:
-    """One pool: `workers` identical workers of tp x dp GPUs each."""
-
-    workers: int
-    tp: int  # attention TP inside a DP rank
-    ep: int  # 1 or tp x dp
-    dp: int  # attention DP ranks per worker
-
-    @property
-    def gpus_per_worker(self) -> int:
-        return self.tp * self.dp
-
-    @property
-    def gpus(self) -> int:
-        return self.workers * self.gpus_per_worker
-
-    def label(self) -> str:
-        return f"{self.workers} x (tp {self.tp}, dp {self.dp}, ep {self.ep})"
 
 
 @dataclass(frozen=True)
@@ -78,24 +62,6 @@ class DisaggConfig:
         return "nvlink" if both <= GPUS_PER_NODE else "network"
 
 
-def weight_bytes_per_gpu(model, tp: int, dp: int) -> float:
-    """Weight bytes on one GPU of a worker (module docstring): attention-side components / tp,
-    the rest / (tp dp)."""
-    comp = shapes.component_params(model)
-    rank_side = ("attention", "embedding", "lm_head", "final_norm", "fc")
-    per_rank = shapes.params_bytes(model, {k: v for k, v in comp.items() if k in rank_side})
-    shared = shapes.params_bytes(model, {k: v for k, v in comp.items() if k not in rank_side})
-    return per_rank / tp + shared / (tp * dp)
-
-
-def _tp_allowed(model, tp: int) -> bool:
-    try:
-        check_tp(model, tp)
-    except CostModelInputError:
-        return False
-    return True
-
-
 def smallest_fitting_shape(model, gpu, params) -> tuple[int, int] | None:
     """(tp, dp) of fewest GPUs (then the larger dp: DeepSeek-style attention DP) whose weights
     fit on each GPU, a MoE's GPU count dividing its experts (ep = tp dp); None if none up to
@@ -107,7 +73,7 @@ def smallest_fitting_shape(model, gpu, params) -> tuple[int, int] | None:
             continue
         for dp in sorted((d for d in range(1, g + 1) if g % d == 0), reverse=True):
             tp = g // dp
-            if _tp_allowed(model, tp) and weight_bytes_per_gpu(model, tp, dp) <= usable:
+            if tp_allowed(model, tp) and weight_bytes_per_gpu(model, tp, dp) <= usable:
                 best = (tp, dp)
                 break
         if best:
@@ -130,26 +96,11 @@ def _pool(table: Mapping, pool: str, model, gpu, params) -> PoolShape:
     if g > MAX_GPUS_PER_WORKER:
         raise ConfigError(f"disagg.{pool}_dp", f"{pool}_tp x {pool}_dp = {g} GPUs per worker; "
                                                f"allowed: at most {MAX_GPUS_PER_WORKER}")
-    if not _tp_allowed(model, tp):
-        allowed = [d for d in range(1, model.n_heads + 1) if _tp_allowed(model, d)]
-        raise ConfigError(f"disagg.{pool}_tp",
-                          f"{tp} does not divide the {model.n_heads} query heads (and "
-                          f"{model.n_kv_heads} KV heads) of {model.model_id}; allowed: "
-                          f"{', '.join(map(str, allowed))}")
+    names = {f: f"{pool}_{f}" for f in ("tp", "dp", "ep")}
+    refused = shape_refusal(model, tp, dp, ep, names, one_node=False)
+    if refused:  # the rules the aggregated attention_dp key shares (src/attention_dp/shape.py)
+        raise ConfigError(f"disagg.{refused[0]}", refused[1])
     E = model.n_routed_experts
-    if ep != 1:
-        if not E:
-            raise ConfigError(f"disagg.{pool}_ep", f"{model.model_id} has no routed experts; "
-                                                   "allowed: 1")
-        if ep != g:
-            raise ConfigError(f"disagg.{pool}_ep",
-                              f"{ep}: one EP rank per GPU of the worker ({pool}_tp x {pool}_dp = "
-                              f"{g}) or the experts TP-split; allowed: 1 or {g}")
-        if E % ep:
-            ok = [d for d in range(1, E + 1) if E % d == 0]
-            raise ConfigError(f"disagg.{pool}_ep", f"{ep} does not divide the {E} routed experts "
-                                                   f"of {model.model_id}; allowed: "
-                                                   f"{', '.join(map(str, ok))}")
     usable = memory_usable_bytes(gpu, params)
     need = weight_bytes_per_gpu(model, tp, dp)
     if need > usable:

@@ -10,7 +10,7 @@ SGLang v0.5.10.post1 (the PyPI wheel, python/sglang/srt/server_args.py): --disag
   --enable-dp-attention (`_handle_data_parallelism`: tp_size % dp_size == 0, attention TP =
   tp / dp); --ep-size; --moe-a2a-backend deepep (`_handle_a2a_moe` sets ep_size = tp_size) and
   --deepep-mode {normal, low_latency, auto}: low_latency, the kernels a decode batch runs
-  (auto's choice for decode) and whose tables price the all-to-all (src/disagg/a2a_table.py).
+  (auto's choice for decode) and whose tables price the all-to-all (src/kernels/a2a_table.py).
   EAGLE/MTP on a decode server runs (disaggregation/decode_schedule_batch_mixin.py builds the
   EagleDraftInput); SGLang issue #6684 (2025-06: MTP + PD + DP attention failed) was followed by
   PR #7420 ("PD disaggregation when enable mtp and tp!=dp", merged 2025-06-21), and server_args

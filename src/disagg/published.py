@@ -55,8 +55,8 @@ def speedups(concurrency: int = 64, scenario_path=SCENARIO) -> dict[float, float
     """{tau: greedy TPOT / speculative TPOT} on the scenario's pools for the two measured taus
     (closed_loop.estimate, the i.i.d. rate that gives tau at 3 drafts)."""
     from src.acceptance import iid_alpha_from_tokens_per_step
+    from src.attention_dp.worker import DecodeWorker
     from src.disagg.closed_loop import estimate
-    from src.disagg.decode_step import DecodeWorker
     from src.disagg.scenario import load_disagg_scenario
     sc, dis = load_disagg_scenario(scenario_path)
     pre, dec = dis.prefill, dis.decode

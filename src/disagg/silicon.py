@@ -156,8 +156,8 @@ def predict(scenario, disagg, isl: int, osl: int, concurrency: int):
     """(the greedy steady-state estimate (src/disagg/closed_loop.py), the opening burst's mean
     TTFT in ms (src/disagg/sa_bench.py)), both at sa-bench's mean lengths of the nominal isl and
     osl, or a refusal reason."""
+    from src.attention_dp.worker import DecodeWorker
     from src.disagg.closed_loop import estimate
-    from src.disagg.decode_step import DecodeWorker
     from src.disagg.sa_bench import burst_ttft_ms, mean_length, validation_pool
     pre, dec = disagg.prefill, disagg.decode
     isl, osl = mean_length(isl), mean_length(osl)

@@ -49,7 +49,8 @@ SPECIAL_DRAFTS = ("eagle", "eagle3", "mtp", "ngram", "self")
 TARGET_TP_DRAFTS = ("eagle", "eagle3", "mtp", "self")  # drafts that run at the target's tp
 SCENARIO_KEYS = ("name", "description", "gpu", "target", "draft", "tp", "draft_tp",
                  "engine_profiles", "draft_kv_budget_tokens", "memory_reserve_fraction",
-                 "acceptance_source", "presets", "tokenizer_shared", "ep", "weights", "kv_cache")
+                 "acceptance_source", "presets", "tokenizer_shared", "ep", "weights", "kv_cache",
+                 "attention_dp")
 REQUIRED_KEYS = ("name", "gpu", "target", "draft")
 DEFAULT_ENGINE_PROFILES = ("ideal", "vllm-v1")
 # keys of a scenario's [serving] table (read by `run.py serve`, src/online/cli.py)
@@ -119,6 +120,9 @@ class Scenario:
     ep: int = 1  # expert-parallel degree of the target's MoE layers (dividing tp and E; `ep`)
     weights: str = ""  # the target's weight format for every layer ("" = the checkpoint's)
     kv_cache: str = ""  # the target's KV-cache format ("" = the checkpoint's)
+    # attention data-parallel ranks of the replica (`attention_dp`, dividing tp: each rank runs
+    # attention at tp / attention_dp over its own requests and KV; src/online/dp_steptime.py)
+    attention_dp: int = 1
 
     def target_formats(self) -> dict[str, str]:
         """ModelSpec format fields the `weights` / `kv_cache` keys replace."""
@@ -287,7 +291,8 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
     if not isinstance(acceptance_source, str):
         raise ConfigError("scenario.acceptance_source",
                           f"expected a string, got {acceptance_source!r}")
-    ep, weights, kv_cache = _formats_and_ep(table, presets, gpu, target, tp)
+    attention_dp = _positive_int("attention_dp", table.get("attention_dp", 1))
+    ep, weights, kv_cache = _formats_and_ep(table, presets, gpu, target, tp, attention_dp)
     study_table = data.get("study", {})
     if not isinstance(study_table, Mapping):
         raise ConfigError("study", "expected a table of StudyConfig fields")
@@ -304,25 +309,27 @@ def scenario_from_dict(data: Mapping[str, Any], source_path: str | None = None) 
         draft_kv_budget_tokens=budget, acceptance_source=acceptance_source.strip(),
         memory_reserve_fraction=None if reserve is None else float(reserve), study=study,
         source_path=source_path, preset_paths=preset_paths, ep=ep, weights=weights,
-        kv_cache=kv_cache)
+        kv_cache=kv_cache, attention_dp=attention_dp)
     check_memory(scenario)
     check_tree_engines(scenario, "study.trees")
     return scenario
 
 
-def _formats_and_ep(table: Mapping, presets, gpu: str, target: str, tp: int
-                    ) -> tuple[int, str, str]:
+def _formats_and_ep(table: Mapping, presets, gpu: str, target: str, tp: int,
+                    attention_dp: int = 1) -> tuple[int, str, str]:
     """(ep, weights, kv_cache) of a [scenario] table: ep dividing tp and the routed experts
-    (variants.check_ep), weights a format the GPU runs (formats.runnable_weight_formats),
-    kv_cache bf16 or fp8; ConfigError naming scenario.KEY."""
+    (variants.check_ep; with attention_dp > 1 the attention-DP rules, check_attention_dp),
+    weights a format the GPU runs (formats.runnable_weight_formats), kv_cache bf16 or fp8;
+    ConfigError naming scenario.KEY."""
     from src.costmodel.formats import KV_CACHE_FORMATS, runnable_weight_formats
     from src.costmodel.variants import check_ep
 
     ep = _positive_int("ep", table.get("ep", 1))
-    try:
-        check_ep(presets.model(target), ep, tp)
-    except CostModelInputError as e:
-        raise ConfigError("scenario.ep", e.allowed) from None
+    if attention_dp == 1:
+        try:
+            check_ep(presets.model(target), ep, tp)
+        except CostModelInputError as e:
+            raise ConfigError("scenario.ep", e.allowed) from None
     weights = table.get("weights", "")
     able = runnable_weight_formats(presets.gpu(gpu))
     if weights != "" and weights not in able:
@@ -332,7 +339,37 @@ def _formats_and_ep(table: Mapping, presets, gpu: str, target: str, tp: int
     if kv_cache != "" and kv_cache not in KV_CACHE_FORMATS:
         raise ConfigError("scenario.kv_cache",
                           f"unknown {kv_cache!r}; allowed: {', '.join(KV_CACHE_FORMATS)}")
+    if attention_dp > 1:
+        formats = {"weight_format": weights, "expert_weight_format": weights} if weights else {}
+        check_attention_dp(replace(presets.model(target), **formats), presets.gpu(gpu),
+                           presets.params, tp, attention_dp, ep)
     return ep, weights, kv_cache
+
+
+def check_attention_dp(model, gpu, params, tp: int, dp: int, ep: int) -> None:
+    """ConfigError naming scenario.attention_dp, .tp or .ep where a replica of tp GPUs in dp
+    attention-DP ranks breaks the rules the [disagg] decode pool keeps (src/attention_dp/shape.py
+    shape_refusal: dp divides tp, tp / dp the heads, ep 1 or tp dividing the experts, one node),
+    or its weights (attention replicated per rank, weight_bytes_per_gpu) do not fit a GPU."""
+    from src.attention_dp.shape import shape_refusal, weight_bytes_per_gpu
+    from src.costmodel import memory_usable_bytes
+    if tp % dp:
+        ok = [d for d in range(1, tp + 1) if tp % d == 0]
+        raise ConfigError("scenario.attention_dp", f"{dp} does not divide tp {tp} (each rank "
+                                                   f"runs attention at tp / attention_dp); "
+                                                   f"allowed: {', '.join(map(str, ok))}")
+    names = {"tp": "tp / attention_dp", "dp": "attention_dp", "ep": "ep"}
+    refused = shape_refusal(model, tp // dp, dp, ep, names)
+    if refused:
+        key = {"tp / attention_dp": "attention_dp"}.get(refused[0], refused[0])
+        raise ConfigError(f"scenario.{key}", refused[1])
+    need, usable = weight_bytes_per_gpu(model, tp // dp, dp), memory_usable_bytes(gpu, params)
+    if need > usable:
+        raise ConfigError("scenario.attention_dp",
+                          f"{model.model_id} at tp {tp}, attention_dp {dp} holds "
+                          f"{need / 1e9:.1f} GB of weights per GPU (attention replicated per "
+                          f"rank) but {gpu.gpu_id} has {usable / 1e9:.1f} GB usable; allowed: a "
+                          "smaller attention_dp or a larger tp")
 
 
 def _model_path(value: str, source_path: str | None) -> str:
@@ -413,7 +450,9 @@ def check_memory(scenario: Scenario) -> None:
     tokens = scenario.max_tokens_per_seq()
     batch = max(scenario.study.batch_sizes)
     fits, need_gb, usable_gb = cost.kv_fits(batch, tokens)
-    if not fits:
+    # an attention-DP replica's KV is per rank (serve sizes it, src/online/dp_steptime.py): the
+    # TP path's fit, which replicates an MLA latent over every GPU, is not its bound
+    if not fits and scenario.attention_dp == 1:
         largest = cost.largest_batch_that_fits(tokens, limit=batch - 1)
         raise ConfigError(
             "study.batch_sizes",
@@ -432,6 +471,15 @@ def check_memory(scenario: Scenario) -> None:
                               f"of {', '.join(f'{t:g}' for t in times)} ms at batch {b}, gamma "
                               f"{gamma}: its figures overflow the cost model; allowed: "
                               "datasheet-scale figures")
+
+
+def check_serve_only(scenario: Scenario, command: str) -> None:
+    """ConfigError naming scenario.attention_dp where a command that prices the TP path meets an
+    attention-DP replica (only `serve` prices attention_dp > 1, src/online/dp_steptime.py)."""
+    if scenario.attention_dp > 1:
+        raise ConfigError("scenario.attention_dp",
+                          f"{scenario.attention_dp}: attention DP is priced by `python run.py "
+                          f"serve` only; allowed: 1 for {command}")
 
 
 def load_scenario(path: str | Path) -> Scenario:

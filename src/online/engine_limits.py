@@ -62,12 +62,30 @@ def engine_limits(engine: str, gpu_memory_gb: float, gpu_name: str = "") -> Engi
     return base
 
 
+def replica_limits(engine: str, limits: EngineLimits, attention_dp: int) -> EngineLimits:
+    """A replica's limits from one attention-DP rank's `limits` (the engine's defaults): every
+    rank has its own scheduler (vLLM's DP engine cores, TensorRT-LLM's and SGLang's DP ranks), so
+    the replica runs attention_dp x max_num_seqs and attention_dp x the token budget; SGLang
+    gives each rank chunked_prefill_size // dp_size (server_args.py `_handle_data_parallelism`,
+    src/disagg/prefill_budget.py), so its replica's budget stays the chunk (rounded down to a
+    multiple of dp). attention_dp 1: `limits` itself."""
+    if attention_dp == 1:
+        return limits
+    tokens = limits.max_num_batched_tokens
+    tokens = (tokens // attention_dp) * attention_dp if engine in ("sglang", "sglang-spec-v2") \
+        else tokens * attention_dp
+    return EngineLimits(limits.max_num_seqs * attention_dp, max(tokens, attention_dp),
+                        limits.block_size_tokens)
+
+
 def scenario_limits(engine: str, scenario) -> EngineLimits:
-    """The engine's default limits on a hardware scenario's GPU (its gpu_id, in its presets)."""
+    """The engine's default limits on a hardware scenario's GPU (its gpu_id, in its presets),
+    for the scenario's replica of attention_dp ranks (replica_limits)."""
     from src.costmodel import load_presets
 
     gpu = load_presets(scenario.preset_paths).gpu(scenario.gpu_id)
-    return engine_limits(engine, gpu.memory_gb, gpu.name)
+    return replica_limits(engine, engine_limits(engine, gpu.memory_gb, gpu.name),
+                          getattr(scenario, "attention_dp", 1))
 
 
 MAX_NUM_SEQS_HELP = (

@@ -124,7 +124,7 @@ def _ints(flag: str, text: str, low: int, high: int) -> list[int]:
 
 def _scenario(args):
     from src.costmodel import load_engine_profiles
-    from src.hardware.scenario import scenario_from_dict
+    from src.hardware.scenario import check_serve_only, scenario_from_dict
     profiles = load_engine_profiles()
     engine = args.engine or ("vllm-v1" if "vllm-v1" in profiles else "vllm-2024")
     if engine not in profiles:
@@ -149,7 +149,9 @@ def _scenario(args):
                                             f"size and refuses another; allowed: {tp} (--tp)")
         table["scenario"]["draft_tp"] = draft_tp
     try:
-        return scenario_from_dict(table), engine
+        scenario = scenario_from_dict(table)
+        check_serve_only(scenario, "recommend")
+        return scenario, engine
     except ConfigError as e:
         flag = FIELD_FLAGS.get(e.field_name, e.field_name)
         if flag == "--draft-tp" and args.draft_tp is None:  # draft_tp follows --tp

@@ -75,8 +75,8 @@ def compiled_pricing_supported(timer) -> bool:
     """Whether step_prices prices this StepTimer's steps: every cost model it builds; a token
     tree's timer (src/treesim/serving.py) without a draft KV budget (whose capped sums the tree's
     pricing does not take: the numpy engine refuses it too)."""
-    if timer.cost is None:
-        return False
+    if timer.cost is None or not getattr(timer, "compiled_pricing", True):
+        return False  # compiled_pricing False: terms the tables lack (src/online/dp_steptime.py)
     return getattr(timer, "tree_shape", None) is None or timer.cost.draft_kv_budget_tokens is None
 
 

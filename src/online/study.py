@@ -58,15 +58,25 @@ class Prepared:
 
 
 def deployments(cfg: ServeConfig) -> tuple[Deployment, Deployment]:
-    """(greedy, speculative): the scenario's deployment without and with its draft."""
+    """(greedy, speculative): the scenario's deployment without and with its draft; a replica
+    of attention_dp > 1 ranks is priced by AttentionDpTimer and holds dp_kv_capacity_tokens
+    (src/online/dp_steptime.py), attention_dp 1 by StepTimer as always."""
     spec_cost = cfg.scenario.cost_model(cfg.engine_profile)
     plain = replace(cfg.scenario, draft="ngram", draft_tp=1, draft_kv_budget_tokens=None)
     greedy_cost = plain.cost_model(cfg.engine_profile)
     bs = cfg.limits.block_size_tokens
+    dp = getattr(cfg.scenario, "attention_dp", 1)
     out = []
     for cost, spec in ((greedy_cost, False), (spec_cost, True)):
-        blocks = kv_capacity_tokens(cost, cfg.limits.max_num_seqs) // bs
-        out.append(Deployment(StepTimer(cost, spec), blocks))
+        if dp == 1:
+            blocks = kv_capacity_tokens(cost, cfg.limits.max_num_seqs) // bs
+            out.append(Deployment(StepTimer(cost, spec), blocks))
+            continue
+        from src.attention_dp.shape import PoolShape
+        from src.online.dp_steptime import AttentionDpTimer, dp_kv_capacity_tokens
+        shape = PoolShape(workers=1, tp=cfg.scenario.tp // dp, ep=cfg.scenario.ep, dp=dp)
+        blocks = dp_kv_capacity_tokens(cost, shape, cfg.limits.max_num_seqs) // bs
+        out.append(Deployment(AttentionDpTimer(cost, spec, shape), blocks))
     return tuple(out)
 
 
@@ -108,6 +118,11 @@ def prepare(cfg: ServeConfig, deps: tuple[Deployment, Deployment] | None = None)
     """Deployments (`deps`, default deployments(cfg)), policies, the default schedule;
     ConfigError where a request cannot fit."""
     check_tree_policies(cfg)
+    if getattr(cfg.scenario, "attention_dp", 1) > 1 and any(
+            part.strip().startswith("tree") for part in str(cfg.policies).split(",")):
+        raise ConfigError("--policies", "token trees are not priced on an attention-DP replica "
+                                        "(src/treesim/serving.py prices the TP path); allowed: "
+                                        "chain policies, or scenario.attention_dp 1")
     deps = deployments(cfg) if deps is None else deps
     bs = cfg.limits.block_size_tokens
     need_tokens = longest_request_tokens(cfg) + cfg.max_gamma + 1

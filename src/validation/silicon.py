@@ -18,6 +18,7 @@ from src.validation.silicon_rows import FIT_SYSTEM, SiliconCase, reason_kind
 # issue 23 section 4's goal (|error| medians and 90th percentile)
 GOAL = {"tpot_median": 0.10, "tpot_p90": 0.25, "ttft_median": 0.20}
 COLUMNS = ("id", "system", "backend", "backend_version", "model", "gpu", "engine", "tp", "ep",
+           "attention_dp",
            "weight_format", "expert_weight_format", "isl", "osl", "concurrency", "fitted",
            "runnable", "refusal", "measured_tpot_ms", "predicted_tpot_ms", "tpot_error",
            "measured_ttft_ms", "predicted_ttft_ms", "ttft_error")
@@ -40,9 +41,12 @@ def table_row(row, mapped: SiliconCase | str, predicted: dict | str | None) -> d
                measured_ttft_ms=float(row["silicon_ttft_ms"]),
                predicted_tpot_ms=math.nan, predicted_ttft_ms=math.nan, tpot_error=math.nan,
                ttft_error=math.nan, isl=row["isl"], osl=row["osl"],
-               concurrency=row["batch_size"], tp=row["tp_size"], ep=row["moe_ep_size"])
+               concurrency=row["batch_size"], tp=row["tp_size"], ep=row["moe_ep_size"],
+               attention_dp=row["attention_dp_size"])
     if isinstance(mapped, SiliconCase):
+        # an attention-DP row: tp the replica's GPUs, concurrency the global one (silicon_rows)
         out.update(gpu=mapped.gpu, engine=mapped.engine, tp=mapped.tp, ep=mapped.ep,
+                   attention_dp=mapped.attention_dp, concurrency=mapped.concurrency,
                    weight_format=mapped.weight_format,
                    expert_weight_format=mapped.expert_weight_format)
     reason = mapped if isinstance(mapped, str) else predicted if isinstance(predicted, str) else ""
@@ -50,7 +54,7 @@ def table_row(row, mapped: SiliconCase | str, predicted: dict | str | None) -> d
         out["refusal"] = reason
         return out
     if predicted is None:
-        out["refusal"] = "not run: outside --systems"
+        out["refusal"] = "not run: outside --systems (or --attention-dp-only)"
         return out
     out.update(runnable=True, predicted_tpot_ms=predicted["tpot_ms"],
                predicted_ttft_ms=predicted["ttft_ms"],

@@ -33,13 +33,18 @@ def make_parser():
                         "src/presets/host_fits.toml")
     p.add_argument("--systems", help="simulate only these systems' rows (comma-separated); "
                                      "the others are listed as not run")
+    p.add_argument("--attention-dp-only", action="store_true",
+                   help="simulate only the rows with attention_dp_size > 1 (an aggregated "
+                        "attention-DP replica); the others are listed as not run")
     p.add_argument("--out", default=".", help="output folder (default .)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
 
 
-def run(systems: set[str] | None = None, refit: bool = False, say=lambda m: None):
-    """The validation table (a DataFrame in CSV order) and the fits that priced it."""
+def run(systems: set[str] | None = None, refit: bool = False, say=lambda m: None,
+        attention_dp_only: bool = False):
+    """The validation table (a DataFrame in CSV order) and the fits that priced it (rows outside
+    `systems`, or without attention DP where attention_dp_only, listed as not run)."""
     import pandas as pd
 
     from src.costmodel import load_engine_profiles
@@ -61,7 +66,8 @@ def run(systems: set[str] | None = None, refit: bool = False, say=lambda m: None
     out = []
     for i, ((_, row), m) in enumerate(zip(rows.iterrows(), mapped)):
         pred = None
-        if isinstance(m, SiliconCase) and (systems is None or m.system in systems):
+        if isinstance(m, SiliconCase) and (systems is None or m.system in systems) \
+                and (not attention_dp_only or m.attention_dp > 1):
             pred = predict(m, fits.get(m.engine))
         out.append(table_row(row, m, pred))
         if (i + 1) % 200 == 0:
@@ -89,7 +95,7 @@ def main(argv: list[str]) -> int:
     say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
     from src.outputs import block_last, existing_outputs, locked, publish, replace_section
     from src.validation.silicon import markdown, summary, summary_line
-    table, _ = run(systems, args.refit, say)
+    table, _ = run(systems, args.refit, say, args.attention_dp_only)
     with locked(args.out, say):
         files = existing_outputs(args.out)
         text = files.get("results/summary.txt", b"").decode("utf-8", "replace")

@@ -64,7 +64,7 @@ class SiliconCase:
     model: str  # Hugging Face id priced (src/costmodel/hf_ids.py resolves it offline): the row's
     # model_path, or the bundled id of its architecture (SAME_ARCHITECTURE)
     engine: str
-    tp: int
+    tp: int  # GPUs of the replica (an attention-DP row: tp_size x attention_dp_size)
     ep: int
     weight_format: str
     expert_weight_format: str
@@ -73,6 +73,22 @@ class SiliconCase:
     concurrency: int
     measured_tpot_ms: float
     measured_ttft_ms: float
+    attention_dp: int = 1  # attention-DP ranks (each tp / attention_dp GPUs of attention TP)
+
+
+def attention_dp_refusal(row, tp: int, dp: int, ep: int) -> str:
+    """Why an attention-DP row's layout cannot be run ("" where it can): its MoE split must
+    cover the worker's tp x dp GPUs as moe_tp x moe_ep (AIConfigurator's ModelConfig rule) and
+    be one the attention-DP step prices: the experts TP-split (ep 1) or one EP rank per GPU."""
+    g = tp * dp
+    moe_tp = _int(row["moe_tp_size"]) or 1
+    if moe_tp * ep != g:
+        return (f"attention DP layout: moe_tp_size {moe_tp} x moe_ep_size {ep} is not the "
+                f"{g} GPUs of tp_size {tp} x attention_dp_size {dp}")
+    if ep not in (1, g):
+        return (f"attention DP with MoE TP x EP: moe_tp_size {moe_tp}, moe_ep_size {ep} (the "
+                f"attention-DP step prices ep 1 or ep = the {g} GPUs)")
+    return ""
 
 
 def _int(value) -> int | None:
@@ -114,12 +130,23 @@ def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
         adp = 1
     if pp != 1:
         return f"pp>1: pp_size {row['pp_size']}"
-    if adp != 1:
-        return f"attention DP: attention_dp_size {row['attention_dp_size']}"
+    if not adp or adp < 1:
+        return f"attention DP: attention_dp_size {row['attention_dp_size']} is not a rank count"
     tp, ep = _int(row["tp_size"]), _int(row["moe_ep_size"]) or 1
     conc, isl, osl = _int(row["batch_size"]), _int(row["isl"]), _int(row["osl"])
     if not tp or not conc or not isl or not osl:
         return "bad row: tp_size, batch_size, isl or osl missing"
+    if adp > 1:
+        # AIConfigurator's convention: tp_size is attention TP inside one DP rank, the worker
+        # has tp_size x attention_dp_size GPUs (= moe_tp_size x moe_ep_size), and batch_size is
+        # one rank's: the concurrency is global_bs = batch_size x attention_dp_size
+        # (aiconfigurator_core/sdk/backends/base_backend.py, BaseBackend's static estimate:
+        # `global_bs = bs * model.config.attention_dp_size; concurrency = global_bs`); the CSV's
+        # silicon_data_source `silicon_concurrency=N` says the same on 168 of its 169 such rows
+        refused = attention_dp_refusal(row, tp, adp, ep)
+        if refused:
+            return refused
+        tp, conc = tp * adp, conc * adp
     gq, mq = str(row["gemm_quant_mode"]), str(row["moe_quant_mode"])
     # both quant columns empty (precision bf16 or empty; Llama-3.1-8B, Qwen3-32B rows of the
     # older sources): the checkpoint's own formats
@@ -161,9 +188,16 @@ def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
     for f in (wf, ewf):
         if f and f not in able:
             return f"unsupported quant: {f} on {system_gpu[system]}"
+    if adp > 1:
+        from src.attention_dp.shape import shape_refusal
+        names = {"tp": "tp_size", "dp": "attention_dp_size", "ep": "moe_ep_size"}
+        refused = shape_refusal(spec, tp // adp, adp, ep, names)
+        if refused:
+            return f"attention DP shape: {refused[1]}"
     return SiliconCase(
         row_id=str(row["id"]), system=system, backend=backend, gpu=system_gpu[system],
-        model=model, engine=engine, tp=tp, ep=ep if ep > 1 else 1, weight_format=wf,
+        model=model, engine=engine, tp=tp, attention_dp=adp, ep=ep if ep > 1 else 1,
+        weight_format=wf,
         expert_weight_format=ewf, isl=isl, osl=osl, concurrency=conc,
         measured_tpot_ms=float(row["silicon_tpot_ms"]),
         measured_ttft_ms=float(row["silicon_ttft_ms"]))

@@ -59,11 +59,12 @@ def serve_config(case: SiliconCase, host_terms: dict | None = None):
     scenario = replace(scenario, name=f"silicon-{case.row_id}", gpu_id=case.gpu,
                        target_model_id=case.model, draft="ngram", tp=case.tp, draft_tp=1,
                        engine_profiles=(case.engine,), ep=case.ep,
+                       attention_dp=case.attention_dp,
                        weight_format=case.weight_format,
                        expert_weight_format=case.expert_weight_format,
                        host_terms=tuple(sorted((host_terms or {}).items())))
     from src.costmodel.presets import load_presets
-    from src.online.engine_limits import engine_limits
+    from src.online.engine_limits import engine_limits, replica_limits
     gpu = load_presets().gpu(case.gpu)
     mode = base.study.quality_modes[0]
     return ServeConfig(
@@ -73,7 +74,8 @@ def serve_config(case: SiliconCase, host_terms: dict | None = None):
         workload_source="silicon_sample.csv", alpha_mode=mode, alpha=base.study.alpha_modes[mode],
         requests_per_replication=REQUESTS_PER_CLIENT * case.concurrency,
         replications=REPLICATIONS, seed=SEED, concurrency=(case.concurrency,),
-        limits=engine_limits(case.engine, gpu.memory_gb, gpu.name))
+        limits=replica_limits(case.engine, engine_limits(case.engine, gpu.memory_gb, gpu.name),
+                              case.attention_dp))
 
 
 def kv_hold_refusal(case: SiliconCase, cost) -> str:

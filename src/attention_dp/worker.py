@@ -1,4 +1,5 @@
-"""One decode step of a decode-pool worker: no prefill in the batch, attention DP, EP all-to-all.
+"""One step of an attention-DP worker: a disaggregated decode-pool worker (no prefill in its
+batches) or an aggregated replica of `attention_dp` ranks (prefill chunks beside the decodes).
 
 A worker has G = tp x dp GPUs and `ep` in {1, G}. Its cost model is the aggregated replica's
 (HardwareCostModel at tp = G, ep: the same GEMMs, expert reads, slowest-EP-rank imbalance and
@@ -16,7 +17,7 @@ the worker's requests, t = gamma + 1 positions each, c = mean cached context):
                + all_to_all(n t tokens)            MoE dispatch + combine per MoE layer
 
     all_to_all = L_moe x the engine's measured low-latency dispatch + combine of one layer
-        (src/disagg/a2a_table.py: AIConfigurator's DeepEP tables, EP 8 on one node) where a
+        (src/kernels/a2a_table.py: AIConfigurator's DeepEP tables, EP 8 on one node) where a
         table matches; otherwise the roofline
     all_to_all = L_moe (dispatch_bytes + combine_bytes) / link, per GPU and direction:
         tokens per GPU x k experts x h x (G - 1) / G x (1 byte FP8 dispatch, 2 bytes BF16
@@ -25,13 +26,14 @@ the worker's requests, t = gamma + 1 positions each, c = mean cached context):
         measures 153-158 GB/s intranode on H800's ~160 GB/s: the bandwidth term is near peak)
 
 The attention projections (MLA: q_a, q_b, kv_a, kv_b, o_proj; GQA: QKV, O) are replicated across
-the DP ranks and split by the rank's tp only (src/disagg/config.py weight_bytes_per_gpu holds them
-so; SGLang's DP attention builds them at attn_tp_size = tp / dp, TensorRT-LLM's enable_attention_dp
-at tp 1): each GPU streams 1/tp of their weights per step, not 1/G. Their FLOPs per GPU are the
-same either way (n t rows x the rank's full width vs N t rows x 1/G of it), so the change is the
-weight read: DeepSeek-V3 FP8 at dp 8, tp 1 reads ~10.5 GB per step of q_b, kv_b, o_proj instead
-of ~1.3 GB (the un-split q_a, kv_a were already whole). Priced on the roofline on both sides
-(the measured-GEMM tables cover dense BF16 decoders only, src/kernels/pass_gemms.py).
+the DP ranks and split by the rank's tp only (src/attention_dp/shape.py weight_bytes_per_gpu
+holds them so; SGLang's DP attention builds them at attn_tp_size = tp / dp, TensorRT-LLM's
+enable_attention_dp at tp 1): each GPU streams 1/tp of their weights per step, not 1/G. Their
+FLOPs per GPU are the same either way (n t rows x the rank's full width vs N t rows x 1/G of
+it), so the change is the weight read: DeepSeek-V3 FP8 at dp 8, tp 1 reads ~10.5 GB per step of
+q_b, kv_b, o_proj instead of ~1.3 GB (the un-split q_a, kv_a were already whole). Priced on the
+roofline on both sides (the measured-GEMM tables cover dense BF16 decoders only,
+src/kernels/pass_gemms.py).
 
 The ranks synchronise at every MoE layer, so the busiest rank's attention sets the step:
 requests spread evenly, n = ceil(N / dp). Routing imbalance across EP ranks is the cost
@@ -40,7 +42,23 @@ independent per token under the model's locality); the tokens each EP rank recei
 as even (their imbalance is not modelled). The draft passes (MTP module, EAGLE head) are priced
 as the TP-G path prices them: their attention is not split by DP (one layer of 62 for
 DeepSeek's MTP). A worker spanning nodes (G > 8) would run the all-to-all over the network:
-refused here (src/disagg/config.py GPUS_PER_NODE).
+refused here (src/attention_dp/shape.py GPUS_PER_NODE).
+
+Prefill chunks (an aggregated replica only; dp_chunk_correction_ms). The TP-G path prices a
+mixed step as the decode part plus what the P chunks (T tokens, context sum Cp) add to the pass
+(src/online/steptime.py, src/costmodel/prefill.py). Each rank prefills its own prompts; the
+busiest holds p = ceil(P / dp) chunks of the mean length, Tr = T p / P tokens over Cp p / P
+cached ones, beside its n decodes. The same three terms change, on the chunks' share:
+
+    - attention_G(P chunks, prefill) + attention_tp(p chunks, prefill)
+    - [attn_gemms_G(N t + T) - attn_gemms_G(N t)] + [attn_gemms_tp(n t + Tr) - attn_gemms_tp(n t)]
+    - [comm_G(N t + T) - comm_G(N t)] + [all_reduce_tp(n t + Tr) - all_reduce_tp(n t)] / 2
+    + [all_to_all(n t + Tr) - all_to_all(n t)]
+
+each term 0 at 0 tokens (a step with no decode pays the chunks' terms whole). The all-to-all
+tables hold DeepEP's low-latency kernels up to 256-1024 tokens per rank; a prefill chunk of
+thousands of tokens is priced on the line through their last two points (a2a_table.py), the
+bandwidth regime, not the normal-mode kernels engines run for prefill: a stated approximation.
 """
 from __future__ import annotations
 
@@ -50,11 +68,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import src.costmodel.shapes as shapes
+from src.attention_dp.shape import GPUS_PER_NODE, PoolShape
 from src.config import ConfigError
 from src.costmodel import PassLoad
-from src.costmodel.roofline import _pnorm, gemm_terms_s, pass_coefficients, pass_components_s
-from src.disagg.a2a_table import a2a_us_per_layer
-from src.disagg.config import GPUS_PER_NODE, PoolShape
+from src.costmodel.roofline import (
+    _pnorm,
+    attention_s,
+    gemm_terms_s,
+    pass_coefficients,
+    pass_components_s,
+)
+from src.kernels.a2a_table import a2a_us_per_layer
 
 DISPATCH_BYTES_PER_VALUE = 1.0  # FP8 dispatch (DeepEP README, DeepSeek-V3/R1 inference setting)
 COMBINE_BYTES_PER_VALUE = 2.0  # BF16 combine (same source)
@@ -162,3 +186,47 @@ class DecodeWorker:
                 - self.attention_gemms_ms(tc, s.gpus_per_worker, N * t))
         out = -attn_g + attn_r + proj - comm_g + comm_r + self.all_to_all_ms(n * t)
         return np.where(N > 0, out, 0.0)
+
+    def _comm_ms(self, coeffs, tokens) -> np.ndarray:
+        """All-reduce ms of a pass of `tokens` rows (array) on coefficients `coeffs`; 0 at 0."""
+        T = np.asarray(tokens, dtype=float)
+        comm = pass_components_s(coeffs, T, 1.0, 0.0)["communication"] * 1e3
+        return np.where(T > 0, comm, 0.0)
+
+    def _gemms_ms(self, coeffs, tp: int, tokens) -> np.ndarray:
+        T = np.asarray(tokens, dtype=float)
+        return np.where(T > 0, self.attention_gemms_ms(coeffs, tp, T), 0.0)
+
+    def _a2a_ms(self, tokens) -> np.ndarray:
+        T = np.asarray(tokens, dtype=float)
+        return np.where(T > 0, self.all_to_all_ms(T), 0.0)
+
+    def dp_chunk_correction_ms(self, worker_requests, gamma, chunk_seqs, chunk_tokens,
+                               chunk_context_sum) -> np.ndarray:
+        """What attention DP changes in the TP-G path's price of a step's prefill chunks
+        (module docstring, "Prefill chunks"), ms per row ([R] arrays: N decoding requests at
+        gamma + 1 positions, P chunks of T tokens over Cp cached tokens); 0 at dp = 1 and where
+        P = 0."""
+        s = self.shape
+        P = np.asarray(chunk_seqs, dtype=float)
+        if s.dp == 1:
+            return np.zeros(P.shape)
+        N = np.asarray(worker_requests, dtype=float) + np.zeros(P.shape)
+        t = np.asarray(gamma) + 1.0
+        T = np.asarray(chunk_tokens, dtype=float)
+        Cp = np.asarray(chunk_context_sum, dtype=float)
+        n, p = np.ceil(N / s.dp), np.ceil(P / s.dp)
+        share = p / np.maximum(P, 1.0)
+        Tr = T * share
+        length = np.maximum(T / np.maximum(P, 1.0), 1.0)
+        tc, rc, G = self.cost._target_c, self._rank_c, s.gpus_per_worker
+        attn = (attention_s(rc, np.maximum(p, 1.0), length, Cp * share, prefill=True)
+                - attention_s(tc, np.maximum(P, 1.0), length, Cp, prefill=True)) * 1e3
+        dec_g, dec_r = N * t, n * t
+        proj = (self._gemms_ms(rc, s.tp, dec_r + Tr) - self._gemms_ms(rc, s.tp, dec_r)
+                - self._gemms_ms(tc, G, dec_g + T) + self._gemms_ms(tc, G, dec_g))
+        comm = self._comm_ms(tc, dec_g) - self._comm_ms(tc, dec_g + T)
+        if s.tp > 1:
+            comm = comm + (self._comm_ms(rc, dec_r + Tr) - self._comm_ms(rc, dec_r)) / 2.0
+        a2a = self._a2a_ms(dec_r + Tr) - self._a2a_ms(dec_r)
+        return np.where(P > 0, attn + proj + comm + a2a, 0.0)
