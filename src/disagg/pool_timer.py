@@ -35,12 +35,20 @@ from src.online.steptime import StepTimer, kv_capacity_tokens
 
 
 class DecodePoolTimer(StepTimer):
-    """Step times of one decode worker (module docstring)."""
+    """Step times of one decode worker (module docstring). The compiled serving loop prices it
+    (src/online/step_prices.py: `prefill_free`, its chunks at 0 ms) at dp = 1, where its steps
+    are the aggregated timer's; at dp > 1 the correction is numpy's (`compiled_pricing`)."""
+
+    prefill_free = True
 
     def __init__(self, cost, speculative: bool, shape: PoolShape):
         super().__init__(cost, speculative)
         self.shape = shape
         self.worker = DecodeWorker(cost, shape)
+
+    @property
+    def compiled_pricing(self) -> bool:
+        return self.shape.dp == 1
 
     def _dp(self, n_decode, context_sum, gamma, target):
         if self.shape.dp == 1:

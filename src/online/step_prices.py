@@ -42,8 +42,8 @@ N_NET = 24
 (E_CPU_FIXED, E_CPU_PER_SEQ, E_REJECTION, E_KV_BOOK, E_EXPANSION, E_SLOWDOWN, E_OVERLAP_DECODE,
  E_OVERLAP_SPEC, E_NGRAM_ONE_CALL, E_NGRAM_CPU, E_DRAFT_CPU_FIXED, E_DRAFT_CPU_PER_SEQ, E_COVERS,
  E_CATCHUP, E_BUDGET, E_WITH_DRAFT, E_WEIGHT_B, E_KV_PER_TOKEN_B, E_KV_PER_SEQ_B, E_USABLE_B,
- E_ONE_GRAPH, E_SPEC_EAGER, E_TREE_TOKENS, E_TREE_STEPS, E_TREE_TOPK) = range(25)
-N_ENG = 25
+ E_ONE_GRAPH, E_SPEC_EAGER, E_TREE_TOKENS, E_TREE_STEPS, E_TREE_TOPK, E_PREFILL_FREE) = range(26)
+N_ENG = 26
 # The network index and the constant arguments the compiled functions pass one another are numpy
 # scalars: numba types a Python int or bool constant (0, 1, True) as Literal[int] / Literal[bool]
 # and compiles a callee once more for each literal value it is passed (numba's typing of constants
@@ -74,8 +74,10 @@ class PriceTables(NamedTuple):
 def compiled_pricing_supported(timer) -> bool:
     """Whether step_prices prices this StepTimer's steps: every cost model it builds; a token
     tree's timer (src/treesim/serving.py) without a draft KV budget (whose capped sums the tree's
-    pricing does not take: the numpy engine refuses it too)."""
-    if timer.cost is None:
+    pricing does not take: the numpy engine refuses it too); a timer that says it is not
+    (`compiled_pricing` False: a decode pool's worker at attention DP > 1, src/disagg/
+    pool_timer.py, whose steps add a correction these tables do not hold)."""
+    if timer.cost is None or not getattr(timer, "compiled_pricing", True):
         return False
     return getattr(timer, "tree_shape", None) is None or timer.cost.draft_kv_budget_tokens is None
 
@@ -119,8 +121,15 @@ def _token_tables(c, max_tokens: int):
 
 def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> PriceTables:
     """PriceTables of every StepTimer in `timers`, for steps of at most max_seqs decoding
-    sequences, gamma <= max_gamma and max_tokens positions (decode + prefill)."""
+    sequences, gamma <= max_gamma and max_tokens positions (decode + prefill). A timer whose
+    prefill chunks cost nothing (`prefill_free`: a disaggregated decode pool's worker, src/disagg/
+    pool_timer.py, whose prompts' KV arrives from the prefill pool) has E_PREFILL_FREE set, and
+    the loop adds no prefill_extra_ms to its steps; where every timer is such, the token-count
+    tables (read by prefill_extra_ms only) hold count 0 alone instead of every count of the
+    decode pool's budget (max_num_seqs x the longest request: ~10^6 counts)."""
     D = len(timers)
+    if all(getattr(t, "prefill_free", False) for t in timers):
+        max_tokens = 0
     nets, engs, tabs, gemms, sels, comms, kerns = [], [], [], [], [], [], []
     tree_extra = np.zeros((D, max_seqs + 1))
     for d, timer in enumerate(timers):
@@ -163,6 +172,7 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
         budget = cost.draft_kv_budget_tokens
         v[E_BUDGET] = -1.0 if budget is None else budget
         v[E_WITH_DRAFT] = float(timer.speculative)
+        v[E_PREFILL_FREE] = float(getattr(timer, "prefill_free", False))
         v[[E_WEIGHT_B, E_KV_PER_TOKEN_B, E_KV_PER_SEQ_B]] = (
             cost._weight_bytes_gpu0, cost._kv_bytes_per_token_gpu0, cost._kv_bytes_per_seq_gpu0)
         v[E_USABLE_B] = memory_usable_bytes(cost.gpu, cost.params)
