@@ -8,13 +8,14 @@ RoutedDisaggEngine), and the decode workers' rows (one per worker per replicatio
 decode_router.py's spread) do not interact. So the compiled serving loop (src/online/
 engine_compiled.py) runs them, with those arrivals in place of the requests' own and the
 decode worker's steps priced with no prefill chunks (DecodePoolTimer.prefill_free: step_prices
-adds no prefill_extra_ms); the result is folded back as RoutedDisaggEngine folds it, with each
-request's send time as its arrival.
+adds no prefill_extra_ms) and, at attention DP > 1, with the worker's step correction
+(src/disagg/decode_step.py: its context-free terms tabled by batch and gamma, the two attention
+terms per step, step_prices.dp_correction_ms); the result is folded back as RoutedDisaggEngine
+folds it, with each request's send time as its arrival.
 
 The numpy engines stay where the compiled loop does not apply: closed-loop clients (a send
-waits on a finish, so the prefill queue and the decode rows interact), a decode worker at
-attention DP > 1 (its step correction, src/disagg/decode_step.py, is numpy's), and the
-policies the compiled loop does not run (src/online/engine_compiled.py compiled_supported).
+waits on a finish, so the prefill queue and the decode rows interact) and the policies the
+compiled loop does not run (src/online/engine_compiled.py compiled_supported).
 The two agree to rounding (tests/test_disagg_compiled.py: 1e-9 relative, as the aggregated
 engines do), bar `adaptive`, which the compiled loop re-decides every step (src/online/
 engine.py).
@@ -102,8 +103,8 @@ class DisaggEngines:
         use = ok if self.compiled is None else self.compiled
         if use:
             if not ok:
-                raise ValueError("the compiled engine runs an open-loop decode pool at attention "
-                                 "DP 1 under batch-size policies, adaptive or token trees")
+                raise ValueError("the compiled engine runs an open-loop decode pool under "
+                                 "batch-size policies and adaptive")
             return CompiledDisaggEngine(requests, groups, deployments, row_dep, limits,
                                         max_gamma, self.pool, self.workers)
         if self.workers == 1:

@@ -36,8 +36,9 @@ from src.online.steptime import StepTimer, kv_capacity_tokens
 
 class DecodePoolTimer(StepTimer):
     """Step times of one decode worker (module docstring). The compiled serving loop prices it
-    (src/online/step_prices.py: `prefill_free`, its chunks at 0 ms) at dp = 1, where its steps
-    are the aggregated timer's; at dp > 1 the correction is numpy's (`compiled_pricing`)."""
+    too (src/online/step_prices.py): `prefill_free` (its chunks at 0 ms) and, at dp > 1,
+    `dp_pricing` (the correction's rank coefficients and its context-free terms by batch and
+    gamma; the loop adds the two attention terms per step)."""
 
     prefill_free = True
 
@@ -46,9 +47,14 @@ class DecodePoolTimer(StepTimer):
         self.shape = shape
         self.worker = DecodeWorker(cost, shape)
 
-    @property
-    def compiled_pricing(self) -> bool:
-        return self.shape.dp == 1
+    def dp_pricing(self, max_seqs: int, width: int):
+        """None at dp = 1, else (dp, the DP rank's PassCoefficients, DecodeWorker.dp_static_ms
+        [max_seqs + 1, width] at N = 0..max_seqs requests and gamma = 0..width - 1)."""
+        if self.shape.dp == 1:
+            return None
+        static = self.worker.dp_static_ms(np.arange(max_seqs + 1)[:, None],
+                                          np.arange(width)[None, :])
+        return self.shape.dp, self.worker._rank_c, static
 
     def _dp(self, n_decode, context_sum, gamma, target):
         if self.shape.dp == 1:

@@ -29,6 +29,7 @@ from src.online.step_prices import (
     E_WITH_DRAFT,
     ZERO,
     decode_ms,
+    dp_correction_ms,
     prefill_extra_ms,
     step_fits,
     tree_decode_ms,
@@ -83,7 +84,8 @@ def _price(pt, d, n, C, g, ctx, dec, hi):
     if budget >= 0:
         mid = _capped(ctx, dec, hi, (g - 1) * 0.5, budget)
         start = _capped(ctx, dec, hi, 0.0, budget)
-    return decode_ms(pt, d, n, C, g, mid, start)
+    target, draft = decode_ms(pt, d, n, C, g, mid, start)
+    return target + dp_correction_ms(pt, d, n, C, g), draft  # 0 but at attention DP > 1
 
 
 @compiled_callee
