@@ -14,7 +14,7 @@ decode worker as the replica and the prefill pool as its own queue in front.
                     each batching waiting prompts into one pass up to the engine's prefill token
                     budget (src/disagg/prefill_budget.py), then the KV transfer
     engine          src/disagg/compiled_pool.py: the compiled serving loop where it applies
-                    (open loop, decode_dp 1), else the numpy engines
+                    (open loop), else the numpy engines (closed loop)
     serving.csv     prefill_utilisation and decode_utilisation (each with its interval) after the
                     metrics; per-GPU throughput over every GPU of both pools
 
