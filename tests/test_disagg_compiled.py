@@ -53,7 +53,7 @@ def _run(cfg, prepared, rate, compiled):
      DSV3),
 ])
 def test_compiled_decode_pool_is_the_numpy_one_to_rounding(table, rate, deployment):
-    cfg, prepared = _setup(table, *((deployment, 4.0) if deployment else ()))
+    cfg, prepared = _setup(table, *((deployment, 2.0) if deployment else ()))
     ref_engine, ref = _run(cfg, prepared, rate, False)
     got_engine, got = _run(cfg, prepared, rate, True)
     y = table.get("decode_workers", 1)

@@ -189,7 +189,7 @@ def test_closed_loop_sends_follow_the_finishes_in_time_order_across_workers(tmp_
             engine.run = captured
             return engine
         return dcfg, replace(prep, make_engine=make)
-    argv = ["--scenario", path, "--requests", "40", *RUN, "--concurrency", "7", "--policies",
+    argv = ["--scenario", path, "--requests", "24", *RUN, "--concurrency", "7", "--policies",
             "none,fixed:2", "--out", str(tmp_path / "o")]
     assert cli.main(argv, document=doc, setup=setup) == 0
     (res,) = results
