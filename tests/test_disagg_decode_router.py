@@ -74,7 +74,7 @@ def test_the_synchronised_engine_at_one_worker_writes_the_same_serving_csv(tmp_p
     """RoutedDisaggEngine at y = 1 (its horizon, its deferred closed-loop sends, the spread and
     the fold) against DisaggEngine: serving.csv byte for byte, open and closed loop."""
     path = _scenario(tmp_path, "prefill_workers = 1\n", "s.toml")
-    args = ["--scenario", path, "--requests", "30", *RUN, "--policies", "none,fixed:2", *load]
+    args = ["--scenario", path, "--requests", "20", *RUN, "--policies", "none,fixed:2", *load]
     assert _numpy_serve(path, args + ["--out", str(tmp_path / "a")], routed=False) == 0
     assert _numpy_serve(path, args + ["--out", str(tmp_path / "b")], routed=True) == 0
     a = (tmp_path / "a" / "results" / "serving.csv").read_bytes()
