@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from src.disagg.decode_router import RoutedPool, gather, routed, spread
+from src.disagg.compiled_pool import DisaggEngines
+from src.disagg.decode_router import RoutedDisaggEngine, gather, spread
+from src.disagg.prefill_front import DisaggEngine
 from tests.helpers import run_captured
 from tests.test_disagg_serve import DENSE
 
@@ -29,8 +31,9 @@ def _serve(tmp_path, scenario, *args, out) -> pd.DataFrame:
     return pd.read_csv(tmp_path / out / "results" / "serving.csv")
 
 
-def _forced_one_worker_routed(path, argv):
-    """serve through RoutedDisaggEngine at y = 1 (the synchronised, spread and gathered path)."""
+def _numpy_serve(path, argv, routed: bool):
+    """serve on the numpy engines: DisaggEngine, or RoutedDisaggEngine at y = 1 (the
+    synchronised, spread and gathered path) where `routed`."""
     from src.disagg.serve import disagg_setup
     from src.online import cli
     with open(path, "rb") as f:
@@ -39,7 +42,10 @@ def _forced_one_worker_routed(path, argv):
 
     def setup(cfg):
         dcfg, prep = inner(cfg)
-        return dcfg, replace(prep, make_engine=RoutedPool(prep.make_engine, 1))
+        pool = prep.make_engine.pool
+        if not routed:
+            return dcfg, replace(prep, make_engine=DisaggEngines(pool, 1, compiled=False))
+        return dcfg, replace(prep, make_engine=lambda *a: RoutedDisaggEngine(*a, pool, 1))
     return cli.main(argv, document=doc, setup=setup)
 
 
@@ -53,10 +59,14 @@ def test_spread_and_gather_are_inverse_round_robin():
 
 
 def test_one_decode_worker_is_todays_engine():
-    class Pool:
-        pass
-    p = Pool()
-    assert routed(p, 1) is p and isinstance(routed(p, 2), RoutedPool)
+    """The numpy factory at y = 1 builds the one-worker engine, at y > 1 the routed one."""
+    from src.online.study import _engine_at_rate
+    from tests.test_disagg_compiled import _setup
+    for y, kind in ((1, DisaggEngine), (2, RoutedDisaggEngine)):
+        cfg, prep = _setup({"prefill_workers": 1, "decode_workers": y})
+        make = replace(prep.make_engine, compiled=False)
+        engine, _ = _engine_at_rate(cfg, replace(prep, make_engine=make), 2.0)
+        assert type(engine) is kind
 
 
 @pytest.mark.parametrize("load", [["--rates", "6"], ["--concurrency", "5"]])
@@ -64,9 +74,9 @@ def test_the_synchronised_engine_at_one_worker_writes_the_same_serving_csv(tmp_p
     """RoutedDisaggEngine at y = 1 (its horizon, its deferred closed-loop sends, the spread and
     the fold) against DisaggEngine: serving.csv byte for byte, open and closed loop."""
     path = _scenario(tmp_path, "prefill_workers = 1\n", "s.toml")
-    args = ["--scenario", path, "--requests", "30", *RUN, "--policies", "none,fixed:2", *load]
-    assert run_captured(["serve", *args, "--out", str(tmp_path / "a")]).returncode == 0
-    assert _forced_one_worker_routed(path, args + ["--out", str(tmp_path / "b")]) == 0
+    args = ["--scenario", path, "--requests", "20", *RUN, "--policies", "none,fixed:2", *load]
+    assert _numpy_serve(path, args + ["--out", str(tmp_path / "a")], routed=False) == 0
+    assert _numpy_serve(path, args + ["--out", str(tmp_path / "b")], routed=True) == 0
     a = (tmp_path / "a" / "results" / "serving.csv").read_bytes()
     b = (tmp_path / "b" / "results" / "serving.csv").read_bytes()
     assert a == b
@@ -179,7 +189,7 @@ def test_closed_loop_sends_follow_the_finishes_in_time_order_across_workers(tmp_
             engine.run = captured
             return engine
         return dcfg, replace(prep, make_engine=make)
-    argv = ["--scenario", path, "--requests", "40", *RUN, "--concurrency", "7", "--policies",
+    argv = ["--scenario", path, "--requests", "24", *RUN, "--concurrency", "7", "--policies",
             "none,fixed:2", "--out", str(tmp_path / "o")]
     assert cli.main(argv, document=doc, setup=setup) == 0
     (res,) = results

@@ -230,3 +230,26 @@ class DecodeWorker:
             comm = comm + (self._comm_ms(rc, dec_r + Tr) - self._comm_ms(rc, dec_r)) / 2.0
         a2a = self._a2a_ms(dec_r + Tr) - self._a2a_ms(dec_r)
         return np.where(P > 0, attn + proj + comm + a2a, 0.0)
+
+    def dp_static_ms(self, worker_requests, gamma) -> np.ndarray:
+        """The terms of dp_correction_ms that do not depend on the context, ms (broadcast
+        arrays): - attn_gemms_G(N t) + attn_gemms_tp(n t) - communication_G(N t) +
+        all_reduce_tp(n t) / 2 + all_to_all(n t); 0 at dp = 1 and where N = 0. The compiled
+        serving loop tables them by (N, gamma) and adds the two attention terms per step
+        (src/online/step_prices.py dp_correction_ms)."""
+        s = self.shape
+        N, g = np.broadcast_arrays(np.asarray(worker_requests, dtype=float),
+                                   np.asarray(gamma, dtype=float))
+        if s.dp == 1:
+            return np.zeros(N.shape)
+        t = g + 1.0
+        n = np.ceil(N / s.dp)
+        zero = np.zeros(N.shape)
+        comm_g = pass_components_s(self.cost._target_c, N, t, zero)["communication"] * 1e3
+        comm_r = 0.0
+        if s.tp > 1:
+            comm_r = pass_components_s(self._rank_c, n, t, zero)["communication"] * 1e3 / 2.0
+        proj = (self.attention_gemms_ms(self._rank_c, s.tp, n * t)
+                - self.attention_gemms_ms(self.cost._target_c, s.gpus_per_worker, N * t))
+        out = proj - comm_g + comm_r + self.all_to_all_ms(n * t)
+        return np.where(N > 0, out, 0.0)

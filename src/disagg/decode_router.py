@@ -44,7 +44,6 @@ one worker's.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -75,19 +74,6 @@ def spread_requests(rq: RequestTable, y: int) -> RequestTable:
         output_tokens=spread(rq.output_tokens, y, 1), alpha=spread(rq.alpha, y, 0.5),
         key=spread(rq.key, y, np.uint64(0)), hazard_profile=rq.hazard_profile,
         clients=None if rq.clients is None else np.repeat(rq.clients, y))
-
-
-@dataclass(frozen=True)
-class RoutedPool:
-    """The engine factory (study.Prepared.make_engine) of `workers` decode workers behind
-    `pool`."""
-
-    pool: PrefillPool
-    workers: int
-
-    def __call__(self, requests, groups, deployments, row_dep, limits, max_gamma):
-        return RoutedDisaggEngine(requests, groups, deployments, row_dep, limits, max_gamma,
-                                  self.pool, self.workers)
 
 
 class RoutedDisaggEngine(DisaggEngine):
@@ -198,35 +184,34 @@ class RoutedDisaggEngine(DisaggEngine):
                         free_slot)
 
     def _result(self) -> DisaggResult:
-        res = NumpyEngine._result(self)
-        y, R0, N0 = self.y, self.R0, self.N0
-        valid = np.isfinite(self.rq0.arrival_s)
-
-        def total(a):
-            a = np.asarray(a)
-            return a.reshape(R0, y, *a.shape[1:]).sum(axis=1)
-
-        fin = gather(res.finish_s, y, N0)
-        return DisaggResult(
-            arrival_s=np.where(valid, gather(self.send_ms, y, N0) * 1e-3, np.nan),
-            first_scheduled_s=gather(res.first_scheduled_s, y, N0),
-            first_token_s=gather(res.first_token_s, y, N0),
-            finish_s=fin,
-            output_tokens=np.where(valid, self.rq0.output_tokens, 0),
-            preemptions=gather(res.preemptions, y, N0),
-            makespan_s=np.nanmax(np.where(valid, fin, np.nan), axis=1),
-            steps=total(res.steps), busy_s=total(res.busy_s),
-            running_integral_s=total(res.running_integral_s),
-            kv_integral_s=total(res.kv_integral_s), accepted_drafts=total(res.accepted_drafts),
-            proposed_drafts=total(res.proposed_drafts),
-            decode_steps_by_gamma=total(res.decode_steps_by_gamma),
-            itl_histogram=total(res.itl_histogram),
-            kv_capacity_blocks=res.kv_capacity_blocks[::y], slot_steps=total(res.slot_steps),
-            prefill_busy_s=self.prefill_busy_ms * 1e-3, prefill_servers=self.pool.servers,
-            decode_workers=y)
+        return fold(NumpyEngine._result(self), self.y, self.rq0, self.send_ms,
+                    self.prefill_busy_ms, self.pool.servers)
 
 
-def routed(pool: PrefillPool, workers: int):
-    """The engine factory of a deployment of `workers` decode workers: the one-worker
-    PrefillPool itself at 1 (today's engine, float for float)."""
-    return pool if workers == 1 else RoutedPool(pool, workers)
+def fold(res, y: int, rq0: RequestTable, send_ms, prefill_busy_ms, servers: int) -> DisaggResult:
+    """The result of the y-row engine `res` folded back to one row per replication (module
+    docstring): rq0 the replications' requests, send_ms each spread request's send time."""
+    R0, N0 = rq0.arrival_s.shape
+    valid = np.isfinite(rq0.arrival_s)
+
+    def total(a):
+        a = np.asarray(a)
+        return a.reshape(R0, y, *a.shape[1:]).sum(axis=1)
+
+    fin = gather(res.finish_s, y, N0)
+    return DisaggResult(
+        arrival_s=np.where(valid, gather(send_ms, y, N0) * 1e-3, np.nan),
+        first_scheduled_s=gather(res.first_scheduled_s, y, N0),
+        first_token_s=gather(res.first_token_s, y, N0),
+        finish_s=fin,
+        output_tokens=np.where(valid, rq0.output_tokens, 0),
+        preemptions=gather(res.preemptions, y, N0),
+        makespan_s=np.nanmax(np.where(valid, fin, np.nan), axis=1),
+        steps=total(res.steps), busy_s=total(res.busy_s),
+        running_integral_s=total(res.running_integral_s),
+        kv_integral_s=total(res.kv_integral_s), accepted_drafts=total(res.accepted_drafts),
+        proposed_drafts=total(res.proposed_drafts),
+        decode_steps_by_gamma=total(res.decode_steps_by_gamma),
+        itl_histogram=total(res.itl_histogram),
+        kv_capacity_blocks=res.kv_capacity_blocks[::y], slot_steps=total(res.slot_steps),
+        prefill_busy_s=prefill_busy_ms * 1e-3, prefill_servers=servers, decode_workers=y)

@@ -30,7 +30,22 @@ from src.online.steptime import kv_capacity_tokens
 
 class DecodePoolTimer(AttentionDpTimer):
     """Step times of one decode worker (module docstring): the attention-DP worker's
-    (src/online/dp_steptime.py), its prefill chunks free."""
+    (src/online/dp_steptime.py), its prefill chunks free. The compiled serving loop prices it
+    too (src/online/step_prices.py): `prefill_free` (its chunks at 0 ms) and, at dp > 1,
+    `dp_pricing` (the correction's rank coefficients and its context-free terms by batch and
+    gamma; the loop adds the two attention terms per step)."""
+
+    prefill_free = True
+    compiled_pricing = True  # prefill free, and dp_pricing tables the DP terms of decode
+
+    def dp_pricing(self, max_seqs: int, width: int):
+        """None at dp = 1, else (dp, the DP rank's PassCoefficients, DecodeWorker.dp_static_ms
+        [max_seqs + 1, width] at N = 0..max_seqs requests and gamma = 0..width - 1)."""
+        if self.shape.dp == 1:
+            return None
+        static = self.worker.dp_static_ms(np.arange(max_seqs + 1)[:, None],
+                                          np.arange(width)[None, :])
+        return self.shape.dp, self.worker._rank_c, static
 
     def prefill_extra_ms(self, n_decode, gamma, decode_context_sum, chunk_seqs, chunk_tokens,
                          chunk_context_sum, chunk_logits) -> np.ndarray:

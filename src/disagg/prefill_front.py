@@ -151,17 +151,25 @@ class PrefillPool:
     prefill_tp: int
     decode_tp: int
     budget_tokens: int = 0  # prompt tokens per pass per server (src/disagg/prefill_budget.py)
+    # batch_ms's GEMM part per (prompts, tokens) of a pass, filled as passes are priced
+    _pass_ms: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def batch_ms(self, prompt_tokens) -> float:
-        """One pass of prompts prompt_tokens on a server (module docstring), ms."""
+        """One pass of prompts prompt_tokens on a server (module docstring), ms. Its GEMM part
+        depends on the count and the total only: kept per (n, T) for the pool's life (a
+        prefill pool's probes price ~10^4 passes, mostly of make-ups met before)."""
         p = np.asarray(prompt_tokens, float)
         n, dp = p.size, self.prefill_dp
-        ms = float(self.prefill_cost.prefill_time(dp * n, p.sum() / n))
+        total = p.sum()
+        key = (n, float(total))
+        ms = self._pass_ms.get(key)
+        if ms is None:
+            ms = self._pass_ms[key] = float(self.prefill_cost.prefill_time(dp * n, total / n))
         if np.all(p == p[0]):
             return ms
         c = self.prefill_cost._target_c
         each = attention_s(c, np.full(n, dp), p, np.zeros(n), prefill=True)
-        return ms + 1e3 * float(np.sum(each) - attention_s(c, dp * n, p.sum() / n, 0.0,
+        return ms + 1e3 * float(np.sum(each) - attention_s(c, dp * n, total / n, 0.0,
                                                           prefill=True))
 
     def queue(self, scale: float = 1.0) -> FcfsServers:
@@ -177,9 +185,15 @@ class PrefillPool:
         return FcfsServers(self.servers, self.budget_tokens, price)
 
     def prefill_ms(self, prompt_tokens) -> np.ndarray:
+        """One prompt alone per prompt, ms: priced once per distinct length (the same
+        elementwise numbers)."""
         p = np.asarray(prompt_tokens)
-        return np.asarray(self.prefill_cost.prefill_time(self.prefill_dp, p), float) * np.ones(
-            p.shape)
+        if p.size == 0:
+            return np.zeros(p.shape)
+        lengths, where = np.unique(p, return_inverse=True)
+        ms = np.asarray(self.prefill_cost.prefill_time(self.prefill_dp, lengths), float) \
+            * np.ones(lengths.shape)
+        return ms[where].reshape(p.shape)
 
     def transfer_ms(self, prompt_tokens) -> np.ndarray:
         p = np.asarray(prompt_tokens)

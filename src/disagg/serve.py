@@ -12,13 +12,15 @@ decode worker as the replica and the prefill pool as its own queue in front.
                     slot and KV blocks joins at the next step
     prefill pool    src/disagg/prefill_front.py: FCFS over prefill_workers x prefill_dp servers,
                     each batching waiting prompts into one pass up to the engine's prefill token
-                    budget (src/disagg/prefill_budget.py), then the KV transfer; the engine that
-                    runs the rows
+                    budget (src/disagg/prefill_budget.py), then the KV transfer
+    engine          src/disagg/compiled_pool.py: the compiled serving loop where it applies
+                    (open loop), else the numpy engines (closed loop)
     serving.csv     prefill_utilisation and decode_utilisation (each with its interval) after the
                     metrics; per-GPU throughput over every GPU of both pools
 
 decode_workers = y > 1: requests go round-robin to y decode workers behind the shared prefill
-pool (src/disagg/decode_router.py; y = 1 is the one-worker engine, float for float).
+pool (src/disagg/decode_router.py; y = 1 is the one-worker engine, float for float; open
+loop, the compiled loop runs the y rows, src/disagg/compiled_pool.py).
 Token-tree policies are refused (their step pricing, src/treesim/serving.py, is not the decode
 pool's).
 """
@@ -27,8 +29,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from src.config import ConfigError
+from src.disagg.compiled_pool import DisaggEngines
 from src.disagg.config import DisaggConfig
-from src.disagg.decode_router import routed
 from src.disagg.pool_timer import DecodePoolTimer, decode_capacity_tokens
 from src.disagg.prefill_budget import prefill_token_budget
 from src.disagg.prefill_front import PrefillPool, pool_utilisation
@@ -89,7 +91,7 @@ def disaggregated(cfg, disagg: DisaggConfig):
     dcfg = replace(cfg, scenario=scenario, limits=replace(lim, max_num_batched_tokens=budget))
     pool = prefill_pool(cfg, disagg)
     prepared = prepare(dcfg, deps=decode_deployments(dcfg, dec))
-    return dcfg, replace(prepared, make_engine=routed(pool, dec.workers),
+    return dcfg, replace(prepared, make_engine=DisaggEngines(pool, dec.workers),
                          extra_metrics=pool_utilisation, gpus=disagg.gpus)
 
 

@@ -15,7 +15,9 @@ One engine row holds every request of the worker: the ranks are symmetric, reque
 round-robin, so the busiest rank holds ceil(N / dp) of the N running requests and ceil(P / dp)
 of the P prompt chunks of a step (the DP ranks synchronise at every MoE layer, so the busiest
 sets every rank's step). The compiled serving loop does not price these terms: a DP timer runs
-on the numpy engine (compiled_pricing = False; step_prices.compiled_pricing_supported).
+on the numpy engine (compiled_pricing = False; step_prices.compiled_pricing_supported), except
+the disaggregated decode pool's, whose prefill is free and whose decode terms the loop tables
+(src/disagg/pool_timer.py dp_pricing).
 
 KV capacity (dp_kv_capacity_tokens, dp > 1): each DP rank holds its own requests' KV on its tp
 GPUs, after the weights of one GPU of the worker (src/attention_dp/shape.py weight_bytes_per_gpu:

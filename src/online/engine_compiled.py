@@ -106,7 +106,7 @@ class CompiledEngine:
             "stats": np.zeros((R, 7)), "gamma_steps": np.zeros((R, self.max_gamma + 1)),
             "itl": np.zeros((R, ITL_BIN_EDGES_MS.size - 1)), "error": np.zeros((R, 4), np.int64),
         }
-        arrival_ms, released, closed = initial_arrivals_ms(rq)
+        arrival_ms, released, closed = self._initial_arrivals()
         self.arrival_ms, self.closed = arrival_ms, closed
         run_rows(prices, arrival_ms, released, closed, np.asarray(rq.prompt_tokens, np.int64),
                  np.asarray(rq.output_tokens, np.int64), np.asarray(rq.alpha, float),
@@ -126,6 +126,12 @@ class CompiledEngine:
                 np.array([n]), np.array([C]), np.array([g]))
             raise RuntimeError("a compiled step failed the memory check the cost model passes")
         return self._result(out)
+
+    def _initial_arrivals(self):
+        """(arrival_ms, released, closed) at the start (engine_types.initial_arrivals_ms); a
+        subclass may put its own arrivals in (src/disagg/compiled_pool.py: each request's
+        arrival at the decode worker after the prefill pool)."""
+        return initial_arrivals_ms(self.rq)
 
     def _result(self, out) -> EngineResult:
         rq = self.rq

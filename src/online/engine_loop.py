@@ -24,10 +24,12 @@ from src.compiled_cache import compiled_callee  # (before the first njit: the ca
 from src.online.counter_rng import uniform_one
 from src.online.step_prices import (
     E_BUDGET,
+    E_PREFILL_FREE,
     E_TREE_TOKENS,
     E_WITH_DRAFT,
     ZERO,
     decode_ms,
+    dp_correction_ms,
     prefill_extra_ms,
     step_fits,
     tree_decode_ms,
@@ -82,7 +84,8 @@ def _price(pt, d, n, C, g, ctx, dec, hi):
     if budget >= 0:
         mid = _capped(ctx, dec, hi, (g - 1) * 0.5, budget)
         start = _capped(ctx, dec, hi, 0.0, budget)
-    return decode_ms(pt, d, n, C, g, mid, start)
+    target, draft = decode_ms(pt, d, n, C, g, mid, start)
+    return target + dp_correction_ms(pt, d, n, C, g), draft  # 0 but at attention DP > 1
 
 
 @compiled_callee
@@ -382,7 +385,9 @@ def run_rows(pt, arrival_ms, released, closed, prompt, output, alpha, key, n_req
                 target, draft = tree_decode_ms(pt, d, n_dec, C_dec)
             else:
                 target, draft = _price(pt, d, n_dec, C_dec, g, ctx, dec, hi)
-            if P > 0:  # (without chunks the extra is exactly 0: the same pass twice)
+            # (without chunks the extra is exactly 0: the same pass twice; a prefill-free
+            # deployment's chunks cost nothing, step_prices.pack_prices)
+            if P > 0 and pt.eng[d, E_PREFILL_FREE] == 0.0:
                 g_pass = int(pt.eng[d, E_TREE_TOKENS]) - 1 if tree_step else g  # its positions
                 target += prefill_extra_ms(pt, d, n_dec, g_pass, C_dec, P, Ntok, Cp, Lp)
             step_ms = target + draft  # (the numpy engine's order of the sums)

@@ -42,13 +42,14 @@ N_NET = 24
 (E_CPU_FIXED, E_CPU_PER_SEQ, E_REJECTION, E_KV_BOOK, E_EXPANSION, E_SLOWDOWN, E_OVERLAP_DECODE,
  E_OVERLAP_SPEC, E_NGRAM_ONE_CALL, E_NGRAM_CPU, E_DRAFT_CPU_FIXED, E_DRAFT_CPU_PER_SEQ, E_COVERS,
  E_CATCHUP, E_BUDGET, E_WITH_DRAFT, E_WEIGHT_B, E_KV_PER_TOKEN_B, E_KV_PER_SEQ_B, E_USABLE_B,
- E_ONE_GRAPH, E_SPEC_EAGER, E_TREE_TOKENS, E_TREE_STEPS, E_TREE_TOPK) = range(25)
-N_ENG = 25
+ E_ONE_GRAPH, E_SPEC_EAGER, E_TREE_TOKENS, E_TREE_STEPS, E_TREE_TOPK, E_PREFILL_FREE,
+ E_DP) = range(27)
+N_ENG = 27
 # The network index and the constant arguments the compiled functions pass one another are numpy
 # scalars: numba types a Python int or bool constant (0, 1, True) as Literal[int] / Literal[bool]
 # and compiles a callee once more for each literal value it is passed (numba's typing of constants
 # and frozen globals); a numpy scalar types as int64 / bool, so each callee compiles once.
-TARGET, DRAFT = np.int64(0), np.int64(1)
+TARGET, DRAFT, RANK = np.int64(0), np.int64(1), np.int64(2)  # RANK: a DP rank's (dp_pricing)
 ZERO, ONE = np.int64(0), np.int64(1)
 PREFILL, DECODE = np.True_, np.False_  # attention_pow_s's `prefill`
 
@@ -56,19 +57,21 @@ PREFILL, DECODE = np.True_, np.False_  # attention_pow_s's `prefill`
 class PriceTables(NamedTuple):
     """Every deployment's pricing data, stacked (deployment d at index d)."""
 
-    net: np.ndarray  # [D, 2, N_NET] target / draft scalars
+    net: np.ndarray  # [D, 3, N_NET] target / draft / attention-DP rank scalars
     eng: np.ndarray  # [D, N_ENG]
     table: np.ndarray  # [D, 2, S + 1, W] attention-free decode pass ms (+ attention fixed)
     gemm: np.ndarray  # [D, 2, G, T + 1] each GEMM's pnorm(memory, compute) s at a row count
     select: np.ndarray  # [D, 2, 2, G] GEMM g in the layers (0) / the LM head (1)
     comm: np.ndarray  # [D, 2, T + 1] all-reduce s of a pass of that many tokens
-    kernels: np.ndarray  # [D, 2, K, N_KERNEL] fitted attention kernels (N_KERNELS_FITTED each)
+    kernels: np.ndarray  # [D, 3, K, N_KERNEL] fitted attention kernels (N_KERNELS_FITTED each)
     tree_extra: np.ndarray  # [D, S + 1] a token tree's verification extras by sequences (ms)
     # measured decode attention of the target (src/kernels/pass_attention.py PassAttention.rows)
     mattn: np.ndarray  # [D, S + 1, J] all layers' ms of the one-position kernel on the KV grid
     mattn_kv: np.ndarray  # [D, J] the KV grid
     mattn_edge: np.ndarray  # [D, S + 1, 2] (lo, hi) run of grid lines each S prices inside
     mattn_par: np.ndarray  # [D, 3] (tabled?, widest pass priced, one kernel's fixed ms x layers)
+    # a decode pool's attention-DP correction's context-free terms by sequences and gamma (ms)
+    dp_static: np.ndarray  # [D, S + 1, W]
 
 
 def compiled_pricing_supported(timer) -> bool:
@@ -119,10 +122,22 @@ def _token_tables(c, max_tokens: int):
 
 def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> PriceTables:
     """PriceTables of every StepTimer in `timers`, for steps of at most max_seqs decoding
-    sequences, gamma <= max_gamma and max_tokens positions (decode + prefill)."""
+    sequences, gamma <= max_gamma and max_tokens positions (decode + prefill). A timer whose
+    prefill chunks cost nothing (`prefill_free`: a disaggregated decode pool's worker, src/disagg/
+    pool_timer.py, whose prompts' KV arrives from the prefill pool) has E_PREFILL_FREE set, and
+    the loop adds no prefill_extra_ms to its steps; where every timer is such, the token-count
+    tables (read by prefill_extra_ms only) hold count 0 alone instead of every count of the
+    decode pool's budget (max_num_seqs x the longest request: ~10^6 counts). A timer with
+    `dp_pricing` (a decode worker at attention DP > 1) gets E_DP, its DP rank's network (RANK)
+    and its correction's context-free table (dp_static_ms); its memory check is its own (the
+    KV capacity the engine keeps to), so step_fits passes (E_USABLE_B = inf), as its
+    check_fits does."""
     D = len(timers)
+    if all(getattr(t, "prefill_free", False) for t in timers):
+        max_tokens = 0
     nets, engs, tabs, gemms, sels, comms, kerns = [], [], [], [], [], [], []
     tree_extra = np.zeros((D, max_seqs + 1))
+    dps = []
     for d, timer in enumerate(timers):
         cost, e = timer.cost, timer.engine
         draft_c = cost._draft_c  # the cost model's (step_ms uses it for the overlap rule too)
@@ -139,9 +154,12 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
                 continue
             table = cost._table_ms(which, max_seqs, width - 1)[: max_seqs + 1, :width]
             per_net.append((np.array(table), _token_tables(c, max_tokens)))
-        nets.append([_net_row(timer.target_c), _net_row(draft_c)])
+        dp = timer.dp_pricing(max_seqs, width) if hasattr(timer, "dp_pricing") else None
+        dps.append(dp)
+        rank_c = None if dp is None else dp[1]
+        nets.append([_net_row(timer.target_c), _net_row(draft_c), _net_row(rank_c)])
         kerns.append([pack_kernels(c.attn_kernels if c is not None else ())
-                      for c in (timer.target_c, draft_c)])
+                      for c in (timer.target_c, draft_c, rank_c)])
         tabs.append([t for t, _ in per_net])
         gemms.append([x[0] if x else None for _, x in per_net])
         sels.append([x[1] if x else None for _, x in per_net])
@@ -163,9 +181,11 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
         budget = cost.draft_kv_budget_tokens
         v[E_BUDGET] = -1.0 if budget is None else budget
         v[E_WITH_DRAFT] = float(timer.speculative)
+        v[E_PREFILL_FREE] = float(getattr(timer, "prefill_free", False))
         v[[E_WEIGHT_B, E_KV_PER_TOKEN_B, E_KV_PER_SEQ_B]] = (
             cost._weight_bytes_gpu0, cost._kv_bytes_per_token_gpu0, cost._kv_bytes_per_seq_gpu0)
-        v[E_USABLE_B] = memory_usable_bytes(cost.gpu, cost.params)
+        v[E_USABLE_B] = memory_usable_bytes(cost.gpu, cost.params) if dp is None else np.inf
+        v[E_DP] = 1.0 if dp is None else dp[0]
         stateful = cost.draft.kind in STATEFUL_DRAFT_KINDS
         v[E_ONE_GRAPH] = float(e.draft_passes_one_graph and stateful)
         v[E_SPEC_EAGER] = timer.target_c.spec_step_eager_s * 1e3 if stateful else 0.0
@@ -186,12 +206,17 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
                 gemm[d, n, : gemms[d][n].shape[0]] = gemms[d][n]
                 select[d, n, :, : sels[d][n].shape[1]] = sels[d][n]
     K = max([k.shape[0] for pair in kerns for k in pair] + [1])
-    kernels = np.zeros((D, 2, K, N_KERNEL))
+    kernels = np.zeros((D, 3, K, N_KERNEL))
     for d in range(D):
-        for n in range(2):
+        for n in range(3):
             kernels[d, n, : kerns[d][n].shape[0]] = kerns[d][n]
+    dp_static = np.zeros((D, max_seqs + 1, W))
+    for d, dp in enumerate(dps):
+        if dp is not None:
+            dp_static[d, :, : dp[2].shape[1]] = dp[2]
     return PriceTables(np.array(nets), np.array(engs), table, gemm, select, np.array(comms),
-                       kernels, tree_extra, *_pack_measured_attention(timers, max_seqs))
+                       kernels, tree_extra, *_pack_measured_attention(timers, max_seqs),
+                       dp_static)
 
 
 def _pack_measured_attention(timers, max_seqs: int):
@@ -406,6 +431,21 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     if overlap_spec:
         return target, d_phys + d_gpu
     return target, d_phys + (d_cpu + d_gpu)
+
+
+@compiled_callee
+def dp_correction_ms(pt, d, n, C, g):
+    """DecodeWorker.dp_correction_ms of one row (src/attention_dp/worker.py): a decode worker at
+    attention DP = E_DP > 1 holding n requests over C cached tokens at gamma g: its tabled
+    context-free terms plus - attention_G(n) + attention_rank(ceil(n / dp)); 0 at dp 1."""
+    dp = int(pt.eng[d, E_DP])
+    if dp <= 1 or n <= 0:
+        return 0.0
+    t = g + 1
+    r = (n + dp - 1) // dp
+    c_rank = r * float(C) / n
+    return (-attention_exp_ms(pt, d, TARGET, n, n * t, t, float(C))
+            + attention_exp_ms(pt, d, RANK, r, r * t, t, c_rank) + pt.dp_static[d, n, g])
 
 
 @compiled_callee
