@@ -81,3 +81,18 @@ def test_the_fused_gemm_is_priced_as_aiconfigurator_s_downscale_gemm():
         two = (g.kernels.gemm_ms(T, m.q_lora_rank, m.hidden_size, "fp8_block")
                + g.kernels.gemm_ms(T, 576, m.hidden_size, "fp8_block"))
         assert one < 0.6 * two
+
+
+def test_the_fused_down_projection_launches_one_kernel_not_two():
+    """The pass's fixed kernel count follows its GEMM list: one kernel less per MLA layer with a
+    q_lora rank (the fused GEMM) than without one."""
+    from src.costmodel.variants import MLA_EXTRA_KERNELS_PER_LAYER, pass_shape
+    gpu = PRESETS.gpu("h200")
+    m = PRESETS.model("deepseek-v3")
+    fused = pass_shape(gpu, m, 8)
+    lite = pass_shape(gpu, replace(m, q_lora_rank=0), 8)
+    assert lite.extra_kernels - fused.extra_kernels == m.n_layers
+    moe_layers = m.n_layers - m.first_k_dense_replace
+    assert lite.extra_kernels == m.n_layers * MLA_EXTRA_KERNELS_PER_LAYER + 4 * moe_layers
+    # as many GEMM kinds either way (fused down + q_b; q + kv_a), the fused one 2112 wide
+    assert len(fused.K) == len(lite.K) and 2112 in fused.N and 2112 not in lite.N
