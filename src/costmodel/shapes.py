@@ -40,8 +40,10 @@ BF16 = "bf16"
 @dataclass(frozen=True)
 class Gemm:
     """One GEMM kind of a pass: K x N weights, run `count` times per pass (once per layer that
-    has it), weights stored in `fmt`; role "layer", "expert" (one routed expert: the pass runs it
-    once per touched expert) or "head" (LM head and projections run once per pass)."""
+    has it), weights stored in `fmt`; role "layer", "shared" (a MoE layer's shared experts: a
+    layer GEMM an engine may overlap with the routed experts), "expert" (one routed expert: the
+    pass runs it once per touched expert) or "head" (LM head and projections run once per
+    pass)."""
 
     k: float
     n: float
@@ -123,8 +125,8 @@ def layer_gemms(m, tp: int, n_layers: int | None = None, ep: int = 1) -> list[Ge
         out.append(Gemm(h, m.n_routed_experts, moe, BF16, "layer"))  # router
         if m.n_shared_experts:
             shared = m.n_shared_experts * m.moe_intermediate_size
-            out += [Gemm(h, 2 * shared / tp, moe, m.weight_format, "layer"),
-                    Gemm(shared / tp, h, moe, m.weight_format, "layer")]
+            out += [Gemm(h, 2 * shared / tp, moe, m.weight_format, "shared"),
+                    Gemm(shared / tp, h, moe, m.weight_format, "shared")]
         tp_e = tp // ep  # moe_tp: each expert's FFN split over tp / ep GPUs (variants.check_ep)
         im, fe = m.moe_intermediate_size, expert_format(m)
         out += [Gemm(h, 2 * im / tp_e, moe, fe, "expert"), Gemm(im / tp_e, h, moe, fe, "expert")]

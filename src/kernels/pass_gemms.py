@@ -59,10 +59,11 @@ class PassGemms:
     MeasuredKernels' source and peaks)."""
 
     def __init__(self, kernels: MeasuredKernels, c: PassCoefficients, model, tp: int, gpu,
-                 params, ep: int = 1, moe=None):
+                 params, ep: int = 1, moe=None, shared_overlap: bool = False):
         self.kernels = kernels
         self.c = c
         self.moe = moe if moe is not None and moe.applies else None
+        self._routed = moe  # the routed experts' PassMoe, measured or not (shared_hidden_ms)
         self.kfix_s = kernel_fixed_s(gpu, params)
         if model.is_plain and tp <= model.n_kv_heads:
             layer, head = plain_gemm_shapes(model, tp)
@@ -80,6 +81,12 @@ class PassGemms:
                       GEMM_DTYPE_OF_FORMAT.get(every[i].fmt, ""), every[i].role != "head")
                      for i in index]
         self.index = np.array(index, dtype=int)
+        roles = [every[i].role for i in index] if index and model.n_routed_experts else []
+        self.shared = np.array([r == "shared" for r in roles], dtype=bool)
+        # the engine runs the shared experts beside the routed ones (EngineProfile
+        # shared_experts_overlap): the pass hides min(shared, routed) (shared_hidden_ms)
+        self.shared_overlap = bool(shared_overlap and self.shared.any() and moe is not None
+                                   and moe.moe_layers)
         self.n_layer = sum(g[4] for g in gemms)
         self.shapes = [(k, n) for k, n, _, _, _ in gemms]  # (k, n) each
         self.dtypes = [d for _, _, _, d, _ in gemms]
@@ -113,6 +120,16 @@ class PassGemms:
         if not self.applies or not self.shapes:
             z = np.zeros(N)
             return z, z.copy(), z.copy(), np.zeros((len(self.shapes), N), bool)
+        roof, measured = self._priced_ms(T)
+        ok = np.isfinite(measured)
+        delta = np.where(ok, measured - roof, 0.0)
+        return (delta[: self.n_layer].sum(axis=0), delta[self.n_layer:].sum(axis=0),
+                np.where(ok, measured, 0.0).sum(axis=0), ok)
+
+    def _priced_ms(self, T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([G, N] roofline ms, [G, N] measured ms, NaN where the table does not price it) of
+        every GEMM of passes of T rows (flat)."""
+        N = T.size
         roof = self._roofline_ms(T)
         measured = np.full((len(self.shapes), N), np.nan)
         edges: dict[float, np.ndarray] = {}  # every GEMM's roofline at one table edge m_max
@@ -130,10 +147,24 @@ class PassGemms:
                 anchored = np.maximum(ratio * roof[g] / self.counts[g], col[-1])
                 one = np.where(above, anchored, one)
             measured[g] = self.counts[g] * one
-        ok = np.isfinite(measured)
-        delta = np.where(ok, measured - roof, 0.0)
-        return (delta[: self.n_layer].sum(axis=0), delta[self.n_layer:].sum(axis=0),
-                np.where(ok, measured, 0.0).sum(axis=0), ok)
+        return roof, measured
+
+    def shared_hidden_ms(self, S, t) -> np.ndarray:
+        """ms of the shared experts hidden behind the routed experts in passes of S x t (flat
+        arrays; zeros where the engine does not overlap them): min(shared, routed) over the MoE
+        layers, each side at its price in the pass (the table's where it prices the GEMM or the
+        layer, else the roofline's, as the pass itself prices it)."""
+        S, t = (np.asarray(a, float).ravel() for a in np.broadcast_arrays(S, t))
+        if not self.shared_overlap:
+            return np.zeros(S.size)
+        roof, measured = self._priced_ms(S * t)
+        sel = self.shared
+        shared = np.where(np.isfinite(measured[sel]), measured[sel], roof[sel]).sum(axis=0)
+        routed = self._routed.roofline_ms(S, t)
+        if self.moe is not None:
+            _, meas, ok = self.moe.parts_ms(S, t)
+            routed = np.where(ok, meas, routed)
+        return np.minimum(shared, routed)
 
     def delta_ms(self, T) -> np.ndarray:
         """ms the measured GEMMs add to the roofline pass of T rows (T's shape), memoised per
@@ -156,6 +187,8 @@ class PassGemms:
         out = self.delta_ms(S * t)
         if self.moe is not None:
             out = out + self.moe.parts_ms(S, t)[0].reshape(S.shape)
+        if self.shared_overlap:
+            out = out - self.shared_hidden_ms(S, t).reshape(S.shape)
         return out
 
     def __getstate__(self):
