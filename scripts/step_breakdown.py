@@ -77,7 +77,9 @@ def project_parts(case, context: int) -> dict:
         out["moe"] = {"key (h, I, k, E, moe_tp, moe_ep)": moe.key, "dtype": moe.dtype,
                       "lane": moe.kernel_source, "distribution": moe.distribution,
                       "layers": moe.moe_layers, "measured_ms": float(meas[0]),
-                      "roofline_ms": float(meas[0] - d[0]), "priced": bool(ok[0])}
+                      "roofline_ms": float(meas[0] - d[0]), "priced": bool(ok[0]),
+                      "shared experts hidden (second stream) ms":
+                      float(g.shared_hidden_ms(np.array([float(S)]), np.array([1.0]))[0])}
     r = forward_pass_breakdown(cost.gpu, cost.target, cost.tp, S, 1, context, cost.params,
                                cost.allreduce, engine=cost.engine,
                                attention_fits=cost.attention_fits, ep=cost.ep)
