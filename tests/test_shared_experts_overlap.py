@@ -1,7 +1,7 @@
 """TensorRT-LLM runs DeepSeek-V3's shared experts on a second stream beside the routed experts
-(EngineProfile shared_experts_overlap, src/kernels/pass_gemms.py shared_hidden_ms): the pass
-hides min(shared, routed), the same in the cost model's table and in step-time's price_pass,
-and an engine without the flag prices their sum."""
+(EngineProfile shared_experts_overlap, src/kernels/pass_gemms.py shared_hidden_ms): the
+overlapped layers take max(routed, shared, roofline of both), the same in the cost model's table
+and in step-time's price_pass, and an engine without the flag prices their sum."""
 import numpy as np
 import pytest
 
@@ -37,8 +37,26 @@ def test_the_hidden_time_is_the_smaller_of_shared_and_routed(S):
     shared = float(np.where(np.isfinite(measured), measured, roof)[g.shared].sum())
     _, routed, ok = g.moe.parts_ms(np.array([float(S)]), np.array([1.0]))
     assert ok[0]
-    assert hidden == pytest.approx(min(shared, float(routed[0])), rel=1e-12)
-    assert 0 < hidden <= shared
+    floor = (float(g._routed.roofline_ms(np.array([float(S)]), np.array([1.0]))[0])
+             + float(roof[g.shared].sum()))
+    together = max(float(routed[0]), shared, floor)
+    assert hidden == pytest.approx(max(0.0, float(routed[0]) + shared - together), rel=1e-12)
+    assert 0 <= hidden <= min(shared, float(routed[0]))
+    if S <= 64:  # DeepGEMM's FP8 layer at 3x its roofline: the shared experts hide whole
+        assert hidden == pytest.approx(shared, rel=1e-12)
+
+
+def test_no_time_is_hidden_behind_a_layer_at_its_roofline_rate():
+    """NVFP4's low-latency TRTLLM-gen layer runs at the roofline's rate: the two streams share
+    the HBM, so nothing is hidden."""
+    cost = with_kernels(HardwareCostModel.from_presets(
+        "b200", "nvidia/DeepSeek-V3.1-NVFP4", engine="trtllm", tp=8, draft="ngram"), AUTO)
+    g = cost.kernels
+    assert g.shared_overlap and g.moe is not None and g.moe.dtype == "nvfp4"
+    S = np.array([16.0])
+    _, routed, ok = g.moe.parts_ms(S, np.array([1.0]))
+    assert ok[0] and routed[0] <= g._routed.roofline_ms(S, np.array([1.0]))[0]
+    assert float(g.shared_hidden_ms(S, np.array([1.0]))[0]) == 0.0
 
 
 def test_the_cost_model_and_step_time_take_off_the_same_ms():

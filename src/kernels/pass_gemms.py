@@ -151,20 +151,25 @@ class PassGemms:
 
     def shared_hidden_ms(self, S, t) -> np.ndarray:
         """ms of the shared experts hidden behind the routed experts in passes of S x t (flat
-        arrays; zeros where the engine does not overlap them): min(shared, routed) over the MoE
-        layers, each side at its price in the pass (the table's where it prices the GEMM or the
-        layer, else the roofline's, as the pass itself prices it)."""
+        arrays; zeros where the engine does not overlap them), over the MoE layers. Each side at
+        its price in the pass (the table's where it prices the GEMM or the layer, else the
+        roofline's); the two streams share one GPU's HBM and SMs, so the overlapped layers take
+        max(routed, shared, roofline(routed) + roofline(shared)): the second stream hides the
+        shared experts only where the routed kernel leaves the GPU idle (a DeepGEMM layer at
+        three times its roofline), not where it already runs at the roofline's rate."""
         S, t = (np.asarray(a, float).ravel() for a in np.broadcast_arrays(S, t))
         if not self.shared_overlap:
             return np.zeros(S.size)
         roof, measured = self._priced_ms(S * t)
         sel = self.shared
         shared = np.where(np.isfinite(measured[sel]), measured[sel], roof[sel]).sum(axis=0)
-        routed = self._routed.roofline_ms(S, t)
+        routed_roof = self._routed.roofline_ms(S, t)
+        routed = routed_roof
         if self.moe is not None:
             _, meas, ok = self.moe.parts_ms(S, t)
             routed = np.where(ok, meas, routed)
-        return np.minimum(shared, routed)
+        together = np.maximum(np.maximum(routed, shared), routed_roof + roof[sel].sum(axis=0))
+        return np.clip(routed + shared - together, 0.0, np.minimum(routed, shared))
 
     def delta_ms(self, T) -> np.ndarray:
         """ms the measured GEMMs add to the roofline pass of T rows (T's shape), memoised per
