@@ -132,7 +132,8 @@ class EngineProfile:
     # greedy decode steps: CPU work overlapped with the GPU (asynchronous scheduling)
     cpu_overlap_decode: bool = False
     # a MoE layer's shared experts run on a second CUDA stream beside its routed experts, so the
-    # layer costs max(routed, shared), not their sum (measured pricing: pass_gemms.py)
+    # layer costs max(routed, shared, the roofline of both), not their sum (measured pricing:
+    # pass_gemms.py shared_hidden_ms)
     shared_experts_overlap: bool = False
     # draft kinds (DRAFT_KINDS) whose speculative steps overlap CPU and GPU
     cpu_overlap_draft_kinds: tuple[str, ...] = ()

@@ -10,8 +10,8 @@ the table covers it (design.md, "Measured kernels"):
 - a MoE target's routed experts, per MoE layer: the roofline's expert GEMMs + the fused
   kernels' fixed time -> the engine's measured fused-MoE layer at T tokens (pass_moe.py);
   where the engine runs the shared experts on a second stream (EngineProfile
-  shared_experts_overlap: TensorRT-LLM's DeepSeek-V3 MoE) the layer costs max(routed, shared):
-  min(routed, shared) is taken off (pass_gemms.py shared_hidden_ms);
+  shared_experts_overlap: TensorRT-LLM's DeepSeek-V3 MoE) the layers cost max(routed, shared,
+  the roofline of both) instead of the sum (pass_gemms.py shared_hidden_ms);
 - decode attention: roofline attention_s + one kernel's fixed time per layer -> the measured
   kernel by src/kernels/pass_attention.py's rule (linear in batch and KV length inside the
   table, the edge's row plus the roofline's increment beyond it, the roofline's t-position
