@@ -54,9 +54,10 @@ class PassGemms:
     included): shapes.layer_gemms + head_gemms, the order PassCoefficients has them in, each GEMM
     at its own format's table (bf16, fp8, fp8_block: GEMM_DTYPE_OF_FORMAT; MXFP4 / NVFP4 dense
     GEMMs keep the roofline) and the routed-expert GEMMs left to `moe` (pass_moe.py PassMoe,
-    which prices them per pass of S x t: pass_delta_ms). Other dense decoders (FP8/NVFP4 weights,
-    MLA, sliding windows) keep the roofline's GEMMs: applies False. Picklable (numpy arrays and the
-    MeasuredKernels' source and peaks)."""
+    which prices them per pass of S x t: pass_delta_ms; where the engine runs the shared experts
+    on a second stream, shared_overlap, pass_delta_ms also takes off shared_hidden_ms). Other
+    dense decoders (FP8/NVFP4 weights, MLA, sliding windows) keep the roofline's GEMMs: applies
+    False. Picklable (numpy arrays and the MeasuredKernels' source and peaks)."""
 
     def __init__(self, kernels: MeasuredKernels, c: PassCoefficients, model, tp: int, gpu,
                  params, ep: int = 1, moe=None, shared_overlap: bool = False):
