@@ -254,7 +254,7 @@ def _measured(kernels, gpu, model, tp, profile, presets, batch, positions, conte
                           attention_fits=presets.attention, ep=ep)
     with np.errstate(all="ignore"):
         return price_pass(kernels, c, gpu, presets.params, model, tp, batch, positions, context,
-                          ep)
+                          ep, shared_overlap=bool(profile and profile.shared_experts_overlap))
 
 
 def _with_measured(r, m):

@@ -131,6 +131,10 @@ class EngineProfile:
     ngram_one_call_per_step: bool = False
     # greedy decode steps: CPU work overlapped with the GPU (asynchronous scheduling)
     cpu_overlap_decode: bool = False
+    # a MoE layer's shared experts run on a second CUDA stream beside its routed experts, so the
+    # layer costs max(routed, shared, the roofline of both), not their sum (measured pricing:
+    # pass_gemms.py shared_hidden_ms)
+    shared_experts_overlap: bool = False
     # draft kinds (DRAFT_KINDS) whose speculative steps overlap CPU and GPU
     cpu_overlap_draft_kinds: tuple[str, ...] = ()
     # tensor-parallel all-reduce: "nccl" or "custom" (src/costmodel/allreduce.py)

@@ -7,11 +7,18 @@ design.md ("Mixture of Experts", "Attention variants", "Number formats") gives e
 
 Per decoder layer, with h hidden, H query heads, TP degree tp:
     attention GEMMs   GQA: QKV (h -> (q + 2 kv)/tp), O (q/tp -> h)
-                      MLA (DeepSeek-V3, absorbed decode path): q_a (h -> q_lora), q_b
-                      (q_lora -> H (nope + rope)/tp), kv_a (h -> kv_lora + rope), kv_b
-                      (kv_lora -> H (nope + v)/tp: the absorbed W_UK and W_UV, the same weights
-                      and FLOPs per token as the naive up-projection), O (H v/tp -> h); q_a and
-                      kv_a are replicated on every TP rank (vLLM ReplicatedLinear)
+                      MLA (DeepSeek-V3, absorbed decode path): the fused down-projection
+                      q_a + kv_a (h -> q_lora + kv_lora + rope, one GEMM, replicated on every
+                      TP rank), q_b (q_lora -> H (nope + rope)/tp), kv_b (kv_lora -> H (nope +
+                      v)/tp: the absorbed W_UK and W_UV, the same weights and FLOPs per token
+                      as the naive up-projection), O (H v/tp -> h). The three engines run q_a
+                      and kv_a as one GEMM on the same hidden states: vLLM `fused_qkv_a_proj`
+                      (MergedColumnParallelLinear, disable_tp; model_executor/models/
+                      deepseek_v2.py), SGLang `fused_qkv_a_proj_with_mqa` (ReplicatedLinear;
+                      srt/models/deepseek_v2.py), TensorRT-LLM `kv_a_proj_with_mqa` of width
+                      q_lora + kv_lora + rope (_torch/modules/attention.py, class MLA), as
+                      AIConfigurator prices it (sdk/models/deepseek.py `downscale_gemm`);
+                      without q_lora (DeepSeek-V2-Lite) q and kv_a stay two GEMMs
     dense FFN         gate/up (h -> 2 I/tp), down (I/tp -> h)     (first_k_dense_replace layers)
     MoE layer         router (h -> E, BF16, replicated); shared experts gate/up and down with
                       width n_shared x I_moe / tp; per touched routed expert gate/up
@@ -33,8 +40,10 @@ BF16 = "bf16"
 @dataclass(frozen=True)
 class Gemm:
     """One GEMM kind of a pass: K x N weights, run `count` times per pass (once per layer that
-    has it), weights stored in `fmt`; role "layer", "expert" (one routed expert: the pass runs it
-    once per touched expert) or "head" (LM head and projections run once per pass)."""
+    has it), weights stored in `fmt`; role "layer", "shared" (a MoE layer's shared experts: a
+    layer GEMM an engine may overlap with the routed experts), "expert" (one routed expert: the
+    pass runs it once per touched expert) or "head" (LM head and projections run once per
+    pass)."""
 
     k: float
     n: float
@@ -83,14 +92,13 @@ def attention_gemms(m, tp: int, L: int) -> list[Gemm]:
     if m.attention == "mla":
         H = m.n_heads
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        out = []
-        if m.q_lora_rank:
-            out += [Gemm(h, m.q_lora_rank, L, f, "layer"),
-                    Gemm(m.q_lora_rank, H * qk / tp, L, f, "layer")]
+        latent = m.kv_lora_rank + m.qk_rope_head_dim
+        if m.q_lora_rank:  # q_a and kv_a fused: one down-projection GEMM (module docstring)
+            out = [Gemm(h, m.q_lora_rank + latent, L, f, "layer"),
+                   Gemm(m.q_lora_rank, H * qk / tp, L, f, "layer")]
         else:
-            out.append(Gemm(h, H * qk / tp, L, f, "layer"))
-        return out + [Gemm(h, m.kv_lora_rank + m.qk_rope_head_dim, L, f, "layer"),
-                      Gemm(m.kv_lora_rank, H * (m.qk_nope_head_dim + m.v_head_dim) / tp, L, f,
+            out = [Gemm(h, H * qk / tp, L, f, "layer"), Gemm(h, latent, L, f, "layer")]
+        return out + [Gemm(m.kv_lora_rank, H * (m.qk_nope_head_dim + m.v_head_dim) / tp, L, f,
                            "layer"),
                       Gemm(H * m.v_head_dim / tp, h, L, f, "layer")]
     q, kv = m.q_width, m.kv_width
@@ -117,8 +125,8 @@ def layer_gemms(m, tp: int, n_layers: int | None = None, ep: int = 1) -> list[Ge
         out.append(Gemm(h, m.n_routed_experts, moe, BF16, "layer"))  # router
         if m.n_shared_experts:
             shared = m.n_shared_experts * m.moe_intermediate_size
-            out += [Gemm(h, 2 * shared / tp, moe, m.weight_format, "layer"),
-                    Gemm(shared / tp, h, moe, m.weight_format, "layer")]
+            out += [Gemm(h, 2 * shared / tp, moe, m.weight_format, "shared"),
+                    Gemm(shared / tp, h, moe, m.weight_format, "shared")]
         tp_e = tp // ep  # moe_tp: each expert's FFN split over tp / ep GPUs (variants.check_ep)
         im, fe = m.moe_intermediate_size, expert_format(m)
         out += [Gemm(h, 2 * im / tp_e, moe, fe, "expert"), Gemm(im / tp_e, h, moe, fe, "expert")]

@@ -26,8 +26,10 @@ from src.costmodel.presets import BYTES_PER_VALUE, CostModelInputError
 # two expert GEMMs replace the dense gate/up and down (vLLM fused_moe/fused_moe.py).
 MOE_EXTRA_KERNELS_PER_LAYER = 4
 # Kernels an MLA layer launches beyond a GQA layer's: q_a and kv_a projections, their two
-# RMSNorms, and the second absorbed batched GEMM (vLLM MLA attention backends).
+# RMSNorms, and the second absorbed batched GEMM (vLLM MLA attention backends); with a q_lora
+# rank the engines run q_a and kv_a as one fused GEMM (shapes.attention_gemms), one kernel less
 MLA_EXTRA_KERNELS_PER_LAYER = 5
+MLA_FUSED_DOWN_PROJECTION_SAVES = 1
 
 
 @dataclass(frozen=True)
@@ -163,8 +165,9 @@ def pass_shape(gpu, model, tp: int, n_layers: int | None = None, extra_gemms=(),
     if moe:
         routing = MoeRouting(model.n_routed_experts, model.experts_per_token,
                              routing_locality(model.routing, model.routing_locality_fraction), ep)
-    extra = moe * MOE_EXTRA_KERNELS_PER_LAYER + (
-        L * MLA_EXTRA_KERNELS_PER_LAYER if model.attention == "mla" else 0)
+    mla_extra = MLA_EXTRA_KERNELS_PER_LAYER - (MLA_FUSED_DOWN_PROJECTION_SAVES
+                                               if model.q_lora_rank else 0)
+    extra = moe * MOE_EXTRA_KERNELS_PER_LAYER + (L * mla_extra if model.attention == "mla" else 0)
     return PassShape(
         K=K, N=N, count=np.array([g.count for g in gemms], dtype=float),
         weight_bytes_per_value=np.array([format_bytes(g.fmt) for g in gemms]),

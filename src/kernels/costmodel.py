@@ -118,7 +118,7 @@ def with_kernels(cost, mode: str | None = None, strict: bool = True):
     if moe.why and cost.target.n_routed_experts and mode == "measured":
         note_once(f"note: --kernels: {cost.target.model_id}: {moe.why}")
     gemms = PassGemms(kernels, cost._target_c, cost.target, cost.tp, cost.gpu, cost.params,
-                      ep=cost.ep, moe=moe)
+                      ep=cost.ep, moe=moe, shared_overlap=cost.engine.shared_experts_overlap)
     # decode attention depends on the head shape and the KV dtype, not on the weights' format:
     # an FP8/FP4 or MoE target with full GQA attention takes it from the table too
     attention = PassAttention(kernels, cost._target_c, cost.target, cost.tp, cost.gpu,

@@ -54,15 +54,17 @@ class PassGemms:
     included): shapes.layer_gemms + head_gemms, the order PassCoefficients has them in, each GEMM
     at its own format's table (bf16, fp8, fp8_block: GEMM_DTYPE_OF_FORMAT; MXFP4 / NVFP4 dense
     GEMMs keep the roofline) and the routed-expert GEMMs left to `moe` (pass_moe.py PassMoe,
-    which prices them per pass of S x t: pass_delta_ms). Other dense decoders (FP8/NVFP4 weights,
-    MLA, sliding windows) keep the roofline's GEMMs: applies False. Picklable (numpy arrays and the
-    MeasuredKernels' source and peaks)."""
+    which prices them per pass of S x t: pass_delta_ms; where the engine runs the shared experts
+    on a second stream, shared_overlap, pass_delta_ms also takes off shared_hidden_ms). Other
+    dense decoders (FP8/NVFP4 weights, MLA, sliding windows) keep the roofline's GEMMs: applies
+    False. Picklable (numpy arrays and the MeasuredKernels' source and peaks)."""
 
     def __init__(self, kernels: MeasuredKernels, c: PassCoefficients, model, tp: int, gpu,
-                 params, ep: int = 1, moe=None):
+                 params, ep: int = 1, moe=None, shared_overlap: bool = False):
         self.kernels = kernels
         self.c = c
         self.moe = moe if moe is not None and moe.applies else None
+        self._routed = moe  # the routed experts' PassMoe, measured or not (shared_hidden_ms)
         self.kfix_s = kernel_fixed_s(gpu, params)
         if model.is_plain and tp <= model.n_kv_heads:
             layer, head = plain_gemm_shapes(model, tp)
@@ -80,6 +82,12 @@ class PassGemms:
                       GEMM_DTYPE_OF_FORMAT.get(every[i].fmt, ""), every[i].role != "head")
                      for i in index]
         self.index = np.array(index, dtype=int)
+        roles = [every[i].role for i in index] if index and model.n_routed_experts else []
+        self.shared = np.array([r == "shared" for r in roles], dtype=bool)
+        # the engine runs the shared experts beside the routed ones (EngineProfile
+        # shared_experts_overlap): the pass hides min(shared, routed) (shared_hidden_ms)
+        self.shared_overlap = bool(shared_overlap and self.shared.any() and moe is not None
+                                   and moe.moe_layers)
         self.n_layer = sum(g[4] for g in gemms)
         self.shapes = [(k, n) for k, n, _, _, _ in gemms]  # (k, n) each
         self.dtypes = [d for _, _, _, d, _ in gemms]
@@ -113,6 +121,16 @@ class PassGemms:
         if not self.applies or not self.shapes:
             z = np.zeros(N)
             return z, z.copy(), z.copy(), np.zeros((len(self.shapes), N), bool)
+        roof, measured = self._priced_ms(T)
+        ok = np.isfinite(measured)
+        delta = np.where(ok, measured - roof, 0.0)
+        return (delta[: self.n_layer].sum(axis=0), delta[self.n_layer:].sum(axis=0),
+                np.where(ok, measured, 0.0).sum(axis=0), ok)
+
+    def _priced_ms(self, T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([G, N] roofline ms, [G, N] measured ms, NaN where the table does not price it) of
+        every GEMM of passes of T rows (flat)."""
+        N = T.size
         roof = self._roofline_ms(T)
         measured = np.full((len(self.shapes), N), np.nan)
         edges: dict[float, np.ndarray] = {}  # every GEMM's roofline at one table edge m_max
@@ -130,10 +148,29 @@ class PassGemms:
                 anchored = np.maximum(ratio * roof[g] / self.counts[g], col[-1])
                 one = np.where(above, anchored, one)
             measured[g] = self.counts[g] * one
-        ok = np.isfinite(measured)
-        delta = np.where(ok, measured - roof, 0.0)
-        return (delta[: self.n_layer].sum(axis=0), delta[self.n_layer:].sum(axis=0),
-                np.where(ok, measured, 0.0).sum(axis=0), ok)
+        return roof, measured
+
+    def shared_hidden_ms(self, S, t) -> np.ndarray:
+        """ms of the shared experts hidden behind the routed experts in passes of S x t (flat
+        arrays; zeros where the engine does not overlap them), over the MoE layers. Each side at
+        its price in the pass (the table's where it prices the GEMM or the layer, else the
+        roofline's); the two streams share one GPU's HBM and SMs, so the overlapped layers take
+        max(routed, shared, roofline(routed) + roofline(shared)): the second stream hides the
+        shared experts only where the routed kernel leaves the GPU idle (a DeepGEMM layer at
+        three times its roofline), not where it already runs at the roofline's rate."""
+        S, t = (np.asarray(a, float).ravel() for a in np.broadcast_arrays(S, t))
+        if not self.shared_overlap:
+            return np.zeros(S.size)
+        roof, measured = self._priced_ms(S * t)
+        sel = self.shared
+        shared = np.where(np.isfinite(measured[sel]), measured[sel], roof[sel]).sum(axis=0)
+        routed_roof = self._routed.roofline_ms(S, t)
+        routed = routed_roof
+        if self.moe is not None:
+            _, meas, ok = self.moe.parts_ms(S, t)
+            routed = np.where(ok, meas, routed)
+        together = np.maximum(np.maximum(routed, shared), routed_roof + roof[sel].sum(axis=0))
+        return np.clip(routed + shared - together, 0.0, np.minimum(routed, shared))
 
     def delta_ms(self, T) -> np.ndarray:
         """ms the measured GEMMs add to the roofline pass of T rows (T's shape), memoised per
@@ -156,6 +193,8 @@ class PassGemms:
         out = self.delta_ms(S * t)
         if self.moe is not None:
             out = out + self.moe.parts_ms(S, t)[0].reshape(S.shape)
+        if self.shared_overlap:
+            out = out - self.shared_hidden_ms(S, t).reshape(S.shape)
         return out
 
     def __getstate__(self):

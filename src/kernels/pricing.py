@@ -9,6 +9,9 @@ the table covers it (design.md, "Measured kernels"):
   pass_gemms.py): roofline pnorm_g + one kernel's fixed time -> measured gemm_ms(T, N_g, K_g);
 - a MoE target's routed experts, per MoE layer: the roofline's expert GEMMs + the fused
   kernels' fixed time -> the engine's measured fused-MoE layer at T tokens (pass_moe.py);
+  where the engine runs the shared experts on a second stream (EngineProfile
+  shared_experts_overlap: TensorRT-LLM's DeepSeek-V3 MoE) the layers cost max(routed, shared,
+  the roofline of both) instead of the sum (pass_gemms.py shared_hidden_ms);
 - decode attention: roofline attention_s + one kernel's fixed time per layer -> the measured
   kernel by src/kernels/pass_attention.py's rule (linear in batch and KV length inside the
   table, the edge's row plus the roofline's increment beyond it, the roofline's t-position
@@ -80,9 +83,10 @@ def _mix(src: TableSource, measured: list[bool]) -> str:
 
 def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, params,
                model: ModelSpec, tp: int, n_seqs: int, positions: int, context: int,
-               ep: int = 1) -> MeasuredPass:
+               ep: int = 1, shared_overlap: bool = False) -> MeasuredPass:
     """MeasuredPass of one target pass (module docstring); c: the roofline coefficients the
-    pass was priced with (pass_coefficients of the same gpu, model, tp and engine)."""
+    pass was priced with (pass_coefficients of the same gpu, model, tp and engine);
+    shared_overlap: the engine's EngineProfile.shared_experts_overlap."""
     src, notes = kernels.src, []
     kfix = kernel_fixed_s(gpu, params)
     S, t = float(n_seqs), float(positions)
@@ -90,7 +94,8 @@ def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, para
     layer_delta = head_delta = attn_delta = measured = 0.0
     gemm_source = head_source = ROOFLINE
     moe = PassMoe(kernels, c, model, tp, ep, gpu, params)
-    gemms = PassGemms(kernels, c, model, tp, gpu, params, ep=ep, moe=moe)
+    gemms = PassGemms(kernels, c, model, tp, gpu, params, ep=ep, moe=moe,
+                      shared_overlap=shared_overlap)
     if gemms.applies:
         layer_d, head_d, meas, ok = gemms.parts_ms(np.array([T]))
         layer_delta, head_delta, measured = float(layer_d[0]), float(head_d[0]), float(meas[0])
@@ -122,6 +127,11 @@ def price_pass(kernels: MeasuredKernels, c: PassCoefficients, gpu: GpuSpec, para
                              "(or it was rejected); priced from the roofline")
         else:
             notes.append(moe.why)
+        if gemms.applies and gemms.shared_overlap:  # beside the routed experts: max, not sum
+            hidden = float(gemms.shared_hidden_ms(np.array([S]), np.array([t]))[0])
+            layer_delta -= hidden
+            notes.append(f"shared experts on a second stream beside the routed experts: "
+                         f"{hidden:.3f} ms hidden")
     attention_source = ROOFLINE
     attn = PassAttention(kernels, c, model, tp, gpu, params)
     if positions > MAX_DECODE_POSITIONS:
