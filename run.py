@@ -66,7 +66,8 @@ def study(plan: cli.RunPlan, state: dict, executor=None) -> None:
     cfg, scenario = plan.cfg, plan.scenario
     reference = comparison = cost = background = rendered = reference_trees = None
     from src.serving import compile_step_loop_once
-    compile_step_loop_once(say)  # before the second process and any worker start (they load it)
+    # before the second process and any worker start (forked from here, they inherit it)
+    compile_step_loop_once(say, load=executor is None)
     try:
         if (scenario is not None and plan.reference and (os.cpu_count() or 1) > 1
                 and executor is None):

@@ -158,3 +158,23 @@ def test_no_test_calls_a_wrapperless_callee_from_python():
                         f"python_callable({alias.asname or alias.name}" not in text:
                     bad.append(f"{path.name}: {alias.name}")
     assert not bad, bad
+
+
+@pytest.mark.parametrize("load", [True, False])
+def test_a_warm_cache_is_loaded_here_before_workers_fork_only_when_asked(monkeypatch, load):
+    """With a warm cache compile_step_loop_once / compile_engine_once still run their tiny run
+    here when `load` (the study and serve pass it for local workers, which fork from this process
+    and inherit the loaded machine code), and not otherwise (a Dask run, whose workers load it)."""
+    from src import serving
+    from src.online import study
+    from src.online.cli import config_from_args, make_parser
+    from src.online.engine_compiled import CompiledEngine
+
+    monkeypatch.setattr(compiled_cache, "compile_once", lambda *args: False)  # warm
+    ran = []
+    monkeypatch.setattr(serving, "simulate_steps", lambda *args: ran.append("step loop"))
+    monkeypatch.setattr(CompiledEngine, "run", lambda self: ran.append("engine"))
+    assert serving.compile_step_loop_once(load=load) is False
+    cfg = config_from_args(make_parser().parse_args([]))
+    assert study.compile_engine_once(cfg, study.prepare(cfg), load=load) is False
+    assert ran == (["step loop", "engine"] if load else [])

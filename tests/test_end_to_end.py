@@ -22,19 +22,33 @@ OUTPUTS = ["results/results.csv", "results/verification_comparison.csv", "result
            "plots/gamma_batch_heatmap.png"]
 
 
+# the outputs with plots, on a grid of one quality mode (the plots' panels are quality mode x
+# serving mode: half of SMALL's drawing, which was about 2.6 of its 3 s of CPU)
+PLOTTED = ["--batch-sizes", "1,8", "--gammas", "2,4", "--quality-modes", "bimodal", "--quiet",
+           "--scenario", "reference"]
+
+
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
+    """SMALL's tables and summary, without plots (plotted_run draws them)."""
     out = tmp_path_factory.mktemp("run")
-    assert run.main(SMALL + ["--out", str(out)]) == 0
+    assert run.main(SMALL + ["--no-plots", "--out", str(out)]) == 0
     return out
 
 
-def test_every_output_is_written(small_run):
+@pytest.fixture(scope="module")
+def plotted_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plotted")
+    assert run.main(PLOTTED + ["--out", str(out)]) == 0
+    return out
+
+
+def test_every_output_is_written(plotted_run):
     for rel in OUTPUTS:
-        path = small_run / rel
+        path = plotted_run / rel
         assert path.is_file() and path.stat().st_size > 0, rel
-    assert not [p for p in small_run.rglob(".tmp-*")]  # no temp files left behind
-    assert (small_run / "plots/speedup_vs_batch.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in plotted_run.rglob(".tmp-*")]  # no temp files left behind
+    assert (plotted_run / "plots/speedup_vs_batch.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_results_csv_has_one_row_per_grid_point_and_the_required_columns(small_run):
@@ -90,22 +104,22 @@ def test_lockstep_comparison_shows_the_weakest_request_limiting_the_batch(small_
     assert (b8.lockstep < b8.ragged - 0.2).all()
 
 
-def test_fixed_seed_gives_byte_identical_results(small_run, tmp_path):
+def test_fixed_seed_gives_byte_identical_results(plotted_run, tmp_path):
     """Rerun with --no-plots: the same results, byte for byte (drawing takes no random numbers),
     and no plots."""
-    assert run.main(SMALL + ["--no-plots", "--out", str(tmp_path)]) == 0
+    assert run.main(PLOTTED + ["--no-plots", "--out", str(tmp_path)]) == 0
     for rel in OUTPUTS:
         if rel.startswith("results/"):
-            assert (tmp_path / rel).read_bytes() == (small_run / rel).read_bytes(), rel
+            assert (tmp_path / rel).read_bytes() == (plotted_run / rel).read_bytes(), rel
     assert not (tmp_path / "plots").exists()
 
 
-def test_plots_are_byte_identical_when_drawn_again(small_run):
+def test_plots_are_byte_identical_when_drawn_again(plotted_run):
     """A plot drawn twice from the same table is the same file (no time stamps, no
     nondeterministic layout)."""
     from src.reference_plots import plot_divergence_penalty
     from src.reporting import png_bytes
-    df = pd.read_csv(small_run / "results/results.csv")
+    df = pd.read_csv(plotted_run / "results/results.csv")
     first, again = (png_bytes(plot_divergence_penalty(df)) for _ in range(2))
     assert first == again and first[:8] == b"\x89PNG\r\n\x1a\n"
 

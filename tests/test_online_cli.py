@@ -233,6 +233,7 @@ def test_trace_replay_runs(tmp_path):
         "--workers",
         "1",
         "--quiet",
+        "--no-plots",  # the plots are test_serve_writes_csv_summary_section_and_plots_...'s
         "--out",
         str(tmp_path / "o"),
     )
@@ -268,11 +269,22 @@ def test_value_parsers():
         parse_slo("--slo", "ttft=2s,tpot=50ms,ttft=3s")
 
 
-def test_the_study_and_serve_keep_each_others_outputs(tmp_path):
+def test_the_study_and_serve_keep_each_others_outputs(tmp_path, monkeypatch):
     """Each command replaces OUT/results and OUT/plots as one set; neither drops the other's files
-    or summary section."""
+    or summary section. Which files are kept is the point, not what they show: each plot is a
+    stub PNG here (drawing the seven took about 3 s of CPU; the drawing is tested elsewhere)."""
     out = str(tmp_path)
     import run as run_py
+    from src import analysis
+    from src.online import report
+
+    stub = b"\x89PNG\r\n\x1a\nstub"
+    for name in ("plot_speedup_vs_batch", "plot_utilization_vs_batch", "plot_divergence_penalty",
+                 "plot_gamma_batch_heatmap"):
+        monkeypatch.setattr(analysis, name, lambda *args: None)
+    monkeypatch.setattr(analysis, "png_bytes", lambda fig: stub)
+    for name in list(report.SWEEP_PLOTS):
+        monkeypatch.setitem(report.SWEEP_PLOTS, name, lambda t, cfg: stub)
 
     study = ["--scenario", "reference", "--batch-sizes", "1,2", "--gammas", "2",
              "--quality-modes", "homogeneous_good", "--serving-modes", "continuous_refill",

@@ -58,7 +58,7 @@ def test_littles_law_mean_in_system_is_c_while_every_client_waits(clients):
         assert inside / T == pytest.approx(clients, rel=1e-12)
 
 
-@pytest.mark.parametrize("clients, n", [(1, 10), (4, 16), (16, 40)])
+@pytest.mark.parametrize("clients, n", [(1, 6), (4, 12), (16, 30)])
 def test_the_compiled_engine_equals_the_numpy_engine_in_a_closed_loop(clients, n):
     """n requests a row, more than the clients (a client sends again when one ends); the numpy
     engine steps one step at a time, so one client's rows are kept short."""
@@ -73,7 +73,7 @@ def test_the_compiled_engine_equals_the_numpy_engine_in_a_closed_loop(clients, n
 
 
 def test_a_closed_loop_with_preemption_is_the_same_in_both_engines():
-    args = _closed(16, deps=_deployments("vllm-v1", 150))
+    args = _closed(16, n=30, deps=_deployments("vllm-v1", 150))
     a = Engine(*args, max_gamma=4).run()
     assert a.preemptions.sum() > 0
     _assert_same(a, Engine(*args, max_gamma=4, allow_segments=False).run())
