@@ -73,6 +73,10 @@ def test_an_inferencex_row_runs_its_benchmarks_lengths_and_prompts():
     assert cfg.requests_per_replication == INFERENCEX_PROMPTS_PER_CLIENT * 16
     from src.online.workloads import mean_length as drawn_mean
     assert drawn_mean(cfg.prompt_len) == pytest.approx(921.5, abs=1.0)
+    from src.validation.silicon import table_row
+    out = table_row(_row(), case, {"tpot_ms": 20.0, "ttft_ms": 100.0})
+    assert (out["benchmark"], out["range_ratio"], out["prompts_per_client"]) == ("inferencex",
+                                                                                 0.8, 10)
 
 
 def test_a_row_of_an_unestablished_benchmark_keeps_fixed_lengths():
