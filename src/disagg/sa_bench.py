@@ -43,14 +43,16 @@ from src.disagg.prefill_budget import prefill_token_budget
 from src.disagg.prefill_front import PrefillPool, fcfs_latency_s
 from src.disagg.transfer import kv_link
 from src.online.engine_limits import engine_limits
+from src.validation import bench_run
 
 SA_BENCH_PROMPTS_PER_CLIENT = 5  # sa-bench bench.sh: num_prompts=$((concurrency * 5))
-SA_BENCH_RANGE_RATIO = 0.8  # sa-bench bench.sh: --random-range-ratio 0.8
+SA_BENCH_RANGE_RATIO = bench_run.RANDOM_RANGE_RATIO  # sa-bench bench.sh: --random-range-ratio 0.8
 
 
 def mean_length(nominal: int, ratio: float = SA_BENCH_RANGE_RATIO) -> int:
-    """The mean of sa-bench's uniform integer lengths int(ratio x L) .. L, rounded down."""
-    return (int(int(nominal) * ratio) + int(nominal)) // 2
+    """The mean of sa-bench's uniform integer lengths int(ratio x L) .. L, rounded down
+    (src/validation/bench_run.py, shared with the aggregated validation)."""
+    return bench_run.mean_length(nominal, ratio)
 
 
 def validation_pool(scenario, disagg) -> PrefillPool:
@@ -77,6 +79,6 @@ def burst_ttft_ms(pool: PrefillPool, concurrency: int, isl: int) -> float:
 
 def benchmark_ttft_ms(steady_ms: float, burst_ms: float,
                       prompts_per_client: int = SA_BENCH_PROMPTS_PER_CLIENT) -> float:
-    """The run's mean TTFT: one request per client in the burst, the rest at the steady state."""
-    w = int(prompts_per_client)
-    return (burst_ms + (w - 1) * steady_ms) / w
+    """The run's mean TTFT: one request per client in the burst, the rest at the steady state
+    (src/validation/bench_run.py)."""
+    return bench_run.benchmark_ttft_ms(steady_ms, burst_ms, prompts_per_client)

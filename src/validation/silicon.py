@@ -2,6 +2,9 @@
 
     error = predicted / measured - 1        (signed; |error| is what the summaries report)
 
+Each row names the benchmark run it was simulated with (benchmark: "inferencex" or empty where
+not established, range_ratio, prompts_per_client; src/validation/silicon_source.py).
+
 Per system x engine x model: coverage = rows the model runs / rows, TPOT median and 90th
 percentile |error|, TTFT median |error|. Rows fitted to (h100_sxm, src/validation/host_fit.py)
 are marked `fitted`; the goal figures are read from the other rows only.
@@ -19,7 +22,8 @@ from src.validation.silicon_rows import FIT_SYSTEM, SiliconCase, reason_kind
 GOAL = {"tpot_median": 0.10, "tpot_p90": 0.25, "ttft_median": 0.20}
 COLUMNS = ("id", "system", "backend", "backend_version", "model", "gpu", "engine", "tp", "ep",
            "attention_dp",
-           "weight_format", "expert_weight_format", "isl", "osl", "concurrency", "fitted",
+           "weight_format", "expert_weight_format", "isl", "osl", "concurrency", "benchmark",
+           "range_ratio", "prompts_per_client", "fitted",
            "runnable", "refusal", "measured_tpot_ms", "predicted_tpot_ms", "tpot_error",
            "measured_ttft_ms", "predicted_ttft_ms", "ttft_error")
 
@@ -48,7 +52,9 @@ def table_row(row, mapped: SiliconCase | str, predicted: dict | str | None) -> d
         out.update(gpu=mapped.gpu, engine=mapped.engine, tp=mapped.tp, ep=mapped.ep,
                    attention_dp=mapped.attention_dp, concurrency=mapped.concurrency,
                    weight_format=mapped.weight_format,
-                   expert_weight_format=mapped.expert_weight_format)
+                   expert_weight_format=mapped.expert_weight_format,
+                   benchmark=mapped.benchmark, range_ratio=mapped.range_ratio,
+                   prompts_per_client=mapped.prompts_per_client)
     reason = mapped if isinstance(mapped, str) else predicted if isinstance(predicted, str) else ""
     if reason:
         out["refusal"] = reason

@@ -3,8 +3,9 @@
 aiconfigurator-core 0.12.0 ships `aiconfigurator_core/systems/silicon_sample.csv`: end-to-end
 TTFT and TPOT of real deployments (engine, version, system, TP/EP, ISL/OSL, concurrency =
 batch_size). Each aggregated (`mode == agg`) row becomes a SiliconCase (GPU preset, model id,
-engine profile, tp, ep, weight formats, ISL, OSL, concurrency) or a refusal reason naming what
-the project cannot model. Nothing of the serving simulator runs here.
+engine profile, tp, ep, weight formats, ISL, OSL, concurrency, and the benchmark's timed run:
+src/validation/silicon_source.py) or a refusal reason naming what the project cannot model.
+Nothing of the serving simulator runs here.
 """
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
+from src.validation.bench_run import length_bounds
+from src.validation.silicon_source import DEFAULT_PROMPTS_PER_CLIENT, bench_run_of
 
 # silicon_sample.csv `system` -> GPU preset of src/presets/gpus.toml (systems without a preset
 # are refused: b300_sxm, gb200, ...)
@@ -74,6 +78,21 @@ class SiliconCase:
     measured_tpot_ms: float
     measured_ttft_ms: float
     attention_dp: int = 1  # attention-DP ranks (each tp / attention_dp GPUs of attention TP)
+    # the benchmark's timed run (src/validation/silicon_source.py): prompt and output lengths
+    # uniform on int(range_ratio x isl) .. isl (osl alike; 1.0: fixed at isl, osl), and
+    # prompts_per_client x concurrency requests, the first concurrency sent at once
+    benchmark: str = ""
+    range_ratio: float = 1.0
+    prompts_per_client: int = DEFAULT_PROMPTS_PER_CLIENT
+
+    def length_bounds(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """((prompt low, high), (output low, high)): the inclusive integer ranges drawn."""
+        return length_bounds(self.isl, self.range_ratio), length_bounds(self.osl, self.range_ratio)
+
+    def mean_lengths(self) -> tuple[float, float]:
+        """The mean prompt and output lengths the benchmark sent."""
+        (pl, ph), (ol, oh) = self.length_bounds()
+        return (pl + ph) / 2, (ol + oh) / 2
 
 
 def attention_dp_refusal(row, tp: int, dp: int, ep: int) -> str:
@@ -194,13 +213,15 @@ def map_row(row, engines: set[str], presets=None) -> SiliconCase | str:
         refused = shape_refusal(spec, tp // adp, adp, ep, names)
         if refused:
             return f"attention DP shape: {refused[1]}"
+    run = bench_run_of(row.get("silicon_data_source"))
     return SiliconCase(
         row_id=str(row["id"]), system=system, backend=backend, gpu=system_gpu[system],
         model=model, engine=engine, tp=tp, attention_dp=adp, ep=ep if ep > 1 else 1,
         weight_format=wf,
         expert_weight_format=ewf, isl=isl, osl=osl, concurrency=conc,
         measured_tpot_ms=float(row["silicon_tpot_ms"]),
-        measured_ttft_ms=float(row["silicon_ttft_ms"]))
+        measured_ttft_ms=float(row["silicon_ttft_ms"]), benchmark=run.benchmark,
+        range_ratio=run.range_ratio, prompts_per_client=run.prompts_per_client)
 
 
 def reason_kind(reason: str) -> str:

@@ -1,11 +1,14 @@
 """Greedy closed-loop serving of one SiliconCase, in process: predicted TPOT and TTFT means.
 
 The deployment is the case's GPU, model (by Hugging Face id), tp, ep and weight formats, with no
-draft; `serve --concurrency C --workload fixed:ISL:OSL --policies none` runs it
-(src/online/study.py run_serving, the same function the command calls). What is simulated:
-REQUESTS_PER_CLIENT requests per client (the first wave starts from an empty engine with every
-prompt together, as the benchmarks' timed run does; the later waves are past it), REPLICATIONS
-replications, one process, the scenario's seed: the same inputs give the same numbers. The
+draft; `serve --concurrency C --policies none` runs it (src/online/study.py run_serving, the
+same function the command calls) with the requests of the row's benchmark
+(src/validation/silicon_source.py): for an InferenceX row, 10 C requests whose prompt and output
+lengths are uniform on the integers int(0.8 L) .. L (benchmark_serving.py's random dataset), the
+first C sent together to the empty engine (the opening burst) and the run's mean TTFT and TPOT
+over all of them, as the benchmark's; for a row whose benchmark is not established, 4 C requests
+at fixed lengths ISL and OSL (`--workload fixed:ISL:OSL`). REPLICATIONS replications, one
+process, the scenario's seed: the same inputs give the same numbers. The
 engine's scheduler limits are the case's engine's defaults on its GPU (engine_limits.py: SGLang's
 chunked_prefill_size is 16384 on B200 / GB200, 8192 on H100 / H200; vLLM's and TensorRT-LLM's
 token budget 8192).
@@ -17,7 +20,6 @@ from dataclasses import dataclass, replace
 from src.hardware.scenario import Scenario, default_hardware_scenario
 from src.validation.silicon_rows import SiliconCase
 
-REQUESTS_PER_CLIENT = 4  # requests each closed-loop client sends (4 waves of C requests)
 REPLICATIONS = 2  # serve's minimum; every replication has its own random streams
 SEED = 20261203
 # the largest tensor-parallel group of one HGX node (8 NVLink GPUs: NVIDIA HGX H100/H200/B200
@@ -48,9 +50,25 @@ class SiliconScenario(Scenario):
         return super().cost_model(replace(engine, **dict(self.host_terms)))
 
 
+def length_distributions(case: SiliconCase):
+    """(prompt, output) length distributions of the case's benchmark: fixed at ISL and OSL, or
+    uniform on benchmark_serving.py's int(ratio L) .. L."""
+    from src.config import FixedLength, UniformLength
+    if case.range_ratio >= 1.0:
+        return FixedLength(case.isl), FixedLength(case.osl)
+    (pl, ph), (ol, oh) = case.length_bounds()
+    return UniformLength(pl, ph), UniformLength(ol, oh)
+
+
+def workload_name(case: SiliconCase) -> str:
+    """`fixed:ISL:OSL`, or `random:ISL:OSL:ratio` for benchmark_serving.py's random dataset."""
+    if case.range_ratio >= 1.0:
+        return f"fixed:{case.isl}:{case.osl}"
+    return f"random:{case.isl}:{case.osl}:{case.range_ratio:g}"
+
+
 def serve_config(case: SiliconCase, host_terms: dict | None = None):
-    """The ServeConfig of `serve --concurrency C --workload fixed:ISL:OSL --policies none`."""
-    from src.config import FixedLength
+    """The ServeConfig of `serve --concurrency C --policies none` with the benchmark's requests."""
     from src.online.config import ServeConfig
     base = default_hardware_scenario()
     scenario = SiliconScenario(
@@ -67,12 +85,13 @@ def serve_config(case: SiliconCase, host_terms: dict | None = None):
     from src.online.engine_limits import engine_limits, replica_limits
     gpu = load_presets().gpu(case.gpu)
     mode = base.study.quality_modes[0]
+    prompt_len, output_len = length_distributions(case)
     return ServeConfig(
         scenario=scenario, engine_profile=case.engine, rates_per_s=(float(case.concurrency),),
-        policies="none", workload=f"fixed:{case.isl}:{case.osl}",
-        prompt_len=FixedLength(case.isl), output_len=FixedLength(case.osl),
+        policies="none", workload=workload_name(case),
+        prompt_len=prompt_len, output_len=output_len,
         workload_source="silicon_sample.csv", alpha_mode=mode, alpha=base.study.alpha_modes[mode],
-        requests_per_replication=REQUESTS_PER_CLIENT * case.concurrency,
+        requests_per_replication=case.prompts_per_client * case.concurrency,
         replications=REPLICATIONS, seed=SEED, concurrency=(case.concurrency,),
         limits=replica_limits(case.engine, engine_limits(case.engine, gpu.memory_gb, gpu.name),
                               case.attention_dp))
