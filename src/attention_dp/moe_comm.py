@@ -11,7 +11,8 @@ under attention DP", with the source lines):
 
 The engine profile's `attention_dp_moe_comm` names the engine's default for expert parallelism
 (ep = G): "alltoall", "nvlink_alltoall" (an all-to-all only where the GPUs are NVLink-connected,
-TensorRT-LLM's MnnvlMemory.supports_mnnvl), or "allgather_reducescatter". With the experts
+TensorRT-LLM's MnnvlMemory.supports_mnnvl: every NVLink up; `nvlink_connected`), or
+"allgather_reducescatter". With the experts
 TP-split (ep = 1, MoE TP = G) every engine all-gathers and reduce-scatters (TensorRT-LLM's
 CommunicationFactory returns AllGatherReduceScatter for moe_tp_size != 1; an all-to-all cannot
 split an expert).
@@ -53,8 +54,17 @@ def comm_kind(engine, gpu, ep: int, gpus: int) -> str:
         return "allgather_reducescatter"
     kind = getattr(engine, "attention_dp_moe_comm", "alltoall") or "alltoall"
     if kind == "nvlink_alltoall":
-        return "alltoall" if "nvlink" in gpu.interconnect.lower() else "allgather_reducescatter"
+        return "alltoall" if nvlink_connected(gpu, gpus) else "allgather_reducescatter"
     return kind
+
+
+def nvlink_connected(gpu, gpus: int) -> bool:
+    """Every GPU pair on NVLink, as the GPU preset's `interconnect` says: an NVSwitch node, or
+    a bridged pair of 2 (the PCIe presets say "no NVLink")."""
+    link = gpu.interconnect.lower()
+    if "nvlink" not in link or "no nvlink" in link:
+        return False
+    return "nvswitch" in link or gpus == 2
 
 
 def dispatch_bytes_per_value(engine, model) -> float:

@@ -14,7 +14,9 @@ the worker's requests, t = gamma + 1 positions each, c = mean cached context):
                + attn_gemms_tp(n t tokens)         each rank reads its own copy, split by tp
                - communication_G(N t tokens)       the TP path's all-reduces over G GPUs
                + all_reduce_tp(n t tokens) / 2     attention's all-reduce inside a rank of tp
-               + all_to_all(n t tokens)            MoE dispatch + combine per MoE layer
+               + moe_comm(n t tokens)              MoE dispatch + combine per MoE layer:
+                                                   the engine's all-to-all or all-gather +
+                                                   reduce-scatter (src/attention_dp/moe_comm.py)
 
     all_to_all = L_moe x the engine's measured low-latency dispatch + combine of one layer
         (src/kernels/a2a_table.py: AIConfigurator's DeepEP tables, EP 8 on one node) where a
@@ -53,7 +55,7 @@ cached ones, beside its n decodes. The same three terms change, on the chunks' s
     - attention_G(P chunks, prefill) + attention_tp(p chunks, prefill)
     - [attn_gemms_G(N t + T) - attn_gemms_G(N t)] + [attn_gemms_tp(n t + Tr) - attn_gemms_tp(n t)]
     - [comm_G(N t + T) - comm_G(N t)] + [all_reduce_tp(n t + Tr) - all_reduce_tp(n t)] / 2
-    + [all_to_all(n t + Tr) - all_to_all(n t)]
+    + [moe_comm(n t + Tr) - moe_comm(n t)]
 
 each term 0 at 0 tokens (a step with no decode pays the chunks' terms whole). The all-to-all
 tables hold DeepEP's low-latency kernels up to 256-1024 tokens per rank; a prefill chunk of
@@ -184,7 +186,7 @@ class DecodeWorker:
     def dp_correction_ms(self, worker_requests, context_sum_tokens, gamma) -> np.ndarray:
         """What attention DP changes in the TP-G target pass (module docstring), ms per row:
         - attention_G(N) + attention_tp(n) - attn_gemms_G(N t) + attn_gemms_tp(n t)
-        - communication_G(N) + all_reduce_tp(n) / 2 + all_to_all(n t), with N = worker_requests
+        - communication_G(N) + all_reduce_tp(n) / 2 + moe_comm(n t), with N = worker_requests
         over context_sum_tokens cached tokens ([R] each, a request at the mean context),
         n = ceil(N / dp); 0 at dp = 1 and where N = 0."""
         s = self.shape
