@@ -57,7 +57,13 @@ def test_bad_comm_value_is_refused(tmp_path):
     from src.costmodel import CostModelInputError
     from src.costmodel.engines import load_engine_profiles
     f = tmp_path / "e.toml"
-    f.write_text('[engines.x]\ndescription = "x"\nattention_dp_moe_comm = "broadcast"\n')
+    required = ("step_cpu_fixed_ms", "step_cpu_per_seq_ms", "draft_pass_cpu_fixed_ms",
+                "draft_pass_cpu_per_seq_ms", "ngram_pass_cpu_ms",
+                "rejection_sampling_per_position_ms", "kv_bookkeeping_per_seq_ms")
+    body = "".join(f"{k} = 0.0\n" for k in required)
+    f.write_text('[engines.x]\ndescription = "x"\ndraft_catchup_positions_per_seq = 0\n'
+                 'verification_attention_slowdown_factor = 1.0\n' + body
+                 + 'attention_dp_moe_comm = "broadcast"\n')
     with pytest.raises(CostModelInputError, match="attention_dp_moe_comm"):
         load_engine_profiles(extra_paths=(str(f),))
 
@@ -67,7 +73,7 @@ def test_allgather_reducescatter_bytes_closed_form_on_the_roofline(monkeypatch):
     All-gather: the whole gathered buffer is 4 x 3 x h values at b_d bytes; reduce-scatter: the
     same 12 tokens' BF16 partial sums. t = latency + (G - 1) / G bytes / bus for each."""
     monkeypatch.setattr(moe_comm, "collective_ms", lambda *a, **k: None)
-    cost = HardwareCostModel.from_presets("h200", "deepseek-v3", tp=4, ep=4, engine="sglang")
+    cost = HardwareCostModel.from_presets("h200", "deepseek-v3", tp=8, ep=8, engine="sglang")
     h = cost.target.hidden_size
     lat, bus = allreduce_coefficients(cost.gpu, 4, cost.params, cost.allreduce)
     ag_bytes = 4 * 3 * h * 2.0  # SGLang gathers BF16
