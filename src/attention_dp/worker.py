@@ -14,7 +14,9 @@ the worker's requests, t = gamma + 1 positions each, c = mean cached context):
                + attn_gemms_tp(n t tokens)         each rank reads its own copy, split by tp
                - communication_G(N t tokens)       the TP path's all-reduces over G GPUs
                + all_reduce_tp(n t tokens) / 2     attention's all-reduce inside a rank of tp
-               + all_to_all(n t tokens)            MoE dispatch + combine per MoE layer
+               + moe_comm(n t tokens)              MoE dispatch + combine per MoE layer:
+                                                   the engine's all-to-all or all-gather +
+                                                   reduce-scatter (src/attention_dp/moe_comm.py)
 
     all_to_all = L_moe x the engine's measured low-latency dispatch + combine of one layer
         (src/kernels/a2a_table.py: AIConfigurator's DeepEP tables, EP 8 on one node) where a
@@ -53,7 +55,7 @@ cached ones, beside its n decodes. The same three terms change, on the chunks' s
     - attention_G(P chunks, prefill) + attention_tp(p chunks, prefill)
     - [attn_gemms_G(N t + T) - attn_gemms_G(N t)] + [attn_gemms_tp(n t + Tr) - attn_gemms_tp(n t)]
     - [comm_G(N t + T) - comm_G(N t)] + [all_reduce_tp(n t + Tr) - all_reduce_tp(n t)] / 2
-    + [all_to_all(n t + Tr) - all_to_all(n t)]
+    + [moe_comm(n t + Tr) - moe_comm(n t)]
 
 each term 0 at 0 tokens (a step with no decode pays the chunks' terms whole). The all-to-all
 tables hold DeepEP's low-latency kernels up to 256-1024 tokens per rank; a prefill chunk of
@@ -68,6 +70,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import src.costmodel.shapes as shapes
+from src.attention_dp.moe_comm import allgather_reducescatter_ms, comm_kind
 from src.attention_dp.shape import GPUS_PER_NODE, PoolShape
 from src.config import ConfigError
 from src.costmodel import PassLoad
@@ -132,6 +135,26 @@ class DecodeWorker:
         return moe_layers * values * (DISPATCH_BYTES_PER_VALUE + COMBINE_BYTES_PER_VALUE) / link \
             * 1e3
 
+    @property
+    def moe_comm(self) -> str:
+        """'alltoall' or 'allgather_reducescatter': the MoE communication the engine runs on
+        this worker (src/attention_dp/moe_comm.py)."""
+        c, s = self.cost, self.shape
+        return comm_kind(c.engine, c.gpu, s.ep, s.gpus_per_worker)
+
+    def moe_comm_ms(self, tokens_per_rank) -> np.ndarray:
+        """MoE communication of one pass, ms: the all-to-all (all_to_all_ms) or, where the
+        engine gathers instead, L_moe x the all-gather + reduce-scatter of one layer
+        (src/attention_dp/moe_comm.py); 0 for a dense model."""
+        if self.moe_comm == "alltoall":
+            return self.all_to_all_ms(tokens_per_rank)
+        m, s = self.cost.target, self.shape
+        moe_layers = m.n_layers - (m.first_k_dense_replace or 0) if m.n_routed_experts else 0
+        T = np.asarray(tokens_per_rank, dtype=float)
+        if not moe_layers:
+            return np.zeros(T.shape)
+        return moe_layers * allgather_reducescatter_ms(self.cost, s.gpus_per_worker, T / s.tp)
+
     def attention_gemms_ms(self, coeffs, tp: int, tokens) -> np.ndarray:
         """ms of the attention projections of one pass of `tokens` rows (array) on a GPU of
         coefficients `coeffs` (the pass at TP tp): the first GEMMs of the pass's list
@@ -163,7 +186,7 @@ class DecodeWorker:
     def dp_correction_ms(self, worker_requests, context_sum_tokens, gamma) -> np.ndarray:
         """What attention DP changes in the TP-G target pass (module docstring), ms per row:
         - attention_G(N) + attention_tp(n) - attn_gemms_G(N t) + attn_gemms_tp(n t)
-        - communication_G(N) + all_reduce_tp(n) / 2 + all_to_all(n t), with N = worker_requests
+        - communication_G(N) + all_reduce_tp(n) / 2 + moe_comm(n t), with N = worker_requests
         over context_sum_tokens cached tokens ([R] each, a request at the mean context),
         n = ceil(N / dp); 0 at dp = 1 and where N = 0."""
         s = self.shape
@@ -184,7 +207,7 @@ class DecodeWorker:
             comm_r = pass_components_s(self._rank_c, n, t, c_rank)["communication"] * 1e3 / 2.0
         proj = (self.attention_gemms_ms(self._rank_c, s.tp, n * t)
                 - self.attention_gemms_ms(tc, s.gpus_per_worker, N * t))
-        out = -attn_g + attn_r + proj - comm_g + comm_r + self.all_to_all_ms(n * t)
+        out = -attn_g + attn_r + proj - comm_g + comm_r + self.moe_comm_ms(n * t)
         return np.where(N > 0, out, 0.0)
 
     def _comm_ms(self, coeffs, tokens) -> np.ndarray:
@@ -197,9 +220,9 @@ class DecodeWorker:
         T = np.asarray(tokens, dtype=float)
         return np.where(T > 0, self.attention_gemms_ms(coeffs, tp, T), 0.0)
 
-    def _a2a_ms(self, tokens) -> np.ndarray:
+    def _moe_comm_or_zero_ms(self, tokens) -> np.ndarray:
         T = np.asarray(tokens, dtype=float)
-        return np.where(T > 0, self.all_to_all_ms(T), 0.0)
+        return np.where(T > 0, self.moe_comm_ms(T), 0.0)
 
     def dp_chunk_correction_ms(self, worker_requests, gamma, chunk_seqs, chunk_tokens,
                                chunk_context_sum) -> np.ndarray:
@@ -228,7 +251,7 @@ class DecodeWorker:
         comm = self._comm_ms(tc, dec_g) - self._comm_ms(tc, dec_g + T)
         if s.tp > 1:
             comm = comm + (self._comm_ms(rc, dec_r + Tr) - self._comm_ms(rc, dec_r)) / 2.0
-        a2a = self._a2a_ms(dec_r + Tr) - self._a2a_ms(dec_r)
+        a2a = self._moe_comm_or_zero_ms(dec_r + Tr) - self._moe_comm_or_zero_ms(dec_r)
         return np.where(P > 0, attn + proj + comm + a2a, 0.0)
 
     def dp_static_ms(self, worker_requests, gamma) -> np.ndarray:

@@ -38,6 +38,8 @@ GEMM_EFFICIENCY_SOURCES = ("preset", "tables")
 # rest); "prefill_first": vLLM v0's default scheduler without chunked prefill (a step with a
 # waiting prompt that fits is a prefill-only step of whole prompts; otherwise a decode step)
 PREFILL_SCHEDULING_CHOICES = ("chunked", "prefill_first")
+# attention_dp_moe_comm values (src/attention_dp/moe_comm.py)
+ATTENTION_DP_MOE_COMM_CHOICES = ("alltoall", "nvlink_alltoall", "allgather_reducescatter")
 # kernel_tables backends: the engine folders of AIConfigurator's database (aiconfigurator_core/
 # systems/data/<system>/<op>/<backend>/, aiconfigurator-core 0.12.0) -> the printed engine name
 BACKEND_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
@@ -188,6 +190,12 @@ class EngineProfile:
     # the measured kernel tables that price this profile's kernels: "<backend>/<version>", a
     # folder pair of AIConfigurator's database (src/kernels/sources.py); "" = none (roofline)
     kernel_tables: str = ""
+    # the MoE communication of an attention-DP worker at expert parallelism (ep = G):
+    # "alltoall", "nvlink_alltoall" (only where the GPUs are NVLink-connected) or
+    # "allgather_reducescatter" (src/attention_dp/moe_comm.py; MoE TP always all-gathers)
+    attention_dp_moe_comm: str = "alltoall"
+    # that all-gather moves the routed experts' quantized activations (NVFP4, FP8), not BF16
+    attention_dp_dispatch_quantized: bool = False
 
     def cuda_graph_max_batch(self, gpu_memory_gb: float, tp: int) -> int:
         """Largest batch whose passes replay a CUDA graph on this deployment; 0 = no limit."""
@@ -305,6 +313,10 @@ def _load_engine_profiles(path: str | Path = ENGINE_PROFILES_FILE,
         if kernel not in ATTENTION_KERNEL_CHOICES:
             raise CostModelInputError(f"{where}.attention_kernel", f"unknown '{kernel}'; allowed: "
                                       f"{', '.join(ATTENTION_KERNEL_CHOICES)}")
+        comm = values.get("attention_dp_moe_comm", "alltoall")
+        if comm not in ATTENTION_DP_MOE_COMM_CHOICES:
+            raise CostModelInputError(f"{where}.attention_dp_moe_comm", f"unknown '{comm}'; "
+                                      f"allowed: {', '.join(ATTENTION_DP_MOE_COMM_CHOICES)}")
         tables_of = values.get("kernel_tables", "")
         if tables_of and not KERNEL_TABLES_RE.match(tables_of):
             raise CostModelInputError(f"{where}.kernel_tables", f"bad '{tables_of}'; allowed: "
