@@ -257,7 +257,7 @@ class DecodeWorker:
     def dp_static_ms(self, worker_requests, gamma) -> np.ndarray:
         """The terms of dp_correction_ms that do not depend on the context, ms (broadcast
         arrays): - attn_gemms_G(N t) + attn_gemms_tp(n t) - communication_G(N t) +
-        all_reduce_tp(n t) / 2 + all_to_all(n t); 0 at dp = 1 and where N = 0. The compiled
+        all_reduce_tp(n t) / 2 + moe_comm(n t); 0 at dp = 1 and where N = 0. The compiled
         serving loop tables them by (N, gamma) and adds the two attention terms per step
         (src/online/step_prices.py dp_correction_ms)."""
         s = self.shape
@@ -274,5 +274,5 @@ class DecodeWorker:
             comm_r = pass_components_s(self._rank_c, n, t, zero)["communication"] * 1e3 / 2.0
         proj = (self.attention_gemms_ms(self._rank_c, s.tp, n * t)
                 - self.attention_gemms_ms(self.cost._target_c, s.gpus_per_worker, N * t))
-        out = proj - comm_g + comm_r + self.all_to_all_ms(n * t)
+        out = proj - comm_g + comm_r + self.moe_comm_ms(n * t)
         return np.where(N > 0, out, 0.0)
