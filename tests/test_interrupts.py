@@ -51,7 +51,7 @@ def test_run_py_exits_130_when_ctrl_c_lands_in_a_callback(capsys, monkeypatch):
     def parse(argv):
         interrupted_inside_a_callback()
         time.sleep(5)
-        raise ConfigError("--out: not reached")
+        raise ConfigError("--out", "not reached")
 
     monkeypatch.setattr(run.cli, "parse", parse)
     done = run_main(capsys, ["--quiet"])
