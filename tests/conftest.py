@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from tests import signal_state
+
 # PYTHONDONTWRITEBYTECODE (set in some sandboxes and CI images) makes every test process compile
 # the project's modules again and pytest rewrite every test file again: collecting the suite took
 # 9.2 s of CPU per process with it, 3.7 s with the bytecode kept (2026-12-03, this 2-core
@@ -64,6 +66,22 @@ def compiled_once():
     cfg = config_from_args(make_parser().parse_args([]))
     compile_engine_once(cfg, prepare(cfg))
     compile_step_loop_once()
+
+
+# the blocked signals and SIGINT/SIGTERM handlers this process began with (an ignored SIGINT, where
+# the suite was started as a background job, included): every test must find and leave them so
+SIGNALS_AT_START = signal_state.now()
+
+
+@pytest.fixture(autouse=True)
+def signals_left_as_found():
+    """A test (or fixture) that leaves a signal blocked or a handler changed fails, named where it
+    happened, and the state is put back: the processes later tests start inherit a blocked or
+    ignored SIGINT (tests/signal_state.py). Two sigprocmask calls a test (a microsecond each)."""
+    signal_state.put_back(SIGNALS_AT_START, "signals changed before this test (by a module or "
+                          "session fixture, set up or torn down since the last test)")
+    yield
+    signal_state.put_back(SIGNALS_AT_START, "this test left signals changed")
 
 
 @pytest.fixture(autouse=True)

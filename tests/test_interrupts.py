@@ -13,6 +13,15 @@ import pytest
 from src.config import ConfigError
 from src.interrupts import redelivered
 from tests.helpers import run_main
+from tests.signal_state import sigint_as_in_a_terminal
+
+
+@pytest.fixture(autouse=True)
+def sigint_raises_here():
+    """These tests raise SIGINT in this process: it reaches Python's KeyboardInterrupt handler
+    whatever the suite was started with (as a background job it inherits SIGINT ignored)."""
+    with sigint_as_in_a_terminal():
+        yield
 
 
 def interrupted_inside_a_callback() -> None:
