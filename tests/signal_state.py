@@ -8,7 +8,7 @@ ignore it and run to its end (exit 0), and a SIGINT raised in the test process d
 nothing ("DID NOT RAISE"; issue 26, design.md section 12, "The test suite"). Hence:
 
 * `now()` / `changed()` / `restore()` / `put_back()`: the main thread's blocked signals and the
-  SIGINT and SIGTERM handlers, which tests/conftest.py checks around every test (a leak is named
+  SIGINT and SIGTERM handlers, which tests/conftest.py checks after every test (a leak is named
   at the test that made it, not at a later test it breaks);
 * `ctrl_c_as_in_a_terminal`: a subprocess preexec_fn giving the child SIGINT unblocked and at its
   default disposition, as a shell's foreground job has it (Python then installs its
