@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from tests import signal_state
+
 # PYTHONDONTWRITEBYTECODE (set in some sandboxes and CI images) makes every test process compile
 # the project's modules again and pytest rewrite every test file again: collecting the suite took
 # 9.2 s of CPU per process with it, 3.7 s with the bytecode kept (2026-12-03, this 2-core
@@ -64,6 +66,24 @@ def compiled_once():
     cfg = config_from_args(make_parser().parse_args([]))
     compile_engine_once(cfg, prepare(cfg))
     compile_step_loop_once()
+
+
+# the blocked signals and SIGINT/SIGTERM handlers this process began with (an ignored SIGINT, where
+# the suite was started as a background job, included): every test must find and leave them so
+SIGNALS_AT_START = signal_state.now()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item):
+    """A test that leaves a signal blocked or a SIGINT/SIGTERM handler changed (itself, or a
+    fixture it set up or tore down: this runs after every teardown of the test, module and session
+    fixtures' included) fails, named where it happened, and the state is put back: the processes
+    later tests start would inherit a blocked or ignored SIGINT (tests/signal_state.py). One
+    sigprocmask call a test; a hook, not an autouse fixture (about 0.2 ms a test in pytest's
+    fixture machinery on this machine)."""
+    yield
+    signal_state.put_back(SIGNALS_AT_START, "signals changed by this test or a fixture it set up "
+                          "or tore down")
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tests.helpers import run_main
+from tests.signal_state import ctrl_c_as_in_a_terminal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INTERRUPTED = "interrupted; previous outputs left as they were"
@@ -101,12 +102,15 @@ def gone(pid: int) -> bool:
 
 
 class Run:
-    """`python run.py ARGV` in its own session, its stderr read line by line."""
+    """`python run.py ARGV` in its own session, its stderr read line by line. It starts with SIGINT
+    unblocked and at its default, as a shell's foreground job: a suite started as a background job
+    inherits SIGINT ignored, and run.py rightly keeps an inherited SIG_IGN (design.md section
+    12, "The test suite")."""
 
     def __init__(self, *argv: str):
         self.proc = subprocess.Popen([sys.executable, "run.py", *argv], cwd=ROOT, text=True,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=ctrl_c_as_in_a_terminal)
         self.lines: queue.Queue = queue.Queue()
         self.stderr: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

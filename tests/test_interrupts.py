@@ -13,6 +13,15 @@ import pytest
 from src.config import ConfigError
 from src.interrupts import redelivered
 from tests.helpers import run_main
+from tests.signal_state import sigint_as_in_a_terminal
+
+
+@pytest.fixture(autouse=True)
+def sigint_raises_here():
+    """These tests raise SIGINT in this process: it reaches Python's KeyboardInterrupt handler
+    whatever the suite was started with (as a background job it inherits SIGINT ignored)."""
+    with sigint_as_in_a_terminal():
+        yield
 
 
 def interrupted_inside_a_callback() -> None:
@@ -51,7 +60,7 @@ def test_run_py_exits_130_when_ctrl_c_lands_in_a_callback(capsys, monkeypatch):
     def parse(argv):
         interrupted_inside_a_callback()
         time.sleep(5)
-        raise ConfigError("--out: not reached")
+        raise ConfigError("--out", "not reached")
 
     monkeypatch.setattr(run.cli, "parse", parse)
     done = run_main(capsys, ["--quiet"])
