@@ -121,3 +121,50 @@ def test_rows_without_worker_counts_that_repeat_a_measured_row_are_named_as_such
         assert pd.isna(a.prefill_num_workers) and not pd.isna(b.prefill_num_workers)
         assert (a.silicon_ttft_ms, a.silicon_tpot_ms, a.isl, a.osl) == \
             (b.silicon_ttft_ms, b.silicon_tpot_ms, b.isl, b.osl)
+
+
+def test_rows_run_the_recipes_fp8_kv_cache(rows):
+    # the srt-slurm recipes behind the rows set an FP8 KV cache (RECIPE_KV_CACHE); the CSV has no
+    # KV column. The scenario's cost model and the [disagg] pools carry it.
+    from dataclasses import replace
+
+    from src.disagg.silicon import RECIPE_KV_CACHE
+    row = rows[rows.id == "dsr1_h200_trtllm_fp8_disagg_8192x1024_c128_cfg291"].iloc[0]
+    scenario, *_ = map_row(row, PRESETS)
+    assert RECIPE_KV_CACHE == "fp8" and scenario.kv_cache == "fp8"
+    fp8 = replace(scenario, tp=8, ep=8).cost_model().target
+    bf16 = replace(scenario, kv_cache="", tp=8, ep=8).cost_model().target
+    assert fp8.kv_cache_format == "fp8" and bf16.kv_cache_format == "bf16"
+    assert fp8.kv_bytes_per_token < 0.6 * bf16.kv_bytes_per_token
+
+
+def test_a_row_the_engine_ran_fits_its_fp8_kv_cache_not_a_bf16_one(rows):
+    # dsr1_b200_trtllm_fp8_disagg_1024x1024_c4096_cfg549: 4,096 clients on one DP-8 decode worker
+    # (512 a rank, the recipe's batch512) ran; a BF16 KV cache would not hold them
+    from dataclasses import replace
+
+    from src.config import ConfigError
+    from src.disagg.closed_loop import check_decode_fits
+    from src.disagg.sa_bench import mean_length
+    row = rows[rows.id == "dsr1_b200_trtllm_fp8_disagg_1024x1024_c4096_cfg549"].iloc[0]
+    scenario, disagg, isl, osl, conc = map_row(row, PRESETS)
+    dec = disagg.decode
+    tokens = mean_length(isl) + mean_length(osl) + 1
+    per_rank = conc // (dec.workers * dec.dp)
+    assert per_rank == 512
+    for kv, fits in (("fp8", True), ("", False)):
+        cost = replace(scenario, kv_cache=kv, tp=dec.gpus_per_worker, ep=dec.ep).cost_model()
+        if fits:
+            check_decode_fits(cost.target, cost.gpu, cost.params, dec, per_rank, tokens)
+        else:
+            with pytest.raises(ConfigError):
+                check_decode_fits(cost.target, cost.gpu, cost.params, dec, per_rank, tokens)
+
+
+def test_the_aggregated_silicon_scenario_keeps_the_checkpoints_kv_cache():
+    from src.hardware.scenario import default_hardware_scenario
+    from src.validation.silicon_serve import SiliconScenario
+    base = default_hardware_scenario()
+    s = SiliconScenario(**{f: getattr(base, f) for f in base.__dataclass_fields__},
+                        weight_format="fp8")
+    assert s.target_formats() == {"weight_format": "fp8"}

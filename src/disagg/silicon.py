@@ -8,6 +8,7 @@ prefill_moe_tp_size, prefill_moe_ep_size, and decode_*), ISL, OSL, the benchmark
 tp_size is attention TP inside a DP rank, GPUs per worker = tp x attention_dp = moe_tp x moe_ep
 (the convention of src/disagg/config.py). A row runs as a greedy deployment: the CSV does not
 say whether MTP ran, so every row is priced without speculation (a doubt on the TPOT errors).
+The KV cache is FP8 on both pools (RECIPE_KV_CACHE: the benchmark's recipes set it).
 Each row runs at the benchmark's mean prompt and output lengths (sa-bench draws them uniformly
 in [0.8 L, L]: the row's isl and osl are the maxima), and the predicted TTFT is the benchmark's
 mean: its opening burst (every client's first request sent at once to the idle pools) for one
@@ -43,6 +44,13 @@ COLUMNS = ("id", "system", "backend", "model", "engine", "isl", "osl", "concurre
            "predicted_queue_ms", "predicted_prefill_ms", "predicted_transfer_ms",
            "prefill_utilisation", "decode_requests_per_worker")
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+# The KV cache the rows' deployments ran: FP8. The rows are InferenceX runs of srt-slurm recipes
+# (design.md, "What a row's measured TTFT holds"); every recipe read sets it on both pools:
+# SGLang `kv-cache-dtype: "fp8_e4m3"` (recipes/b200-fp4/8k1k/stp/max-tpt-dep4-7p-dep8-2d.yaml,
+# b200-fp8/8k1k/stp/max-tpt-dep8-1p1d.yaml), TensorRT-LLM `kv_cache_config: dtype: fp8`
+# (recipes/trtllm/b200-fp8/8k1k/stp/ctx1_gen4_tp8_batch32_eplb0_mtp0_128.yaml,
+# trtllm/h200/8k1k/stp/c128_ctx1_gen1_dep8_batch256_eplb0_mtp0.yaml). The CSV has no KV column.
+RECIPE_KV_CACHE = "fp8"
 
 
 def load_disagg_rows(path=None) -> pd.DataFrame:
@@ -136,7 +144,8 @@ def map_row(row, presets):
     gpu = presets.gpu(system_gpu[system])
     if any(f and f not in runnable_weight_formats(gpu) for f in (wf, ewf)):
         return f"unsupported quant: {wf}/{ewf} on {gpu.gpu_id}"
-    spec = replace(spec, weight_format=wf, **({"expert_weight_format": ewf} if ewf else {}))
+    spec = replace(spec, weight_format=wf, kv_cache_format=RECIPE_KV_CACHE,
+                   **({"expert_weight_format": ewf} if ewf else {}))
     from src.disagg.config import disagg_from_table
     try:
         disagg = disagg_from_table(table, spec, gpu, presets.params)
@@ -148,7 +157,7 @@ def map_row(row, presets):
     scenario = replace(SiliconScenario(**{f: getattr(base, f) for f in base.__dataclass_fields__}),
                        name=f"silicon-{row['id']}", gpu_id=gpu.gpu_id, target_model_id=model_id,
                        draft="ngram", draft_tp=1, engine_profiles=(engine,), weight_format=wf,
-                       expert_weight_format=ewf)
+                       expert_weight_format=ewf, kv_cache=RECIPE_KV_CACHE)
     return scenario, disagg, isl, osl, conc
 
 

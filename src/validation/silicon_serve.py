@@ -39,8 +39,13 @@ class SiliconScenario(Scenario):
     host_terms: tuple[tuple[str, float], ...] = ()  # EngineProfile field -> value
 
     def target_formats(self) -> dict[str, str]:
-        return {k: v for k, v in (("weight_format", self.weight_format),
-                                  ("expert_weight_format", self.expert_weight_format)) if v}
+        """The formats set apart, and the Scenario's `kv_cache` where set (the disaggregated
+        validation's recipes run an FP8 KV cache: src/disagg/silicon.py RECIPE_KV_CACHE)."""
+        out = {k: v for k, v in (("weight_format", self.weight_format),
+                                 ("expert_weight_format", self.expert_weight_format)) if v}
+        if self.kv_cache:
+            out["kv_cache_format"] = self.kv_cache
+        return out
 
     def cost_model(self, engine_profile=None):
         from src.costmodel import engine_profile as named_profile
