@@ -5,8 +5,8 @@ change to a function it calls from another file, a caller loads its old machine 
 old callee compiled into it (numba's documentation, "Cache invalidation"). Two compiled programs
 span several files each, so this module gives the functions of each group one source stamp, a
 hash of all the group's files, and a change to any of them recompiles the whole group once:
-* the serving engine: src/online/counter_rng.py, kernel_attention.py, step_prices.py,
-  engine_loop.py;
+* the serving engine: src/online/counter_rng.py, kernel_attention.py, moe_prices.py,
+  step_prices.py, engine_loop.py;
 * the fixed-batch study loop: src/step_engine.py, which compiles the acceptance draws of
   src/acceptance.py and src/treeshape/accept.py into its loop.
 The locator is numba's in-tree one (the `__pycache__` beside the source), registered first in
@@ -41,7 +41,8 @@ from numba.core.caching import CacheImpl, InTreeCacheLocator, UserProvidedCacheL
 
 _SRC = os.path.dirname(os.path.abspath(__file__))
 COMPILED_SOURCES = tuple(os.path.join(_SRC, "online", name) for name in (
-    "counter_rng.py", "kernel_attention.py", "step_prices.py", "engine_loop.py"))
+    "counter_rng.py", "kernel_attention.py", "moe_prices.py", "step_prices.py",
+    "engine_loop.py"))
 STUDY_LOOP_SOURCES = tuple(os.path.join(_SRC, *name.split("/")) for name in (
     "step_engine.py", "acceptance.py", "treeshape/accept.py"))
 _GROUP_OF = {path: group for group in (COMPILED_SOURCES, STUDY_LOOP_SOURCES) for path in group}

@@ -34,6 +34,38 @@ def test_decode_only_and_prefill_only_passes_match_the_cost_model(engine, gpu):
     np.testing.assert_allclose(mixed, physics, rtol=1e-9)
 
 
+@pytest.mark.parametrize("gpu,target,tp,ep", [
+    ("h100-sxm", "qwen3-30b-a3b", 1, 1),
+    ("h200", "gpt-oss-120b", 1, 1),
+    ("h200", "gpt-oss-120b", 4, 4),  # EP: the layer waits for the slowest GPU's experts
+    ("h200", "deepseek-v3", 8, 1),
+])
+def test_moe_mixed_passes_route_their_tokens_as_the_cost_model(gpu, target, tp, ep):
+    """A MoE target's mixed pass routes every token over the experts (D touched experts, T k / D
+    rows each) as pass_components_s does: its decode-only and prefill-only passes are the cost
+    model's, and a prompt costs more than one expert's GEMM over its T rows would."""
+    cost = HardwareCostModel.from_presets(gpu, target, draft="ngram", engine="vllm-v1", tp=tp,
+                                          ep=ep)
+    c = cost._target_c
+    active = np.ones((3, 32), bool)
+    active[1, 3:] = False
+    ctx = np.full((3, 32), 1500)
+    g = np.array([0, 3, 0])
+    physics, _ = cost.target_pass_parts(active, g + 1, ctx)
+    n = active.sum(axis=1)
+    mixed = mixed_pass_physics_ms(c, n, g + 1, (ctx * active).sum(axis=1))
+    np.testing.assert_allclose(mixed, physics, rtol=1e-9)
+    prompts, tokens, cached = np.array([1, 2, 1]), np.array([921, 4000, 7372]), np.array([0, 0, 0])
+    physics, _ = cost.prefill_parts(prompts, tokens, cached)
+    mixed = mixed_pass_physics_ms(c, 0, 1, 0, prompts, prompts * tokens, prompts * cached,
+                                  prompts)
+    np.testing.assert_allclose(mixed, physics, rtol=1e-9)
+    from dataclasses import replace
+    one_expert = mixed_pass_physics_ms(replace(c, moe=None), 0, 1, 0, prompts, prompts * tokens,
+                                       prompts * cached, prompts)
+    assert np.all(mixed > one_expert)
+
+
 def test_chunks_add_to_a_decode_step_less_than_alone():
     """A prefill chunk inside a decode step costs less than the same chunk as its own pass (the
     weights are read once) and more than nothing."""

@@ -30,12 +30,15 @@ CASES = [
     # MoE targets (routed experts in the decode table), EAGLE-3 heads, sliding-window layers
     ("h100-sxm", "qwen3-30b-a3b-fp8", "qwen3-30b-a3b-eagle3", "vllm-v1", None),
     ("h200", "gpt-oss-20b", "gpt-oss-20b-eagle3", "sglang-spec-v2", None),
+    # routed experts of the prefill chunks, TP over the experts and EP (the slowest GPU's share)
+    ("h200", "gpt-oss-120b", "ngram", "vllm-v1", None, 4, 4),
+    ("h200", "deepseek-v3", "ngram", "sglang", None, 8),
 ]
 
 
-def _timer(gpu, target, draft, engine, budget, tp=1, speculative=True):
+def _timer(gpu, target, draft, engine, budget, tp=1, ep=1, speculative=True):
     cost = HardwareCostModel.from_presets(gpu, target, draft=draft, engine=engine,
-                                          draft_kv_budget_tokens=budget, tp=tp)
+                                          draft_kv_budget_tokens=budget, tp=tp, ep=ep)
     return StepTimer(cost, speculative)
 
 
@@ -89,10 +92,12 @@ def test_the_memory_check_is_the_cost_models():
 
 def test_the_cases_cover_fitted_kernels_moe_and_sliding_windows():
     """(else the cases above would test the dense roofline path only)"""
-    for case in CASES[-5:-2]:
+    for case in CASES[-7:-4]:
         assert _timer(*case).cost._target_c.attn_kernels
-    assert _timer(*CASES[-2]).cost._target_c.moe is not None
-    assert _timer(*CASES[-1]).cost._target_c.attn_window_tokens > 0
+    assert _timer(*CASES[-4]).cost._target_c.moe is not None
+    assert _timer(*CASES[-3]).cost._target_c.attn_window_tokens > 0
+    assert _timer(*CASES[-2]).cost._target_c.moe.ep == 4
+    assert _timer(*CASES[-1]).cost._target_c.moe is not None
 
 
 def test_the_engine_s_numba_cache_is_stamped_with_all_its_sources():

@@ -49,10 +49,22 @@ def expected_distinct_experts(n_experts: int, top_k: int, n_seqs, tokens_per_seq
     """Expected distinct experts touched per MoE layer by n_seqs sequences x tokens_per_seq tokens
     (arrays broadcast; 0 where either is 0) under the locality model with rho = locality
     (0 = uniform routing): E (1 - (1 - k/E)^S (1 - k (1 - rho)/E)^(S (t - 1)))."""
-    E, k = float(n_experts), float(top_k)
     S = np.asarray(n_seqs, dtype=float)
     t = np.asarray(tokens_per_seq, dtype=float)
-    later_draws = S * np.maximum(t - 1.0, 0.0)
+    D = distinct_experts_of_draws(n_experts, top_k, S, S * np.maximum(t - 1.0, 0.0), locality)
+    return np.where((S > 0) & (t > 0), D, 0.0)
+
+
+def distinct_experts_of_draws(n_experts: int, top_k: int, first_draws, later_draws,
+                              locality: float = 0.0):
+    """Expected distinct experts touched per MoE layer by a pass whose tokens are first_draws
+    first tokens of their sequence's run in the pass (a uniform k-subset each) and later_draws
+    later ones (k (1 - rho) fresh slots each): E (1 - (1 - k/E)^first (1 - k (1 - rho)/E)^later).
+    Sequences are independent, so a mixed pass (decoding sequences of t positions beside prompt
+    chunks) is the sum of its parts' draws: first = S + P, later = S (t - 1) + N - P."""
+    E, k = float(n_experts), float(top_k)
+    S = np.asarray(first_draws, dtype=float)
+    later_draws = np.asarray(later_draws, dtype=float)
 
     def log_untouched(draws, p):  # draws x log(1 - p), with 0 x log(0) = 0
         if p >= 1.0:
@@ -61,7 +73,7 @@ def expected_distinct_experts(n_experts: int, top_k: int, n_seqs, tokens_per_seq
 
     first = log_untouched(S, k / E)
     later = log_untouched(later_draws, k * (1.0 - locality) / E)
-    return np.where((S > 0) & (t > 0), E * -np.expm1(first + later), 0.0)
+    return np.where(S > 0, E * -np.expm1(first + later), 0.0)
 
 
 def simulate_distinct_experts(n_experts: int, top_k: int, n_seqs: int, tokens_per_seq: int,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from src.costmodel.roofline import PassCoefficients, _pnorm, attention_s, gemm_terms_s
+from src.costmodel.variants import mixed_expert_rows_and_multiplicity
 
 
 def mixed_pass_physics_ms(c: PassCoefficients, dec_seqs, dec_positions, dec_context_sum,
@@ -69,7 +70,16 @@ def _mixed_ms(c: PassCoefficients, S, t, C, P, N, Cp, Lp, dec_attention):
     rows = np.empty((G,) + T.shape)  # T rows for every GEMM, L for the LM head
     rows[:] = T
     rows[c.head_gemm_index] = L
-    mem_g, comp_g = gemm_terms_s(c, rows)
+    if c.moe is not None:  # routed experts as pass_components_s prices them, over the pass's runs
+        runs = np.where(t > 0, S, 0.0) + P  # each decoding sequence and each chunk: one run
+        expert_rows, waited, _ = mixed_expert_rows_and_multiplicity(c.moe, runs, T)
+        mask = c.gemm_expert_mask.reshape((-1,) + (1,) * T.ndim)
+        rows = np.where(mask, expert_rows, rows)
+        per_pass = np.where(mask, waited, 1.0)
+        mem_g, comp_g = gemm_terms_s(c, rows, group=np.maximum(per_pass, 1.0), grouped=mask)
+        mem_g, comp_g = mem_g * per_pass, comp_g * per_pass
+    else:
+        mem_g, comp_g = gemm_terms_s(c, rows)
     pnorm = _pnorm(mem_g, comp_g, c.sharpness_p)
     # np.tensordot(c.gemm_selector, pnorm, axes=1), without its reshaping calls: the same dot
     gemm = np.dot(c.gemm_selector, pnorm.reshape(G, -1)).reshape((2,) + T.shape)

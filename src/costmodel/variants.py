@@ -18,7 +18,11 @@ import numpy as np
 
 import src.costmodel.shapes as shapes
 from src.costmodel.formats import format_bytes, gemm_peak_flops_per_s, runnable_weight_formats
-from src.costmodel.moe import expected_distinct_experts, routing_locality
+from src.costmodel.moe import (
+    distinct_experts_of_draws,
+    expected_distinct_experts,
+    routing_locality,
+)
 from src.costmodel.presets import BYTES_PER_VALUE, CostModelInputError
 
 # Kernels a MoE layer launches beyond a dense layer's: router GEMM, top-k softmax, the sort of
@@ -190,6 +194,22 @@ def expert_rows_and_multiplicity(routing: MoeRouting, n_seqs, positions_per_seq)
     D = expected_distinct_experts(routing.n_experts, routing.top_k, n_seqs, positions_per_seq,
                                   routing.locality)
     T = np.asarray(n_seqs, dtype=float) * np.asarray(positions_per_seq, dtype=float)
+    return _rows_and_wait(routing, T, D)
+
+
+def mixed_expert_rows_and_multiplicity(routing: MoeRouting, runs, tokens):
+    """expert_rows_and_multiplicity of a mixed pass of `tokens` tokens in `runs` runs (each
+    decoding sequence's t positions and each prompt chunk is one run: moe.py
+    distinct_experts_of_draws with first = runs, later = tokens - runs)."""
+    runs = np.asarray(runs, dtype=float)
+    T = np.asarray(tokens, dtype=float)
+    D = distinct_experts_of_draws(routing.n_experts, routing.top_k, runs,
+                                  np.maximum(T - runs, 0.0), routing.locality)
+    D = np.where(T > 0, D, 0.0)
+    return _rows_and_wait(routing, T, D)
+
+
+def _rows_and_wait(routing: MoeRouting, T, D):
     rows = np.where(D > 0, T * routing.top_k / np.maximum(D, 1e-300), 0.0)
     if routing.ep == 1:
         return rows, D, D

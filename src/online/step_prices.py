@@ -31,6 +31,15 @@ from src.costmodel.drafts import STATEFUL_DRAFT_KINDS, kind_listed
 from src.costmodel.memory import memory_usable_bytes
 from src.costmodel.roofline import _pnorm, gemm_terms_s
 from src.online.kernel_attention import N_KERNEL, fastest_pass_s, pack_kernels
+from src.online.moe_prices import (
+    G_EXPERT,
+    M_PRESENT,
+    N_MOE,
+    N_MOE_GEMM,
+    pack_moe,
+    routed_gemm_s,
+    routed_rows_wait,
+)
 
 # per-network scalars (row of PriceTables.net)
 (N_READ, N_NEW, N_PAIR, N_P, N_GRAPHS, N_KERNELS, N_KERNELS_VERIFY, N_CPU_LAUNCH, N_GAP,
@@ -72,6 +81,9 @@ class PriceTables(NamedTuple):
     mattn_par: np.ndarray  # [D, 3] (tabled?, widest pass priced, one kernel's fixed ms x layers)
     # a decode pool's attention-DP correction's context-free terms by sequences and gamma (ms)
     dp_static: np.ndarray  # [D, S + 1, W]
+    # the routed experts of a mixed pass (src/online/moe_prices.py pack_moe), per network
+    moe: np.ndarray  # [D, 2, N_MOE]
+    moe_gemm: np.ndarray  # [D, 2, G, N_MOE_GEMM]
 
 
 def compiled_pricing_supported(timer) -> bool:
@@ -214,9 +226,14 @@ def pack_prices(timers, max_seqs: int, max_gamma: int, max_tokens: int) -> Price
     for d, dp in enumerate(dps):
         if dp is not None:
             dp_static[d, :, : dp[2].shape[1]] = dp[2]
+    moe = np.zeros((D, 2, N_MOE))
+    moe_gemm = np.zeros((D, 2, G, N_MOE_GEMM))
+    for d, timer in enumerate(timers):
+        for n, c in enumerate((timer.target_c, timer.cost._draft_c)):
+            moe[d, n], moe_gemm[d, n] = pack_moe(c, G)
     return PriceTables(np.array(nets), np.array(engs), table, gemm, select, np.array(comms),
                        kernels, tree_extra, *_pack_measured_attention(timers, max_seqs),
-                       dp_static)
+                       dp_static, moe, moe_gemm)
 
 
 def _pack_measured_attention(timers, max_seqs: int):
@@ -497,10 +514,18 @@ def mixed_ms(pt, d, net, S, t, C, P, N, Cp, Lp, dec_attention_s):
     head = int(c[N_HEAD_INDEX])
     gemm = pt.gemm[d, net]
     sel = pt.select[d, net]
+    mo, mg = pt.moe[d, net], pt.moe_gemm[d, net]
+    routed = mo[M_PRESENT] != 0.0
+    rows = wait = 0.0
+    if routed:  # each decoding sequence and each chunk is one run of the experts' routing
+        rows, wait = routed_rows_wait(mo, float(S + P), float(T))
     g0 = 0.0
     g1 = 0.0
     for g in range(gemm.shape[0]):
-        f = gemm[g, L] if g == head else gemm[g, T]
+        if routed and mg[g, G_EXPERT] != 0.0:
+            f = routed_gemm_s(mo, mg[g], rows, wait)
+        else:
+            f = gemm[g, L] if g == head else gemm[g, T]
         g0 += sel[0, g] * f
         g1 += sel[1, g] * f
     total = g0 + g1
