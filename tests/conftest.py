@@ -74,7 +74,7 @@ SIGNALS_AT_START = signal_state.now()
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item):
+def pytest_runtest_teardown(item, nextitem):
     """A test that leaves a signal blocked or a SIGINT/SIGTERM handler changed (itself, or a
     fixture it set up or tore down: this runs after every teardown of the test, module and session
     fixtures' included) fails, named where it happened, and the state is put back: the processes
@@ -82,6 +82,8 @@ def pytest_runtest_teardown(item):
     sigprocmask call a test; a hook, not an autouse fixture (about 0.2 ms a test in pytest's
     fixture machinery on this machine)."""
     yield
+    if group_of(item) == "dask" and (nextitem is None or group_of(nextitem) != "dask"):
+        close_dask_cluster()  # the last test of the "dask" group: see dask_cluster
     signal_state.put_back(SIGNALS_AT_START, "signals changed by this test or a fixture it set up "
                           "or tore down")
 
@@ -96,15 +98,41 @@ def notes_as_in_a_fresh_process():
     yield
 
 
+# Dask's periodic work, which an idle cluster spends its CPU on: each process's event-loop tick
+# check (every 20 ms by default), the workers' statistical profiler (every 10 ms), the system and
+# nanny memory monitors (500 ms, 100 ms). Idle, the cluster took 3.1 s of CPU per 20 s of wall with
+# the defaults and 0.4 s with these (2026-12-04, this 2-core machine, under load); what the tests
+# check (same bytes, a killed worker restarted by its nanny) needs none of them. Set only while
+# the cluster starts: the scheduler and nannies read them then, and each nanny hands its config
+# to the worker processes it starts (a restart included).
+QUIET_DASK = {"distributed.admin.tick.interval": "1s", "distributed.worker.profile.enabled": False,
+              "distributed.admin.system-monitor.interval": "2s",
+              "distributed.worker.memory.monitor-interval": "1s"}
+_DASK = {}  # the open dask_cluster executor, closed after the last test of the "dask" group
+
+
 @pytest.fixture(scope="session")
 def dask_cluster():
     """One two-worker Dask LocalCluster on 127.0.0.1 (src/executor.py open_executor("local:2"))
     for every test that runs work on Dask: commands reach it through its address
-    (`--dask tcp://...`, as they would a remote cluster)."""
+    (`--dask tcp://...`, as they would a remote cluster). Closed as soon as the xdist worker's
+    last test of the "dask" group is done (pytest_runtest_teardown above), not at the end of the
+    session: idle, it kept costing CPU while the worker ran every other file."""
+    import dask
+    import distributed  # noqa: F401  (its defaults loaded first: config.set's exit restores them)
+
     from src.executor import open_executor
 
-    ex = open_executor("local:2")
+    with dask.config.set(QUIET_DASK):
+        _DASK["ex"] = open_executor("local:2")
     try:
-        yield ex
+        yield _DASK["ex"]
     finally:
+        close_dask_cluster()
+
+
+def close_dask_cluster():
+    ex = _DASK.pop("ex", None)
+    if ex is not None:
         ex.close()
+
