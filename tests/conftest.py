@@ -27,9 +27,16 @@ TORCH_FILES = {"test_measure_cli.py", "test_measure_model.py", "test_measure_tim
 # the files whose tests use a Dask LocalCluster: one group, so one worker starts the cluster
 # (`dask_cluster`, about 5 s of CPU: a scheduler and two worker processes importing the project)
 DASK_FILES = {"test_executor.py", "test_plan_cli.py", "test_dask_sweeps.py"}
-LONGEST_FIRST = ["test_end_to_end.py", "dask", "test_online_cli.py", "torch", "test_failures.py",
-                 "test_acceptance_cli.py", "test_online_checks.py", "test_calibration.py",
-                 "test_online_engine.py", "test_hardware_study.py"]
+# seconds each took, one process, -n 0, 2026-12-04 on this 2-core machine under load (the dask
+# group alone: 27.5; torch alone: 5.9): test_failures 28.4, dask 27.5, test_online_engine 13.9,
+# test_end_to_end 13.0, test_calibration 10.8, test_online_engine_trees 10.1, test_online_cli 9.9,
+# test_acceptance_cli 9.1, test_hardware_study 8.4, test_trees_study 7.7, test_validation 6.9,
+# torch 5.9, test_docs 5.3, test_concurrent_out 4.3 (test_online_checks 2.1; the files not named
+# were not timed then: none held one of the slowest tests)
+LONGEST_FIRST = ["test_failures.py", "dask", "test_online_engine.py", "test_end_to_end.py",
+                 "test_calibration.py", "test_online_engine_trees.py", "test_online_cli.py",
+                 "test_acceptance_cli.py", "test_hardware_study.py", "test_trees_study.py",
+                 "test_validation.py", "torch", "test_docs.py", "test_concurrent_out.py"]
 
 
 def group_of(item) -> str:
