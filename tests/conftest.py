@@ -27,9 +27,16 @@ TORCH_FILES = {"test_measure_cli.py", "test_measure_model.py", "test_measure_tim
 # the files whose tests use a Dask LocalCluster: one group, so one worker starts the cluster
 # (`dask_cluster`, about 5 s of CPU: a scheduler and two worker processes importing the project)
 DASK_FILES = {"test_executor.py", "test_plan_cli.py", "test_dask_sweeps.py"}
-LONGEST_FIRST = ["test_end_to_end.py", "dask", "test_online_cli.py", "torch", "test_failures.py",
-                 "test_acceptance_cli.py", "test_online_checks.py", "test_calibration.py",
-                 "test_online_engine.py", "test_hardware_study.py"]
+# seconds each took, one process, -n 0, 2026-12-04 on this 2-core machine under load (the dask
+# group alone: 27.5; torch alone: 5.9): test_failures 28.4, dask 27.5, test_online_engine 13.9,
+# test_end_to_end 13.0, test_calibration 10.8, test_online_engine_trees 10.1, test_online_cli 9.9,
+# test_acceptance_cli 9.1, test_hardware_study 8.4, test_trees_study 7.7, test_validation 6.9,
+# torch 5.9, test_docs 5.3, test_concurrent_out 4.3 (test_online_checks 2.1; the files not named
+# were not timed then: none held one of the slowest tests)
+LONGEST_FIRST = ["test_failures.py", "dask", "test_online_engine.py", "test_end_to_end.py",
+                 "test_calibration.py", "test_online_engine_trees.py", "test_online_cli.py",
+                 "test_acceptance_cli.py", "test_hardware_study.py", "test_trees_study.py",
+                 "test_validation.py", "torch", "test_docs.py", "test_concurrent_out.py"]
 
 
 def group_of(item) -> str:
@@ -74,7 +81,7 @@ SIGNALS_AT_START = signal_state.now()
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item):
+def pytest_runtest_teardown(item, nextitem):
     """A test that leaves a signal blocked or a SIGINT/SIGTERM handler changed (itself, or a
     fixture it set up or tore down: this runs after every teardown of the test, module and session
     fixtures' included) fails, named where it happened, and the state is put back: the processes
@@ -82,6 +89,8 @@ def pytest_runtest_teardown(item):
     sigprocmask call a test; a hook, not an autouse fixture (about 0.2 ms a test in pytest's
     fixture machinery on this machine)."""
     yield
+    if group_of(item) == "dask" and (nextitem is None or group_of(nextitem) != "dask"):
+        close_dask_cluster()  # the last test of the "dask" group: see dask_cluster
     signal_state.put_back(SIGNALS_AT_START, "signals changed by this test or a fixture it set up "
                           "or tore down")
 
@@ -96,15 +105,41 @@ def notes_as_in_a_fresh_process():
     yield
 
 
+# Dask's periodic work, which an idle cluster spends its CPU on: each process's event-loop tick
+# check (every 20 ms by default), the workers' statistical profiler (every 10 ms), the system and
+# nanny memory monitors (500 ms, 100 ms). Idle, the cluster took 3.1 s of CPU per 20 s of wall with
+# the defaults and 0.4 s with these (2026-12-04, this 2-core machine, under load); what the tests
+# check (same bytes, a killed worker restarted by its nanny) needs none of them. Set only while
+# the cluster starts: the scheduler and nannies read them then, and each nanny hands its config
+# to the worker processes it starts (a restart included).
+QUIET_DASK = {"distributed.admin.tick.interval": "1s", "distributed.worker.profile.enabled": False,
+              "distributed.admin.system-monitor.interval": "2s",
+              "distributed.worker.memory.monitor-interval": "1s"}
+_DASK = {}  # the open dask_cluster executor, closed after the last test of the "dask" group
+
+
 @pytest.fixture(scope="session")
 def dask_cluster():
     """One two-worker Dask LocalCluster on 127.0.0.1 (src/executor.py open_executor("local:2"))
     for every test that runs work on Dask: commands reach it through its address
-    (`--dask tcp://...`, as they would a remote cluster)."""
+    (`--dask tcp://...`, as they would a remote cluster). Closed as soon as the xdist worker's
+    last test of the "dask" group is done (pytest_runtest_teardown above), not at the end of the
+    session: idle, it kept costing CPU while the worker ran every other file."""
+    import dask
+    import distributed  # noqa: F401  (its defaults loaded first: config.set's exit restores them)
+
     from src.executor import open_executor
 
-    ex = open_executor("local:2")
+    with dask.config.set(QUIET_DASK):
+        _DASK["ex"] = open_executor("local:2")
     try:
-        yield ex
+        yield _DASK["ex"]
     finally:
+        close_dask_cluster()
+
+
+def close_dask_cluster():
+    ex = _DASK.pop("ex", None)
+    if ex is not None:
         ex.close()
+

@@ -68,13 +68,17 @@ def test_trace_runs_with_its_iid_fit(tmp_path, capsys):
 
 def test_eagle_scenario_says_how_per_position_changes_gamma_and_speedup(tmp_path):
     # the scenario with the two modes H7 compares, not its third (eagle_mixed: a third of the
-    # run and of the plots' panels); --quality-modes names only the study's own modes
+    # run and of the plots' panels), and one engine profile (what H7 says does not depend on it);
+    # --quality-modes names only the study's own modes
     with open(os.path.join(ROOT, "configs", "scenarios", "h100-llama8b-eagle.toml")) as f:
         text = f.read()
     modes = 'quality_modes = ["eagle_mtbench", "eagle_mixed", "eagle_mtbench_per_position"]'
     assert modes in text
     path = tmp_path / "h100-llama8b-eagle.toml"
-    path.write_text(text.replace(modes, modes.replace(' "eagle_mixed",', "")))
+    profiles = 'engine_profiles = ["ideal", "vllm-v1"]'  # one profile: half the runs and panels
+    assert profiles in text
+    path.write_text(text.replace(modes, modes.replace(' "eagle_mixed",', ""))
+                    .replace(profiles, 'engine_profiles = ["ideal"]'))
     code = run.main(["--scenario", str(path), "--batch-sizes", "1,16", "--gammas", "2,4,6",
                      "--quiet", "--config", FAST, "--out", str(tmp_path / "out")])
     assert code == 0

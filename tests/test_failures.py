@@ -187,13 +187,13 @@ def test_ctrl_c_exits_130_with_one_line_and_leaves_previous_outputs(tmp_path, to
 
 @needs_proc
 def test_ctrl_c_during_a_dask_run_prints_one_line(tmp_path):
-    """--dask local:2: a Ctrl-C reaches the Dask worker processes too (they are in the job's process
+    """--dask local:1: a Ctrl-C reaches the Dask worker process too (they are in the job's process
     group); they must not print tracebacks (they did, ~68 lines in 4 of 5 tries): after the signal,
     apart from progress lines already on their way, stderr holds the one line, and the cluster's
     processes are gone."""
     files = old_outputs(tmp_path)
     run = Run("--config", os.path.join(ROOT, "tests", "fast_study.toml"), "--scenario",
-              "reference", "--no-plots", "--dask", "local:2", "--out", str(tmp_path))
+              "reference", "--no-plots", "--dask", "local:1", "--out", str(tmp_path))
     try:
         run.wait_for("grid points in", timeout=120)  # the workers are running the grid
         workers = children(run.proc.pid)
