@@ -29,6 +29,7 @@ from src.online.step_prices import (
     E_TREE_TOKENS,
     E_WITH_DRAFT,
     ZERO,
+    decode_host_ms,
     decode_ms,
     dp_correction_ms,
     prefill_extra_ms,
@@ -87,11 +88,11 @@ def _price(pt, d, n, C, g, ctx, dec, hi):
         start = _capped(ctx, dec, hi, 0.0, budget)
     dp = int(pt.eng[d, E_DP])
     if dp <= 1:
-        return decode_ms(pt, d, n, C, g, mid, start, n, 0.0)
+        return decode_ms(pt, d, n, C, g, mid, start)
     # attention DP > 1: the DP correction inside the GPU time the host CPU overlaps, that CPU
     # over the busiest rank's requests (DecodeWorker.rows_ms)
-    return decode_ms(pt, d, n, C, g, mid, start, (n + dp - 1) // dp,
-                     dp_correction_ms(pt, d, n, C, g))
+    return decode_host_ms(pt, d, n, C, g, mid, start, (n + dp - 1) // dp,
+                          dp_correction_ms(pt, d, n, C, g))
 
 
 @compiled_callee

@@ -383,12 +383,18 @@ def step_fits(pt, d, n, C, g):
 
 
 @compiled_callee
-def decode_ms(pt, d, n, C, g, capped_mid, capped_start, h, extra):
+def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     """(target_ms, draft_ms) of a step verifying gamma = g drafts of n decoding sequences over C
-    cached tokens: HardwareCostModel.step_ms (StepTimer.decode_ms_totals) for one row; h: the
-    sequences its host CPU is priced over (n, or an attention-DP worker's busiest rank's:
-    PassLoad.host_seqs), extra: GPU ms added to the target pass (step_ms's gpu_extra_ms: the
-    DP correction; 0.0 else)."""
+    cached tokens: HardwareCostModel.step_ms (StepTimer.decode_ms_totals) for one row, one
+    scheduler's host CPU over all n."""
+    return decode_host_ms(pt, d, n, C, g, capped_mid, capped_start, n, 0.0)
+
+
+@compiled_callee
+def decode_host_ms(pt, d, n, C, g, capped_mid, capped_start, h, extra):
+    """decode_ms with h: the sequences the host CPU is priced over (an attention-DP worker's
+    busiest rank's: PassLoad.host_seqs) and extra: GPU ms added to the target pass (step_ms's
+    gpu_extra_ms: the DP correction)."""
     e = pt.eng[d]
     c = pt.net[d, TARGET]
     t = g + 1
@@ -479,8 +485,8 @@ def tree_decode_ms(pt, d, n, C):
     context C + n (S - 1) / 2."""
     e = pt.eng[d]
     N, S, K = int(e[E_TREE_TOKENS]), int(e[E_TREE_STEPS]), int(e[E_TREE_TOPK])
-    target = decode_ms(pt, d, n, C, N - 1, 0.0, 0.0, n, 0.0)[0] + pt.tree_extra[d, n]
-    draft = decode_ms(pt, d, n, C, S, 0.0, 0.0, n, 0.0)[1]
+    target = decode_ms(pt, d, n, C, N - 1, 0.0, 0.0)[0] + pt.tree_extra[d, n]
+    draft = decode_ms(pt, d, n, C, S, 0.0, 0.0)[1]
     if S > 1 and n > 0 and pt.net[d, DRAFT, N_PRESENT] != 0.0:
         tab = pt.table[d, DRAFT]
         ctx = C + n * ((S - 1) * 0.5)
