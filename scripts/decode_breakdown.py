@@ -13,7 +13,9 @@ src/disagg/closed_loop.py) at the mean context (sa-bench's mean ISL + OSL / 2). 
   (elementwise, LM head's fixed parts...), attention, and the engine's host overhead;
 - at decode_dp > 1 the attention-DP correction's terms (DecodeWorker.dp_correction_ms): attention
   over all N swapped for the busiest rank's n = ceil(N / dp), the replicated attention
-  projections, the TP-G all-reduces dropped, the rank's all-reduce, the MoE all-to-all;
+  projections, the TP-G all-reduces dropped, the rank's all-reduce, the MoE all-to-all; and the
+  step's engine overhead with the host CPU over the busiest rank's n, not N (DecodeWorker.rows_ms),
+  in place of the TP-G pass's;
 - the step, the predicted TPOT and the measured one.
 
 A diagnostic, nothing is fitted: design.md's disaggregated validation block records what it found.
@@ -95,6 +97,9 @@ def parts(worker, N: int, ctx: float) -> dict:
             "correction (sum)": float(worker.dp_correction_ms(T, C, np.array([0]))[0]),
         }
     out["step_ms"] = float(worker.step_ms(N, ctx, 0))
+    if s.dp > 1:  # the host CPU over the rank's n, overlapped with the DP step's GPU time
+        out["dp_overhead_ms"] = out["step_ms"] - out["tp_g_physics_ms"] - out["dp"][
+            "correction (sum)"]
     return out
 
 
@@ -135,6 +140,9 @@ def report(row_id: str, requests: int | None) -> str:
                  f"{p['tp_g_step_ms']:.3f} ms")
     for k, v in (p.get("dp") or {}).items():
         lines.append(f"   dp  {k:<26} {v:9.3f}")
+    if "dp_overhead_ms" in p:
+        lines.append(f"   dp  overhead, host CPU over n {p['dp_overhead_ms']:9.3f} (in place of "
+                     f"the TP-{dec.gpus_per_worker} pass's {p['tp_g_overhead_ms']:.3f})")
     lines.append(f"   step {p['step_ms']:.3f} ms")
     return "\n".join(lines)
 

@@ -97,11 +97,12 @@ def test_published_pd_mtp_accept_length_beside_the_model():
     assert tau / src["tau_aggregated"] - 1 == pytest.approx(-0.093, abs=0.002)  # agrees to 9%
     assert tau / src["tau_disaggregated"] - 1 == pytest.approx(0.461, abs=0.002)  # the finding
     # what the PD loss costs on the model (2x8xH200 scenario, 64 clients): speculation's TPOT
-    # gain over greedy falls from ~2.2x to ~1.3x (measured fused-MoE tables; 2.27x / 1.36x on the
-    # roofline's experts)
+    # gain over greedy falls from ~2.4x to ~1.4x (measured fused-MoE tables, the host CPU of the
+    # busiest DP rank: SGLang's speculative step does not hide its CPU; 2.13x / 1.27x with the
+    # CPU counted over all 64 requests)
     s = published.speedups(64)
-    assert s[3.19] == pytest.approx(2.18, abs=0.05)
-    assert s[1.98] == pytest.approx(1.30, abs=0.05)
+    assert s[3.19] == pytest.approx(2.36, abs=0.05)
+    assert s[1.98] == pytest.approx(1.39, abs=0.05)
 
 
 def test_rows_without_worker_counts_that_repeat_a_measured_row_are_named_as_such(rows):

@@ -46,6 +46,22 @@ as the TP-G path prices them: their attention is not split by DP (one layer of 6
 DeepSeek's MTP). A worker spanning nodes (G > 8) would run the all-to-all over the network:
 refused here (src/attention_dp/shape.py GPUS_PER_NODE).
 
+Host CPU (rows_ms). Each DP rank runs its own scheduler over its own requests: SGLang's
+data_parallel_controller.py (launch_dp_attention_schedulers) starts one scheduler process per
+GPU, each serving its DP rank's requests as the controller dispatches them; TensorRT-LLM's
+PyExecutor runs per rank with its own active requests (py_executor.py _balance_adp_requests
+all-gathers each rank's scheduled counts). The ranks' host work runs in parallel, so a step's
+CPU is one rank's: the engine profile's per-step CPU terms (step_cpu_fixed_ms +
+step_cpu_per_seq_ms x sequences, the verification's rejection sampling and KV bookkeeping per
+sequence, the draft passes' CPU) are priced over the busiest rank's n requests, not the
+worker's N (PassLoad.host_seqs), under the profile's own overlap rule with the DP step's GPU
+time (dp_correction_ms included: HardwareCostModel.step_ms gpu_extra_ms):
+
+    overlapped:  step = GPU_dp + max(0, CPU(n) - GPU_dp)      (cpu_overlap_decode / _draft_kinds)
+    exposed:     step = GPU_dp + CPU(n)
+
+A prefill chunk's CPU (an aggregated replica) likewise: step_cpu_per_seq_ms x p, not x P.
+
 Prefill chunks (an aggregated replica only; dp_chunk_correction_ms). The TP-G path prices a
 mixed step as the decode part plus what the P chunks (T tokens, context sum Cp) add to the pass
 (src/online/steptime.py, src/costmodel/prefill.py). Each rank prefills its own prompts; the
@@ -56,6 +72,7 @@ cached ones, beside its n decodes. The same three terms change, on the chunks' s
     - [attn_gemms_G(N t + T) - attn_gemms_G(N t)] + [attn_gemms_tp(n t + Tr) - attn_gemms_tp(n t)]
     - [comm_G(N t + T) - comm_G(N t)] + [all_reduce_tp(n t + Tr) - all_reduce_tp(n t)] / 2
     + [moe_comm(n t + Tr) - moe_comm(n t)]
+    + step_cpu_per_seq_ms (p - P)                          the busiest rank's chunks' CPU
 
 each term 0 at 0 tokens (a step with no decode pays the chunks' terms whole). The all-to-all
 tables hold DeepEP's low-latency kernels up to 256-1024 tokens per rank; a prefill chunk of
@@ -65,7 +82,7 @@ bandwidth regime, not the normal-mode kernels engines run for prefill: a stated 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -172,16 +189,22 @@ class DecodeWorker:
         N = int(worker_requests)
         if N <= 0:
             return 0.0
-        c, s = self.cost, self.shape
         load = PassLoad.from_totals(np.array([N]), np.array([N * context_tokens]))
-        # the pool checks its own (DP-aware) memory fit: the TP-G path would replicate MLA KV
-        target, draft = c.step_ms(load, np.array([gamma]), with_draft=gamma > 0,
-                                  check_fits=False)
-        ms = float(target[0] + draft[0])
+        target, draft = self.rows_ms(load, np.array([gamma]), gamma > 0)
+        return float(target[0] + draft[0])
+
+    def rows_ms(self, load: PassLoad, gamma, with_draft: bool):
+        """(target_ms, draft_ms) [R] of the steps of `load` (the worker's N requests per row):
+        the TP-G path's step_ms with, at dp > 1, dp_correction_ms added to the target pass's GPU
+        time and the host CPU terms over the busiest rank's n = ceil(N / dp) requests, under the
+        profile's own overlap rule (module docstring, "Host CPU"). No memory check: the pool
+        checks its own DP-aware fit (the TP-G path would replicate the MLA KV)."""
+        c, s = self.cost, self.shape
         if s.dp == 1:
-            return ms
-        return ms + float(self.dp_correction_ms(np.array([N]), np.array([N * context_tokens]),
-                                                np.array([gamma]))[0])
+            return c.step_ms(load, gamma, with_draft, check_fits=False)
+        fix = self.dp_correction_ms(load.n_seqs, load.sum_ctx, gamma)
+        rank = replace(load, host_seqs=np.ceil(np.asarray(load.n_seqs) / s.dp).astype(int))
+        return c.step_ms(rank, gamma, with_draft, check_fits=False, gpu_extra_ms=fix)
 
     def dp_correction_ms(self, worker_requests, context_sum_tokens, gamma) -> np.ndarray:
         """What attention DP changes in the TP-G target pass (module docstring), ms per row:
@@ -228,8 +251,8 @@ class DecodeWorker:
                                chunk_context_sum) -> np.ndarray:
         """What attention DP changes in the TP-G path's price of a step's prefill chunks
         (module docstring, "Prefill chunks"), ms per row ([R] arrays: N decoding requests at
-        gamma + 1 positions, P chunks of T tokens over Cp cached tokens); 0 at dp = 1 and where
-        P = 0."""
+        gamma + 1 positions, P chunks of T tokens over Cp cached tokens), the chunks' host CPU
+        at the busiest rank's p included; 0 at dp = 1 and where P = 0."""
         s = self.shape
         P = np.asarray(chunk_seqs, dtype=float)
         if s.dp == 1:
@@ -252,7 +275,8 @@ class DecodeWorker:
         if s.tp > 1:
             comm = comm + (self._comm_ms(rc, dec_r + Tr) - self._comm_ms(rc, dec_r)) / 2.0
         a2a = self._moe_comm_or_zero_ms(dec_r + Tr) - self._moe_comm_or_zero_ms(dec_r)
-        return np.where(P > 0, attn + proj + comm + a2a, 0.0)
+        host = self.cost.engine.step_cpu_per_seq_ms * (p - P)  # the busiest rank's chunks' CPU
+        return np.where(P > 0, attn + proj + comm + a2a + host, 0.0)
 
     def dp_static_ms(self, worker_requests, gamma) -> np.ndarray:
         """The terms of dp_correction_ms that do not depend on the context, ms (broadcast

@@ -327,7 +327,8 @@ class HardwareCostModel:
             e.rejection_sampling_per_position_ms * t + e.kv_bookkeeping_per_seq_ms)
         if e.scoring_batch_expansion:  # every verified position is a sequence of its own
             per_seq = per_seq + verify * (e.step_cpu_per_seq_ms * (t - 1))
-        cpu = np.where(n_seqs > 0, e.step_cpu_fixed_ms, 0.0) + n_seqs * per_seq
+        host = load.cpu_seqs  # the busiest scheduler's sequences (PassLoad.host_seqs)
+        cpu = np.where(host > 0, e.step_cpu_fixed_ms, 0.0) + host * per_seq
         # without CUDA graphs the pass waits on its kernel launches: part of the pass, not
         # CPU work that can overlap another step
         gpu = launch_overhead_s(self._target_c, physics * 1e-3, t, n_seqs) * 1e3
@@ -365,7 +366,7 @@ class HardwareCostModel:
         step_cpu, step_gpu = cpu, physics + gpu
         if overlap_spec and np.any(verify):
             g = np.where(verify, t - 1, 0)
-            step_cpu = step_cpu + self._draft_cpu_ms(load.n_seqs, g)
+            step_cpu = step_cpu + self._draft_cpu_ms(load.cpu_seqs, g)
             if np.any(step_cpu > step_gpu):  # only then can the drafts' GPU time matter
                 d_phys, _, d_gpu = self._draft_parts(load, g)
                 step_gpu = step_gpu + d_phys + d_gpu
@@ -376,16 +377,21 @@ class HardwareCostModel:
         """The memory check of step_ms (CostModelInputError where weights + KV do not fit)."""
         self._check_fits(load.sum_ctx + load.n_seqs * (np.asarray(gamma) + 1), load.n_seqs)
 
-    def step_ms(self, load: PassLoad, gamma, with_draft: bool = True, check_fits: bool = True):
+    def step_ms(self, load: PassLoad, gamma, with_draft: bool = True, check_fits: bool = True,
+                gpu_extra_ms=None):
         """(target_ms[R], draft_ms[R]) of one step that verifies gamma drafts: exactly
         target_pass_time(gamma + 1) and draft_passes_time(gamma) of `load` (draft 0 without
         with_draft), computed with the draft passes priced once (where the engine overlaps CPU
         with GPU the target pass needs them too). The serving engine's per-step call.
         check_fits False: the caller has run check_step_fits (on whichever model its rows use:
-        rows at gamma 0 get the target pass time of any model with this target and engine)."""
+        rows at gamma 0 get the target pass time of any model with this target and engine).
+        gpu_extra_ms [R]: GPU ms the caller adds to the target pass (an attention-DP worker's
+        correction, src/attention_dp/worker.py), inside the step the engine's CPU overlaps."""
         gamma = np.asarray(gamma)
         t = gamma + 1
         physics, cpu, gpu = self._target_parts(load, t, check_fits)
+        if gpu_extra_ms is not None:
+            physics = physics + gpu_extra_ms
         e = self.engine
         overlap_spec = kind_listed(self.draft.kind, e.cpu_overlap_draft_kinds)
         draft_parts = None
@@ -396,7 +402,7 @@ class HardwareCostModel:
             step_cpu, step_gpu = cpu, physics + gpu
             if overlap_spec and np.any(verify):
                 g = np.where(verify, t - 1, 0)
-                step_cpu = step_cpu + self._draft_cpu_ms(load.n_seqs, g)
+                step_cpu = step_cpu + self._draft_cpu_ms(load.cpu_seqs, g)
                 if np.any(step_cpu > step_gpu):
                     # g equals gamma wherever it matters (g = gamma for gamma > 0, 0 = gamma else)
                     draft_parts = self._draft_parts(load, gamma, check_fits)
@@ -460,7 +466,7 @@ class HardwareCostModel:
         n_seqs = load.n_seqs
         g = np.asarray(gamma)
         e = self.engine
-        cpu = self._draft_cpu_ms(n_seqs, g)
+        cpu = self._draft_cpu_ms(load.cpu_seqs, g)
         if self._draft_c is None:  # n-gram / prompt lookup: host-side string matching only
             zero = np.zeros(n_seqs.shape)
             return zero, cpu, zero

@@ -56,6 +56,14 @@ class PassLoad:
     context: np.ndarray | None = None
     capped_mid_ctx: np.ndarray | None = None  # totals form: sum_i min(ctx_i + (gamma - 1) / 2, b)
     capped_start_ctx: np.ndarray | None = None  # totals form: sum_i min(ctx_i, b)
+    # sequences whose host CPU the step waits on: the busiest scheduler's (an attention-DP
+    # worker's rank, src/attention_dp/worker.py); None: all n_seqs (one scheduler)
+    host_seqs: np.ndarray | None = None
+
+    @property
+    def cpu_seqs(self) -> np.ndarray:
+        """Sequences the step's host CPU terms are priced over (host_seqs, else n_seqs)."""
+        return self.n_seqs if self.host_seqs is None else self.host_seqs
 
     @classmethod
     def from_masks(cls, active, context_len_tokens) -> "PassLoad":

@@ -6,7 +6,9 @@ AttentionDpTimer is the engine's StepTimer (src/online/steptime.py) of one worke
 tp x dp GPUs on the replica's cost model at tp = G = tp x dp (src/attention_dp/worker.py):
 
     decode/verification step = cost.step_ms (the TP-G path) + DecodeWorker.dp_correction_ms
-                               (attention per DP rank, its own all-reduce, the MoE all-to-all)
+                               (attention per DP rank, its own all-reduce, the MoE all-to-all),
+                               the host CPU of the busiest rank's scheduler only
+                               (DecodeWorker.rows_ms)
     prefill chunks           = StepTimer.prefill_extra_ms (the TP-G path's mixed pass) +
                                DecodeWorker.dp_chunk_correction_ms (each rank prefills its own
                                prompts: the busiest rank's chunks set the step)
@@ -35,7 +37,7 @@ import numpy as np
 
 from src.attention_dp.shape import PoolShape, weight_bytes_per_gpu
 from src.attention_dp.worker import DecodeWorker
-from src.costmodel import PassLoad, memory_usable_bytes
+from src.costmodel import memory_usable_bytes
 from src.costmodel.shapes import kv_tp_divisor
 from src.online.steptime import StepTimer
 
@@ -50,38 +52,15 @@ class AttentionDpTimer(StepTimer):
         self.shape = shape
         self.worker = DecodeWorker(cost, shape)
 
-    def _dp(self, n_decode, context_sum, gamma, target):
+    def _step_ms(self, load, gamma, check_fits: bool):
         if self.shape.dp == 1:
-            return target
-        return target + self.worker.dp_correction_ms(n_decode, context_sum, gamma)
-
-    def decode_ms(self, decoding, gamma, context):
-        load = PassLoad.from_masks(decoding, context)
-        target, draft = self.cost.step_ms(load, gamma, self.speculative,
-                                          check_fits=self.shape.dp == 1)
-        return self._dp(load.n_seqs, load.sum_ctx, gamma, target), draft
-
-    def decode_ms_totals(self, n_decode, decode_context_sum, gamma, max_seqs: int,
-                         decoding=None, context=None, check_fits: bool = True):
-        # dp > 1: the memory bound is the DP-aware KV capacity the engine keeps to
-        target, draft = super().decode_ms_totals(n_decode, decode_context_sum, gamma, max_seqs,
-                                                 decoding, context,
-                                                 check_fits and self.shape.dp == 1)
-        return self._dp(n_decode, decode_context_sum, gamma, target), draft
+            return super()._step_ms(load, gamma, check_fits)
+        # dp > 1: the memory bound is the DP-aware KV capacity the engine keeps to (check_fits)
+        return self.worker.rows_ms(load, gamma, self.speculative)
 
     def check_fits(self, n_decode, decode_context_sum, gamma) -> None:
         if self.shape.dp == 1:
             super().check_fits(n_decode, decode_context_sum, gamma)
-
-    def decode_ms_each_gamma(self, decoding, context, gammas):
-        target, draft = super().decode_ms_each_gamma(decoding, context, gammas)
-        if self.shape.dp == 1:
-            return target, draft
-        k = np.asarray(gammas).size
-        load = PassLoad.from_masks(decoding, context)
-        fix = self.worker.dp_correction_ms(np.repeat(load.n_seqs, k), np.repeat(load.sum_ctx, k),
-                                           np.tile(np.asarray(gammas), decoding.shape[0]))
-        return target + fix, draft
 
     def prefill_extra_ms(self, n_decode, gamma, decode_context_sum, chunk_seqs, chunk_tokens,
                          chunk_context_sum, chunk_logits) -> np.ndarray:

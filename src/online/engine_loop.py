@@ -24,10 +24,12 @@ from src.compiled_cache import compiled_callee  # (before the first njit: the ca
 from src.online.counter_rng import uniform_one
 from src.online.step_prices import (
     E_BUDGET,
+    E_DP,
     E_PREFILL_FREE,
     E_TREE_TOKENS,
     E_WITH_DRAFT,
     ZERO,
+    decode_host_ms,
     decode_ms,
     dp_correction_ms,
     prefill_extra_ms,
@@ -84,8 +86,13 @@ def _price(pt, d, n, C, g, ctx, dec, hi):
     if budget >= 0:
         mid = _capped(ctx, dec, hi, (g - 1) * 0.5, budget)
         start = _capped(ctx, dec, hi, 0.0, budget)
-    target, draft = decode_ms(pt, d, n, C, g, mid, start)
-    return target + dp_correction_ms(pt, d, n, C, g), draft  # 0 but at attention DP > 1
+    dp = int(pt.eng[d, E_DP])
+    if dp <= 1:
+        return decode_ms(pt, d, n, C, g, mid, start)
+    # attention DP > 1: the DP correction inside the GPU time the host CPU overlaps, that CPU
+    # over the busiest rank's requests (DecodeWorker.rows_ms)
+    return decode_host_ms(pt, d, n, C, g, mid, start, (n + dp - 1) // dp,
+                          dp_correction_ms(pt, d, n, C, g))
 
 
 @compiled_callee

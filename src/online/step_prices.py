@@ -363,13 +363,14 @@ def draft_cpu_ms(e, c, n, g):
 
 
 @compiled_callee
-def draft_parts(pt, d, n, C, g, capped_mid, capped_start):
+def draft_parts(pt, d, n, C, g, capped_mid, capped_start, h):
     """(physics, cpu, gpu) ms of gamma draft passes (HardwareCostModel._draft_parts); capped_mid
-    / capped_start: sum_i min(ctx_i + (g - 1) / 2, b) and sum_i min(ctx_i, b) (budget b >= 0)."""
+    / capped_start: sum_i min(ctx_i + (g - 1) / 2, b) and sum_i min(ctx_i, b) (budget b >= 0);
+    h: the sequences the host CPU is priced over (PassLoad.cpu_seqs)."""
     e = pt.eng[d]
     c = pt.net[d, DRAFT]
     has_net = c[N_PRESENT] != 0.0
-    cpu = draft_cpu_ms(e, c, n, g)
+    cpu = draft_cpu_ms(e, c, h, g)
     if not has_net:
         return 0.0, cpu, 0.0
     tab = pt.table[d, DRAFT]
@@ -401,7 +402,16 @@ def step_fits(pt, d, n, C, g):
 @compiled_callee
 def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     """(target_ms, draft_ms) of a step verifying gamma = g drafts of n decoding sequences over C
-    cached tokens: HardwareCostModel.step_ms (StepTimer.decode_ms_totals) for one row."""
+    cached tokens: HardwareCostModel.step_ms (StepTimer.decode_ms_totals) for one row, one
+    scheduler's host CPU over all n."""
+    return decode_host_ms(pt, d, n, C, g, capped_mid, capped_start, n, 0.0)
+
+
+@compiled_callee
+def decode_host_ms(pt, d, n, C, g, capped_mid, capped_start, h, extra):
+    """decode_ms with h: the sequences the host CPU is priced over (an attention-DP worker's
+    busiest rank's: PassLoad.host_seqs) and extra: GPU ms added to the target pass (step_ms's
+    gpu_extra_ms: the DP correction)."""
     e = pt.eng[d]
     c = pt.net[d, TARGET]
     t = g + 1
@@ -415,7 +425,7 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
         per_seq += e[E_REJECTION] * t + e[E_KV_BOOK]
         if e[E_EXPANSION] != 0.0:
             per_seq += e[E_CPU_PER_SEQ] * (t - 1)
-    cpu = (e[E_CPU_FIXED] if n > 0 else 0.0) + n * per_seq
+    cpu = (e[E_CPU_FIXED] if h > 0 else 0.0) + h * per_seq
     gpu = launch_ms(c, physics, t, n)
     if verify and n > 0:
         gpu += e[E_SPEC_EAGER]
@@ -425,6 +435,8 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
             engine_attention = attention_exp_ms(pt, d, TARGET, tokens, tokens, ONE,
                                                 t * C + n * (t * (t - 1) * 0.5))
         gpu += e[E_SLOWDOWN] * engine_attention - attention
+    if extra != 0.0:
+        physics = physics + extra
     overlap_spec = e[E_OVERLAP_SPEC] != 0.0
     have = False
     d_phys = d_cpu = d_gpu = 0.0
@@ -433,9 +445,9 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     else:
         step_cpu, step_gpu = cpu, physics + gpu
         if overlap_spec and verify:
-            step_cpu += draft_cpu_ms(e, pt.net[d, DRAFT], n, g)
+            step_cpu += draft_cpu_ms(e, pt.net[d, DRAFT], h, g)
             if step_cpu > step_gpu:
-                d_phys, d_cpu, d_gpu = draft_parts(pt, d, n, C, g, capped_mid, capped_start)
+                d_phys, d_cpu, d_gpu = draft_parts(pt, d, n, C, g, capped_mid, capped_start, h)
                 have = True
                 step_gpu += d_phys + d_gpu
         overlap = overlap_spec if verify else e[E_OVERLAP_DECODE] != 0.0
@@ -444,7 +456,7 @@ def decode_ms(pt, d, n, C, g, capped_mid, capped_start):
     if e[E_WITH_DRAFT] == 0.0:
         return target, 0.0
     if not have:
-        d_phys, d_cpu, d_gpu = draft_parts(pt, d, n, C, g, capped_mid, capped_start)
+        d_phys, d_cpu, d_gpu = draft_parts(pt, d, n, C, g, capped_mid, capped_start, h)
     if overlap_spec:
         return target, d_phys + d_gpu
     return target, d_phys + (d_cpu + d_gpu)

@@ -49,7 +49,13 @@ class StepTimer:
         decoding [R, B] bool, gamma [R] int, context [R, B] cached tokens. Returns (target_ms,
         draft_ms), each [R].
         """
-        return self.cost.step_ms(PassLoad.from_masks(decoding, context), gamma, self.speculative)
+        return self._step_ms(PassLoad.from_masks(decoding, context), gamma, True)
+
+    def _step_ms(self, load: PassLoad, gamma, check_fits: bool):
+        """(target_ms, draft_ms) of the step of `load` at gamma: the cost model's step_ms (every
+        decode path of this timer goes through here; an attention-DP worker's timer prices its
+        ranks here, src/online/dp_steptime.py)."""
+        return self.cost.step_ms(load, gamma, self.speculative, check_fits)
 
     @property
     def needs_slot_contexts(self) -> bool:
@@ -68,7 +74,7 @@ class StepTimer:
             load = PassLoad(n_decode, decode_context_sum, max_seqs, decoding, context)
         else:
             load = PassLoad(n_decode, decode_context_sum, max_seqs)
-        return self.cost.step_ms(load, gamma, self.speculative, check_fits)
+        return self._step_ms(load, gamma, check_fits)
 
     def check_fits(self, n_decode, decode_context_sum, gamma) -> None:
         """decode_ms's memory check: CostModelInputError where weights + KV cache do not fit."""
@@ -112,8 +118,7 @@ class StepTimer:
         else:  # a capped draft cache needs every sequence's context
             load = PassLoad(n_seqs, sum_ctx, load.max_seqs, np.repeat(decoding, k, axis=0),
                             np.repeat(context, k, axis=0))
-        return self.cost.step_ms(load, np.tile(gammas, decoding.shape[0]), self.speculative,
-                                 check_fits=False)
+        return self._step_ms(load, np.tile(gammas, decoding.shape[0]), False)
 
     def prefill_extra_ms(self, n_decode, gamma, decode_context_sum, chunk_seqs, chunk_tokens,
                          chunk_context_sum, chunk_logits) -> np.ndarray:
