@@ -22,7 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from src.costmodel.roofline import PassCoefficients, _pnorm, attention_s, gemm_terms_s
+from src.costmodel.roofline import (
+    PassCoefficients,
+    _pnorm,
+    attention_s,
+    gemm_terms_s,
+    routed_gemm_terms_s,
+)
 from src.costmodel.variants import mixed_expert_rows_and_multiplicity
 
 
@@ -73,11 +79,7 @@ def _mixed_ms(c: PassCoefficients, S, t, C, P, N, Cp, Lp, dec_attention):
     if c.moe is not None:  # routed experts as pass_components_s prices them, over the pass's runs
         runs = np.where(t > 0, S, 0.0) + P  # each decoding sequence and each chunk: one run
         expert_rows, waited, _ = mixed_expert_rows_and_multiplicity(c.moe, runs, T)
-        mask = c.gemm_expert_mask.reshape((-1,) + (1,) * T.ndim)
-        rows = np.where(mask, expert_rows, rows)
-        per_pass = np.where(mask, waited, 1.0)
-        mem_g, comp_g = gemm_terms_s(c, rows, group=np.maximum(per_pass, 1.0), grouped=mask)
-        mem_g, comp_g = mem_g * per_pass, comp_g * per_pass
+        mem_g, comp_g = routed_gemm_terms_s(c, rows, expert_rows, waited)
     else:
         mem_g, comp_g = gemm_terms_s(c, rows)
     pnorm = _pnorm(mem_g, comp_g, c.sharpness_p)

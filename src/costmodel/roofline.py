@@ -361,6 +361,17 @@ def window_context_tokens(c: PassCoefficients, n_seqs, sum_context_tokens):
                       np.asarray(n_seqs, dtype=float) * c.attn_window_tokens)
 
 
+def routed_gemm_terms_s(c: PassCoefficients, rows, expert_rows, waited):
+    """gemm_terms_s with the routed-expert GEMMs (c.gemm_expert_mask) at expert_rows each,
+    run `waited` times a pass (grouped); the other GEMMs at `rows`, once. Returns (memory s,
+    compute s) per GEMM, each expert GEMM's multiplied by its passes."""
+    mask = c.gemm_expert_mask.reshape((-1,) + (1,) * (np.ndim(rows) - 1))
+    rows = np.where(mask, expert_rows, rows)
+    per_pass = np.where(mask, waited, 1.0)
+    mem_g, comp_g = gemm_terms_s(c, rows, group=np.maximum(per_pass, 1.0), grouped=mask)
+    return mem_g * per_pass, comp_g * per_pass
+
+
 def gemm_terms_s(c: PassCoefficients, rows, group=None, grouped=None):
     """(memory_s [G, ...], compute_s [G, ...]) of every GEMM of a pass whose GEMMs have `rows`
     rows (an array [G, ...] or broadcastable), each with its M-dependent weight bandwidth and,
@@ -448,11 +459,7 @@ def pass_components_s(c: PassCoefficients, n_seqs, positions_per_seq, sum_contex
     distinct = None
     if c.moe is not None:  # routed experts: D touched experts per layer, T k / D rows each
         expert_rows, waited, distinct = expert_rows_and_multiplicity(c.moe, S, t)
-        mask = c.gemm_expert_mask.reshape((-1,) + (1,) * T.ndim)
-        rows = np.where(mask, expert_rows, rows)
-        per_pass = np.where(mask, waited, 1.0)
-        mem_g, comp_g = gemm_terms_s(c, rows, group=np.maximum(per_pass, 1.0), grouped=mask)
-        mem_g, comp_g = mem_g * per_pass, comp_g * per_pass
+        mem_g, comp_g = routed_gemm_terms_s(c, rows, expert_rows, waited)
     else:
         mem_g, comp_g = gemm_terms_s(c, rows)
     gemm = np.tensordot(c.gemm_selector, _pnorm(mem_g, comp_g, p), axes=1)  # [2, ...]
