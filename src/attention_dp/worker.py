@@ -136,8 +136,7 @@ class DecodeWorker:
     def all_to_all_ms(self, tokens_per_rank) -> np.ndarray:
         """MoE dispatch + combine of one pass, ms (module docstring); 0 for a dense model."""
         c, s = self.cost, self.shape
-        m = c.target
-        moe_layers = m.n_layers - (m.first_k_dense_replace or 0) if m.n_routed_experts else 0
+        m, moe_layers = c.target, self._moe_layers
         if not moe_layers:
             return np.zeros(np.shape(tokens_per_rank))
         G = s.gpus_per_worker
@@ -153,6 +152,12 @@ class DecodeWorker:
             * 1e3
 
     @property
+    def _moe_layers(self) -> int:
+        """The target's MoE layers (its dense first layers left out); 0 for a dense model."""
+        m = self.cost.target
+        return m.n_layers - (m.first_k_dense_replace or 0) if m.n_routed_experts else 0
+
+    @property
     def moe_comm(self) -> str:
         """'alltoall' or 'allgather_reducescatter': the MoE communication the engine runs on
         this worker (src/attention_dp/moe_comm.py)."""
@@ -165,8 +170,7 @@ class DecodeWorker:
         (src/attention_dp/moe_comm.py); 0 for a dense model."""
         if self.moe_comm == "alltoall":
             return self.all_to_all_ms(tokens_per_rank)
-        m, s = self.cost.target, self.shape
-        moe_layers = m.n_layers - (m.first_k_dense_replace or 0) if m.n_routed_experts else 0
+        s, moe_layers = self.shape, self._moe_layers
         T = np.asarray(tokens_per_rank, dtype=float)
         if not moe_layers:
             return np.zeros(T.shape)
@@ -224,14 +228,24 @@ class DecodeWorker:
         att = self.cost._attention_pnorm_ms
         attn_g = att(tc, N, N * t, t, C)
         attn_r = att(self._rank_c, n, n * t, t, c_rank)
-        comm_g = pass_components_s(tc, N, t, C)["communication"] * 1e3
+        proj, comm_g, comm_r, moe = self._context_free_terms(N, t, n)
+        out = -attn_g + attn_r + proj - comm_g + comm_r + moe
+        return np.where(N > 0, out, 0.0)
+
+    def _context_free_terms(self, N, t, n):
+        """(proj, comm_g, comm_r, moe_comm) ms of dp_correction_ms for N worker requests at t
+        positions, n = ceil(N / dp) on the busiest rank; the all-reduces' time depends on the
+        tokens only (roofline.pass_components_s), so the context is 0 here. One computation for
+        dp_correction_ms and dp_static_ms, the numpy and the compiled loop's tables."""
+        s, tc = self.shape, self.cost._target_c
+        zero = np.zeros(np.broadcast_shapes(np.shape(N), np.shape(t)))
+        comm_g = pass_components_s(tc, N, t, zero)["communication"] * 1e3
         comm_r = 0.0
         if s.tp > 1:
-            comm_r = pass_components_s(self._rank_c, n, t, c_rank)["communication"] * 1e3 / 2.0
+            comm_r = pass_components_s(self._rank_c, n, t, zero)["communication"] * 1e3 / 2.0
         proj = (self.attention_gemms_ms(self._rank_c, s.tp, n * t)
                 - self.attention_gemms_ms(tc, s.gpus_per_worker, N * t))
-        out = -attn_g + attn_r + proj - comm_g + comm_r + self.moe_comm_ms(n * t)
-        return np.where(N > 0, out, 0.0)
+        return proj, comm_g, comm_r, self.moe_comm_ms(n * t)
 
     def _comm_ms(self, coeffs, tokens) -> np.ndarray:
         """All-reduce ms of a pass of `tokens` rows (array) on coefficients `coeffs`; 0 at 0."""
@@ -289,14 +303,6 @@ class DecodeWorker:
                                    np.asarray(gamma, dtype=float))
         if s.dp == 1:
             return np.zeros(N.shape)
-        t = g + 1.0
-        n = np.ceil(N / s.dp)
-        zero = np.zeros(N.shape)
-        comm_g = pass_components_s(self.cost._target_c, N, t, zero)["communication"] * 1e3
-        comm_r = 0.0
-        if s.tp > 1:
-            comm_r = pass_components_s(self._rank_c, n, t, zero)["communication"] * 1e3 / 2.0
-        proj = (self.attention_gemms_ms(self._rank_c, s.tp, n * t)
-                - self.attention_gemms_ms(self.cost._target_c, s.gpus_per_worker, N * t))
-        out = proj - comm_g + comm_r + self.moe_comm_ms(n * t)
+        proj, comm_g, comm_r, moe = self._context_free_terms(N, g + 1.0, np.ceil(N / s.dp))
+        out = proj - comm_g + comm_r + moe
         return np.where(N > 0, out, 0.0)
